@@ -1,0 +1,41 @@
+//! Activity contracts: names, inputs and outputs of the activities the workflow calls. The
+//! bodies live in `baton-activities`, registered on the worker.
+
+#![allow(unused_variables, clippy::unimplemented)]
+
+use baton_proto::{LlmRequest, LlmResponse, ToolRequest, ToolResult};
+use temporalio_common::ActivityError;
+use temporalio_macros::activity_definitions;
+
+/// The model call.
+pub struct LlmActivities;
+
+#[activity_definitions]
+impl LlmActivities {
+    /// Calls the model named in the request's model config and returns its reply.
+    #[activity(name = "llm_generate")]
+    pub fn llm_generate(request: LlmRequest) -> Result<LlmResponse, ActivityError> {
+        unimplemented!()
+    }
+}
+
+/// Tool execution.
+pub struct ToolActivities;
+
+#[activity_definitions]
+impl ToolActivities {
+    /// Runs one tool call in the run's workspace. Ordinary failures come back as a result with
+    /// `is_error`; only infrastructure failures fail the activity.
+    #[activity(name = "run_tool")]
+    pub fn run_tool(request: ToolRequest) -> Result<ToolResult, ActivityError> {
+        unimplemented!()
+    }
+}
+
+/// Failure type of a provider error that retrying cannot fix (bad key, bad request, unknown
+/// model).
+pub const PROVIDER_FATAL: &str = "ProviderFatal";
+/// Failure type of a request too large for the model's context window.
+pub const CONTEXT_OVERFLOW: &str = "ContextOverflow";
+/// Failure type of a malformed activity input.
+pub const BAD_INPUT: &str = "BadInput";

@@ -1,0 +1,29 @@
+//! Errors of the workflows crate.
+
+use thiserror::Error;
+
+/// Why an approval decision cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DecisionError {
+    /// No call of the run is awaiting a decision.
+    #[error("no tool call is awaiting approval in this run; check `baton status`")]
+    NothingPending,
+    /// The run has ended.
+    #[error("the run has already ended; nothing to approve")]
+    RunOver,
+    /// The call id is not part of the pending batch.
+    #[error("unknown call id '{call_id}'; calls awaiting approval: {}", if pending.is_empty() { "none".to_owned() } else { pending.join(", ") })]
+    UnknownCall {
+        /// The id that was sent.
+        call_id: String,
+        /// Ids awaiting a decision.
+        pending: Vec<String>,
+    },
+    /// The call was approved or denied before.
+    #[error("call '{call_id}' has already been decided")]
+    AlreadyDecided {
+        /// The id that was sent.
+        call_id: String,
+    },
+}

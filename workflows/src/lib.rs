@@ -1,0 +1,22 @@
+//! baton's deterministic core: the agent state machine and the `AgentRun` workflow.
+//!
+//! - [`machine`]: [`machine::RunState`] and its pure transitions (guards, finish reasons,
+//!   approval gating, tool results, termination reasons).
+//! - [`policy`]: the approval policy, `assess(call, tool, policy)`.
+//! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
+//! - [`activities`]: activity contracts (names and payloads); bodies live in `baton-activities`.
+//! - [`workflow`]: the `AgentRun` workflow, its signals, update and queries.
+//! - [`error`]: errors of this crate.
+//!
+//! Nothing here does I/O or reads clocks or the environment (`clippy.toml` enforces it), so the
+//! workflow replays deterministically.
+
+pub mod activities;
+pub mod error;
+pub mod machine;
+pub mod policy;
+pub mod tools;
+pub mod workflow;
+
+pub use machine::{RunState, Step};
+pub use workflow::{AgentRun, DEFAULT_TASK_QUEUE, STATUS_MEMO_KEY, WORKFLOW_TYPE};

@@ -1,0 +1,860 @@
+//! The agent state machine: a pure transition function over an explicit [`RunState`].
+//!
+//! The workflow asks [`RunState::next_step`] what to do, does it (an activity, a wait for
+//! approval), and feeds the outcome back (`on_llm_response`, `on_decision`, `on_tool_results`,
+//! ...). Nothing here does I/O or reads a clock: time comes in as arguments, so every
+//! transition is unit-tested without a server and replays identically.
+
+use std::collections::BTreeSet;
+
+use baton_proto::{
+    ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, EventsPage,
+    FinishReason, Item, LlmRequest, LlmResponse, PendingCall, RunEvent, RunResult, RunSpec,
+    RunState as StateName, RunStatus, TerminationReason, ToolCall, ToolDefinition, ToolRequest,
+    ToolResult, Usage, UserMessage, item, run_event,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    error::DecisionError,
+    policy::{self, Assessment},
+    tools,
+};
+
+/// Default maximum number of LLM calls in a run.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+/// How many times in a row a `length` finish is answered with "continue" before the run fails.
+pub const MAX_LENGTH_CONTINUATIONS: u32 = 3;
+/// Default timeout of one tool call, in seconds.
+pub const DEFAULT_TOOL_TIMEOUT_SECONDS: u32 = 600;
+/// Default number of tool calls of one batch run at once.
+pub const DEFAULT_MAX_PARALLEL_TOOLS: u32 = 4;
+/// Events kept for `watch`/`events`; older ones are dropped (the conversation keeps everything).
+pub const MAX_EVENTS: usize = 2_000;
+
+/// The hidden message that asks the model to go on after its output was cut off.
+pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
+Continue exactly where you left off: no apology, no repetition, no preamble.";
+
+/// The system prompt used when the run spec does not set one.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are baton, an autonomous software agent. You work \
+in a private workspace directory through the tools you are given: inspect before you change, \
+keep changes small, and check your work. Some tool calls wait for a human's approval; if one \
+is denied, respect the reason and find another way. When the task is done, reply with a short \
+summary of what you did and found, without calling tools.";
+
+/// What the workflow must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Call the model (activity `llm_generate`).
+    CallLlm(LlmRequest),
+    /// Wait for approval decisions, at most `timeout_seconds` (`None`: forever).
+    AwaitApproval {
+        /// How long to wait before the policy's timeout action applies.
+        timeout_seconds: Option<u32>,
+    },
+    /// Run these tool calls (activity `run_tool`), at most `max_parallel` at once, then report
+    /// their results in the same order with [`RunState::on_tool_results`].
+    RunTools {
+        /// The approved calls of the batch, in call order.
+        requests: Vec<ToolRequest>,
+        /// Concurrency limit.
+        max_parallel: u32,
+    },
+    /// The run is over.
+    Finish(RunResult),
+}
+
+/// How one call of a batch stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Disposition {
+    /// May run: approved by policy or by a human.
+    Run {
+        /// Who approved it (`None`: the policy).
+        approver: Option<String>,
+    },
+    /// Waiting for a human decision.
+    Pending,
+    /// Will not run; the model gets this error text as the call's result.
+    Refused {
+        /// The error observation.
+        content: String,
+    },
+}
+
+/// One tool call of the current batch and its disposition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCall {
+    /// The call as the model made it (id normalised).
+    pub call: ToolCall,
+    /// Whether it runs.
+    pub disposition: Disposition,
+}
+
+/// The tool calls of one assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// In the order the model made them.
+    pub calls: Vec<PlannedCall>,
+    /// When approval was first requested (workflow time, Unix ms).
+    pub requested_at_ms: i64,
+}
+
+impl Batch {
+    fn pending(&self) -> impl Iterator<Item = &PlannedCall> {
+        self.calls
+            .iter()
+            .filter(|c| c.disposition == Disposition::Pending)
+    }
+}
+
+/// Where the run is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Phase {
+    /// The next step is an LLM call.
+    Thinking,
+    /// A batch waits for human decisions.
+    AwaitingApproval(Batch),
+    /// A batch is decided; its runnable calls execute next.
+    Executing(Batch),
+    /// Over.
+    Finished(RunResult),
+}
+
+/// The whole state of a run. Serializable, so it can be carried across continue-as-new.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The workflow id: the run id users see.
+    pub run_id: String,
+    /// The spec with defaults filled in.
+    pub spec: RunSpec,
+    /// Tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Workflow time the run started (Unix ms).
+    pub started_at_ms: i64,
+    /// The full conversation, in order.
+    pub conversation: Vec<Item>,
+    /// LLM calls made so far.
+    pub turn: u32,
+    /// Tokens used so far.
+    pub usage: Usage,
+    /// `length` finishes in a row.
+    pub consecutive_length: u32,
+    /// Text of replies cut off by `length`, joined to the reply that completes them.
+    pub partial_text: String,
+    /// Where the run is.
+    pub phase: Phase,
+    /// Recent events (for `watch`), with increasing `seq`.
+    pub events: Vec<RunEvent>,
+    /// Sequence number of the next event.
+    pub next_seq: u32,
+    /// Messages from users (signal `message`) to add before the next LLM call.
+    pub inbox: Vec<String>,
+    /// Call ids seen in this run, to keep them unique.
+    pub seen_call_ids: BTreeSet<String>,
+}
+
+impl RunState {
+    /// A new run. Fails if the spec names unknown tools (the CLI checks this too).
+    pub fn new(run_id: &str, spec: RunSpec, now_ms: i64) -> Result<Self, String> {
+        let spec = normalize(spec);
+        let tools = tools::definitions(&spec.tools)
+            .map_err(|unknown| format!("unknown tools in spec: {}", unknown.join(", ")))?;
+        let mut state = Self {
+            run_id: run_id.to_owned(),
+            tools,
+            started_at_ms: now_ms,
+            conversation: vec![user(&spec.task, false)],
+            spec,
+            turn: 0,
+            usage: Usage::default(),
+            consecutive_length: 0,
+            partial_text: String::new(),
+            phase: Phase::Thinking,
+            events: Vec::new(),
+            next_seq: 0,
+            inbox: Vec::new(),
+            seen_call_ids: BTreeSet::new(),
+        };
+        state.note(now_ms, "run started");
+        Ok(state)
+    }
+
+    /// A run that could not start (e.g. a spec naming unknown tools): it ends at once.
+    pub fn invalid(run_id: &str, spec: RunSpec, now_ms: i64, detail: String) -> Self {
+        let mut state = Self {
+            run_id: run_id.to_owned(),
+            tools: Vec::new(),
+            started_at_ms: now_ms,
+            conversation: Vec::new(),
+            spec,
+            turn: 0,
+            usage: Usage::default(),
+            consecutive_length: 0,
+            partial_text: String::new(),
+            phase: Phase::Thinking,
+            events: Vec::new(),
+            next_seq: 0,
+            inbox: Vec::new(),
+            seen_call_ids: BTreeSet::new(),
+        };
+        state.finish(now_ms, TerminationReason::InternalError, detail);
+        state
+    }
+
+    /// What to do next. Applies the turn guards (max turns, token budget, deadline) before an
+    /// LLM call, which may end the run.
+    pub fn next_step(&mut self, now_ms: i64) -> Step {
+        match &self.phase {
+            Phase::Finished(result) => Step::Finish(result.clone()),
+            Phase::AwaitingApproval(_) => Step::AwaitApproval {
+                timeout_seconds: self.approval_timeout(),
+            },
+            Phase::Executing(batch) => {
+                let requests: Vec<ToolRequest> = batch
+                    .calls
+                    .iter()
+                    .filter(|c| matches!(c.disposition, Disposition::Run { .. }))
+                    .map(|c| ToolRequest {
+                        call: Some(c.call.clone()),
+                        timeout_seconds: self.tool_timeout(&c.call),
+                    })
+                    .collect();
+                for r in &requests {
+                    if let Some(call) = &r.call {
+                        self.push_event(now_ms, run_event::Kind::ToolStarted(call.clone()));
+                    }
+                }
+                Step::RunTools {
+                    requests,
+                    max_parallel: self.limits().max_parallel_tools,
+                }
+            }
+            Phase::Thinking => {
+                if let Some((reason, detail)) = self.guard(now_ms) {
+                    self.finish(now_ms, reason, detail);
+                    return self.next_step(now_ms);
+                }
+                for text in std::mem::take(&mut self.inbox) {
+                    self.conversation.push(user(&text, false));
+                }
+                Step::CallLlm(self.llm_request())
+            }
+        }
+    }
+
+    /// The request for the next LLM call: the whole conversation and the enabled tools.
+    pub fn llm_request(&self) -> LlmRequest {
+        let system_prompt = if self.spec.system_prompt.is_empty() {
+            DEFAULT_SYSTEM_PROMPT.to_owned()
+        } else {
+            self.spec.system_prompt.clone()
+        };
+        LlmRequest {
+            model: self.spec.model.clone(),
+            system_prompt,
+            conversation: self.conversation.clone(),
+            tools: self.tools.clone(),
+        }
+    }
+
+    /// The model answered.
+    pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
+        self.turn += 1;
+        if let Some(u) = &response.usage {
+            add_usage(&mut self.usage, u);
+        }
+        self.usage.llm_calls += 1;
+        let mut message = response.message.unwrap_or_default();
+        let finish = FinishReason::try_from(message.finish_reason).unwrap_or_default();
+        match finish {
+            FinishReason::Length => {
+                self.consecutive_length += 1;
+                message.tool_calls.clear();
+                self.partial_text.push_str(&message.text);
+                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                if self.consecutive_length > MAX_LENGTH_CONTINUATIONS {
+                    let detail = format!(
+                        "the model's output was cut off by the token limit {} times in a row",
+                        self.consecutive_length
+                    );
+                    self.conversation.push(assistant_item(message));
+                    self.finish(now_ms, TerminationReason::OutputTruncated, detail);
+                    return;
+                }
+                self.conversation.push(assistant_item(message));
+                self.conversation.push(user(CONTINUE_PROMPT, true));
+            }
+            FinishReason::ContentFilter => {
+                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                self.conversation.push(assistant_item(message));
+                self.finish(
+                    now_ms,
+                    TerminationReason::ContentFiltered,
+                    "the provider's content filter stopped the reply".to_owned(),
+                );
+            }
+            FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Unspecified => {
+                self.consecutive_length = 0;
+                for (i, call) in message.tool_calls.iter_mut().enumerate() {
+                    if call.id.is_empty() || self.seen_call_ids.contains(&call.id) {
+                        call.id = format!("call_{}_{}", self.turn, i + 1);
+                    }
+                    self.seen_call_ids.insert(call.id.clone());
+                }
+                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                let calls = message.tool_calls.clone();
+                let text = message.text.clone();
+                self.conversation.push(assistant_item(message));
+                if calls.is_empty() {
+                    let answer = std::mem::take(&mut self.partial_text) + &text;
+                    self.complete(now_ms, answer);
+                    return;
+                }
+                self.partial_text.clear();
+                self.plan_batch(calls, now_ms);
+            }
+        }
+    }
+
+    /// The LLM activity failed for good (retries exhausted or a non-retryable error).
+    pub fn on_llm_failure(&mut self, detail: String, now_ms: i64) {
+        self.finish(now_ms, TerminationReason::ProviderError, detail);
+    }
+
+    /// Checks a decision without applying it (update validator).
+    pub fn validate_decision(&self, decision: &ApprovalDecision) -> Result<(), DecisionError> {
+        let batch = match &self.phase {
+            Phase::AwaitingApproval(batch) => batch,
+            Phase::Finished(_) => return Err(DecisionError::RunOver),
+            _ => return Err(DecisionError::NothingPending),
+        };
+        if decision.call_id == "*" {
+            return if batch.pending().next().is_some() {
+                Ok(())
+            } else {
+                Err(DecisionError::NothingPending)
+            };
+        }
+        match batch.calls.iter().find(|c| c.call.id == decision.call_id) {
+            None => Err(DecisionError::UnknownCall {
+                call_id: decision.call_id.clone(),
+                pending: batch.pending().map(|c| c.call.id.clone()).collect(),
+            }),
+            Some(c) if c.disposition != Disposition::Pending => {
+                Err(DecisionError::AlreadyDecided {
+                    call_id: decision.call_id.clone(),
+                })
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Applies an approval decision (signal `approval` or update `approve`). Once no call of
+    /// the batch is pending, the batch moves on to execution.
+    pub fn on_decision(
+        &mut self,
+        decision: ApprovalDecision,
+        now_ms: i64,
+    ) -> Result<ApprovalOutcome, DecisionError> {
+        if let Err(e) = self.validate_decision(&decision) {
+            self.note(now_ms, &format!("approval ignored: {e}"));
+            return Err(e);
+        }
+        let Phase::AwaitingApproval(batch) = &mut self.phase else {
+            return Err(DecisionError::NothingPending);
+        };
+        let approver = if decision.approver.is_empty() {
+            "unknown".to_owned()
+        } else {
+            decision.approver.clone()
+        };
+        let mut applied = Vec::new();
+        for planned in batch.calls.iter_mut() {
+            let matches = decision.call_id == "*" || planned.call.id == decision.call_id;
+            if !matches || planned.disposition != Disposition::Pending {
+                continue;
+            }
+            planned.disposition = if decision.approved {
+                Disposition::Run {
+                    approver: Some(approver.clone()),
+                }
+            } else {
+                let reason = if decision.reason.is_empty() {
+                    "no reason given".to_owned()
+                } else {
+                    decision.reason.clone()
+                };
+                Disposition::Refused {
+                    content: format!(
+                        "The call was denied by {approver}: {reason}. It did not run. Do not \
+                         retry it unchanged; take another approach or explain why it is needed."
+                    ),
+                }
+            };
+            applied.push(planned.call.id.clone());
+        }
+        let still_pending = batch.pending().count() as u32;
+        for call_id in &applied {
+            let d = ApprovalDecision {
+                call_id: call_id.clone(),
+                approver: approver.clone(),
+                ..decision.clone()
+            };
+            self.push_event(now_ms, run_event::Kind::ApprovalDecided(d));
+        }
+        self.advance_if_decided();
+        Ok(ApprovalOutcome {
+            call_ids: applied,
+            approved: decision.approved,
+            still_pending,
+        })
+    }
+
+    /// Nobody decided in time: deny the undecided calls, or end the run, by policy.
+    pub fn on_approval_timeout(&mut self, now_ms: i64) {
+        let action = self
+            .spec
+            .approval
+            .as_ref()
+            .map(|p| p.on_timeout())
+            .unwrap_or_default();
+        let Phase::AwaitingApproval(batch) = &mut self.phase else {
+            return;
+        };
+        match action {
+            ApprovalTimeoutAction::Fail => {
+                let ids: Vec<String> = batch.pending().map(|c| c.call.id.clone()).collect();
+                self.finish(
+                    now_ms,
+                    TerminationReason::ApprovalTimedOut,
+                    format!("no approval decision in time for {}", ids.join(", ")),
+                );
+            }
+            ApprovalTimeoutAction::Deny => {
+                for planned in batch.calls.iter_mut() {
+                    if planned.disposition == Disposition::Pending {
+                        planned.disposition = Disposition::Refused {
+                            content: "The call was denied: approval timed out. It did not run."
+                                .to_owned(),
+                        };
+                    }
+                }
+                self.note(now_ms, "approval timed out: undecided calls denied");
+                self.advance_if_decided();
+            }
+        }
+    }
+
+    /// Results of the calls of the last [`Step::RunTools`], in the same order. Refused calls
+    /// get their error observation; everything goes into the conversation in call order.
+    pub fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
+        let Phase::Executing(batch) = std::mem::replace(&mut self.phase, Phase::Thinking) else {
+            return;
+        };
+        let mut results = results.into_iter();
+        for planned in batch.calls {
+            let result = match planned.disposition {
+                Disposition::Run { .. } => {
+                    let mut r = results.next().unwrap_or_else(|| ToolResult {
+                        content: "internal error: the tool produced no result".to_owned(),
+                        is_error: true,
+                        ..Default::default()
+                    });
+                    r.call_id = planned.call.id.clone();
+                    r.name = planned.call.name.clone();
+                    r
+                }
+                Disposition::Refused { content } => ToolResult {
+                    call_id: planned.call.id.clone(),
+                    name: planned.call.name.clone(),
+                    content,
+                    is_error: true,
+                },
+                Disposition::Pending => ToolResult {
+                    call_id: planned.call.id.clone(),
+                    name: planned.call.name.clone(),
+                    content: "internal error: the call was never decided".to_owned(),
+                    is_error: true,
+                },
+            };
+            self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            self.conversation.push(Item {
+                kind: Some(item::Kind::ToolResult(result)),
+            });
+        }
+    }
+
+    /// Workflow cancellation was requested.
+    pub fn on_cancelled(&mut self, reason: Option<String>, now_ms: i64) {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        let detail = match reason {
+            Some(r) if !r.is_empty() => format!("cancelled: {r}"),
+            _ => "cancelled".to_owned(),
+        };
+        self.finish(now_ms, TerminationReason::Cancelled, detail);
+    }
+
+    /// A user message (signal `message`) for the model, added before the next LLM call.
+    pub fn on_user_message(&mut self, text: String, now_ms: i64) {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        self.note(now_ms, "user message received");
+        self.inbox.push(text);
+    }
+
+    /// The answer of query `status`.
+    pub fn status(&self) -> RunStatus {
+        let (state, reason) = match &self.phase {
+            Phase::Thinking => (StateName::Thinking, TerminationReason::Unspecified),
+            Phase::AwaitingApproval(_) => {
+                (StateName::AwaitingApproval, TerminationReason::Unspecified)
+            }
+            Phase::Executing(_) => (StateName::Executing, TerminationReason::Unspecified),
+            Phase::Finished(r) => (r.status(), r.reason()),
+        };
+        RunStatus {
+            state: state as i32,
+            turn: self.turn,
+            pending: self.pending_calls(),
+            usage: Some(self.usage),
+            last_event: self.events.last().map(describe_event).unwrap_or_default(),
+            reason: reason as i32,
+        }
+    }
+
+    /// Calls waiting for a decision.
+    pub fn pending_calls(&self) -> Vec<PendingCall> {
+        match &self.phase {
+            Phase::AwaitingApproval(batch) => batch
+                .pending()
+                .map(|c| PendingCall {
+                    call_id: c.call.id.clone(),
+                    tool: c.call.name.clone(),
+                    arguments: c.call.arguments.clone(),
+                    requested_at_ms: batch.requested_at_ms,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether every call of the pending batch is decided (the approval wait can end).
+    pub fn approvals_settled(&self) -> bool {
+        !matches!(self.phase, Phase::AwaitingApproval(_))
+    }
+
+    /// Events with `seq >= since` (query `events`).
+    pub fn events_since(&self, since: u32) -> EventsPage {
+        EventsPage {
+            events: self
+                .events
+                .iter()
+                .filter(|e| e.seq >= since)
+                .cloned()
+                .collect(),
+            finished: matches!(self.phase, Phase::Finished(_)),
+        }
+    }
+
+    /// The result, once finished.
+    pub fn result(&self) -> Option<&RunResult> {
+        match &self.phase {
+            Phase::Finished(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn limits(&self) -> baton_proto::Limits {
+        self.spec.limits.unwrap_or_default()
+    }
+
+    fn approval_timeout(&self) -> Option<u32> {
+        self.spec
+            .approval
+            .as_ref()
+            .map(|p| p.timeout_seconds)
+            .filter(|t| *t > 0)
+    }
+
+    fn tool_timeout(&self, call: &ToolCall) -> u32 {
+        let default = self.limits().tool_timeout_seconds;
+        if call.name != tools::SHELL {
+            return default;
+        }
+        serde_json::from_str::<serde_json::Value>(&call.arguments)
+            .ok()
+            .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
+            .filter(|t| *t > 0)
+            .map(|t| t.min(u64::from(u32::MAX)) as u32)
+            .unwrap_or(default)
+    }
+
+    /// The turn guards: max turns, token budget, deadline.
+    fn guard(&self, now_ms: i64) -> Option<(TerminationReason, String)> {
+        let limits = self.limits();
+        if self.turn >= limits.max_turns {
+            return Some((
+                TerminationReason::MaxTurnsExceeded,
+                format!(
+                    "the run reached its limit of {} turns without a final answer",
+                    limits.max_turns
+                ),
+            ));
+        }
+        if limits.max_total_tokens > 0 && self.usage.total_tokens >= limits.max_total_tokens {
+            return Some((
+                TerminationReason::BudgetExceeded,
+                format!(
+                    "the run used {} tokens, its budget is {}",
+                    self.usage.total_tokens, limits.max_total_tokens
+                ),
+            ));
+        }
+        if limits.deadline_seconds > 0 {
+            let deadline = self.started_at_ms + i64::from(limits.deadline_seconds) * 1000;
+            if now_ms >= deadline {
+                return Some((
+                    TerminationReason::BudgetExceeded,
+                    format!(
+                        "the run passed its deadline of {} s",
+                        limits.deadline_seconds
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    /// Validates and assesses every call of a batch before any of it runs.
+    fn plan_batch(&mut self, calls: Vec<ToolCall>, now_ms: i64) {
+        let policy = self.spec.approval.clone().unwrap_or_default();
+        let planned: Vec<PlannedCall> = calls
+            .into_iter()
+            .map(|call| {
+                let disposition = match self.check_call(&call) {
+                    Err(content) => Disposition::Refused { content },
+                    Ok(def) => match policy::assess(&call, def, &policy) {
+                        Assessment::AutoApprove => Disposition::Run { approver: None },
+                        Assessment::AskHuman => Disposition::Pending,
+                        Assessment::Reject { reason } => Disposition::Refused { content: reason },
+                    },
+                };
+                PlannedCall { call, disposition }
+            })
+            .collect();
+        let batch = Batch {
+            calls: planned,
+            requested_at_ms: now_ms,
+        };
+        let pending: Vec<PendingCall> = batch
+            .pending()
+            .map(|c| PendingCall {
+                call_id: c.call.id.clone(),
+                tool: c.call.name.clone(),
+                arguments: c.call.arguments.clone(),
+                requested_at_ms: now_ms,
+            })
+            .collect();
+        if pending.is_empty() {
+            self.phase = Phase::Executing(batch);
+        } else {
+            self.phase = Phase::AwaitingApproval(batch);
+            for p in pending {
+                self.push_event(now_ms, run_event::Kind::ApprovalRequested(p));
+            }
+        }
+    }
+
+    /// A call must name an enabled tool and carry a JSON object of arguments.
+    fn check_call(&self, call: &ToolCall) -> Result<&ToolDefinition, String> {
+        let Some(def) = self.tools.iter().find(|t| t.name == call.name) else {
+            let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+            return Err(format!(
+                "Unknown tool '{}'. The available tools are: {}. Call one of them.",
+                call.name,
+                names.join(", ")
+            ));
+        };
+        let args = if call.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            call.arguments.as_str()
+        };
+        match serde_json::from_str::<serde_json::Value>(args) {
+            Ok(serde_json::Value::Object(_)) => Ok(def),
+            Ok(other) => Err(format!(
+                "The arguments of '{}' must be a JSON object matching its schema, got: {}. \
+                 The call did not run.",
+                call.name, other
+            )),
+            Err(e) => Err(format!(
+                "The arguments of '{}' are not valid JSON ({e}). Send a JSON object matching \
+                 the tool's schema: {}. The call did not run.",
+                call.name, def.parameters
+            )),
+        }
+    }
+
+    fn advance_if_decided(&mut self) {
+        if let Phase::AwaitingApproval(batch) = &self.phase
+            && batch.pending().next().is_none()
+        {
+            let Phase::AwaitingApproval(batch) = std::mem::replace(&mut self.phase, Phase::Thinking)
+            else {
+                return;
+            };
+            self.phase = Phase::Executing(batch);
+        }
+    }
+
+    fn complete(&mut self, now_ms: i64, answer: String) {
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            status: StateName::Completed as i32,
+            reason: TerminationReason::Completed as i32,
+            answer,
+            turns: self.turn,
+            usage: Some(self.usage),
+            detail: String::new(),
+        };
+        self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+        self.phase = Phase::Finished(result);
+    }
+
+    fn finish(&mut self, now_ms: i64, reason: TerminationReason, detail: String) {
+        let status = match reason {
+            TerminationReason::Completed => StateName::Completed,
+            TerminationReason::Cancelled => StateName::Cancelled,
+            _ => StateName::Failed,
+        };
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            status: status as i32,
+            reason: reason as i32,
+            answer: self.last_assistant_text(),
+            turns: self.turn,
+            usage: Some(self.usage),
+            detail,
+        };
+        self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+        self.phase = Phase::Finished(result);
+    }
+
+    fn last_assistant_text(&self) -> String {
+        self.conversation
+            .iter()
+            .rev()
+            .find_map(|i| match &i.kind {
+                Some(item::Kind::Assistant(a)) if !a.text.is_empty() => Some(a.text.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    fn note(&mut self, now_ms: i64, text: &str) {
+        self.push_event(now_ms, run_event::Kind::Note(text.to_owned()));
+    }
+
+    fn push_event(&mut self, now_ms: i64, kind: run_event::Kind) {
+        self.events.push(RunEvent {
+            seq: self.next_seq,
+            turn: self.turn,
+            at_ms: now_ms,
+            kind: Some(kind),
+        });
+        self.next_seq += 1;
+        if self.events.len() > MAX_EVENTS {
+            let excess = self.events.len() - MAX_EVENTS;
+            self.events.drain(..excess);
+        }
+    }
+}
+
+/// Fills in defaults so the rest of the machine never sees zeros that mean "default".
+fn normalize(mut spec: RunSpec) -> RunSpec {
+    let mut limits = spec.limits.unwrap_or_default();
+    if limits.max_turns == 0 {
+        limits.max_turns = DEFAULT_MAX_TURNS;
+    }
+    if limits.tool_timeout_seconds == 0 {
+        limits.tool_timeout_seconds = DEFAULT_TOOL_TIMEOUT_SECONDS;
+    }
+    if limits.max_parallel_tools == 0 {
+        limits.max_parallel_tools = DEFAULT_MAX_PARALLEL_TOOLS;
+    }
+    spec.limits = Some(limits);
+    spec.approval.get_or_insert_with(Default::default);
+    spec.model.get_or_insert_with(Default::default);
+    spec
+}
+
+fn user(text: &str, synthetic: bool) -> Item {
+    Item {
+        kind: Some(item::Kind::User(UserMessage {
+            text: text.to_owned(),
+            synthetic,
+        })),
+    }
+}
+
+fn assistant_item(message: AssistantMessage) -> Item {
+    Item {
+        kind: Some(item::Kind::Assistant(message)),
+    }
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
+    let t = if u.total_tokens > 0 {
+        u.total_tokens
+    } else {
+        u.input_tokens.saturating_add(u.output_tokens)
+    };
+    total.total_tokens = total.total_tokens.saturating_add(t);
+}
+
+/// One line describing an event, for `status.last_event`.
+pub fn describe_event(e: &RunEvent) -> String {
+    match &e.kind {
+        Some(run_event::Kind::Assistant(a)) if a.tool_calls.is_empty() => {
+            format!("turn {}: model replied", e.turn)
+        }
+        Some(run_event::Kind::Assistant(a)) => format!(
+            "turn {}: model called {}",
+            e.turn,
+            a.tool_calls
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Some(run_event::Kind::ApprovalRequested(p)) => {
+            format!("approval requested for {} ({})", p.call_id, p.tool)
+        }
+        Some(run_event::Kind::ApprovalDecided(d)) => format!(
+            "{} {} by {}",
+            d.call_id,
+            if d.approved { "approved" } else { "denied" },
+            d.approver
+        ),
+        Some(run_event::Kind::ToolStarted(c)) => format!("running {} ({})", c.name, c.id),
+        Some(run_event::Kind::ToolFinished(r)) => format!(
+            "{} ({}) {}",
+            r.name,
+            r.call_id,
+            if r.is_error { "failed" } else { "finished" }
+        ),
+        Some(run_event::Kind::Finished(r)) => format!("run ended: {}", r.reason().as_str_name()),
+        Some(run_event::Kind::Note(n)) => n.clone(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

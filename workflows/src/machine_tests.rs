@@ -1,0 +1,563 @@
+//! Unit tests of the state machine: whole runs driven step by step, no server.
+
+use baton_proto::{
+    ApprovalDecision, ApprovalPolicy, ApprovalTimeoutAction, AssistantMessage, FinishReason, Item,
+    Limits, LlmResponse, RunSpec, RunState as StateName, TerminationReason, ToolCall, ToolResult,
+    Usage, item,
+};
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn spec(require_approval: &[&str]) -> RunSpec {
+    RunSpec {
+        task: "do the thing".into(),
+        approval: Some(ApprovalPolicy {
+            require_approval: require_approval.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn call(id: &str, name: &str, args: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args.into(),
+    }
+}
+
+fn reply(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> LlmResponse {
+    LlmResponse {
+        message: Some(AssistantMessage {
+            text: text.into(),
+            tool_calls: calls,
+            finish_reason: finish as i32,
+        }),
+        usage: Some(Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+            llm_calls: 0,
+        }),
+    }
+}
+
+fn ok_result(content: &str) -> ToolResult {
+    ToolResult {
+        content: content.into(),
+        ..Default::default()
+    }
+}
+
+fn expect_llm(state: &mut RunState) -> LlmRequest {
+    match state.next_step(T0) {
+        Step::CallLlm(req) => req,
+        other => panic!("expected an LLM call, got {other:?}"),
+    }
+}
+
+fn expect_tools(state: &mut RunState) -> Vec<ToolRequest> {
+    match state.next_step(T0) {
+        Step::RunTools { requests, .. } => requests,
+        other => panic!("expected tool execution, got {other:?}"),
+    }
+}
+
+fn expect_finish(state: &mut RunState) -> RunResult {
+    match state.next_step(T0) {
+        Step::Finish(result) => result,
+        other => panic!("expected the run to finish, got {other:?}"),
+    }
+}
+
+fn tool_results(state: &RunState) -> Vec<ToolResult> {
+    state
+        .conversation
+        .iter()
+        .filter_map(|i| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn two_tool_turns_then_a_final_answer() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    let req = expect_llm(&mut s);
+    assert_eq!(req.conversation.len(), 1);
+    assert_eq!(req.tools.len(), tools::BUILTIN_TOOLS.len());
+    assert_eq!(req.system_prompt, DEFAULT_SYSTEM_PROMPT);
+
+    s.on_llm_response(
+        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        T0,
+    );
+    let reqs = expect_tools(&mut s);
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].call.as_ref().unwrap().id, "a");
+    s.on_tool_results(vec![ok_result("README.md")], T0);
+
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("b", "read_file", r#"{"path":"README.md"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("# hello")], T0);
+
+    let req = expect_llm(&mut s);
+    // task, assistant, tool result, assistant, tool result
+    assert_eq!(req.conversation.len(), 5);
+    s.on_llm_response(reply("All done.", vec![], FinishReason::Stop), T0);
+    let result = expect_finish(&mut s);
+    assert_eq!(result.status(), StateName::Completed);
+    assert_eq!(result.reason(), TerminationReason::Completed);
+    assert_eq!(result.answer, "All done.");
+    assert_eq!(result.turns, 3);
+    assert_eq!(result.usage.unwrap().total_tokens, 45);
+    assert_eq!(result.usage.unwrap().llm_calls, 3);
+    let results = tool_results(&s);
+    assert_eq!(results[0].call_id, "a");
+    assert_eq!(results[0].name, "list_files");
+    assert_eq!(results[1].call_id, "b");
+}
+
+#[test]
+fn length_is_continued_three_times_then_the_run_fails() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    for i in 1..=MAX_LENGTH_CONTINUATIONS {
+        expect_llm(&mut s);
+        // Partial tool calls of a cut-off reply are dropped.
+        s.on_llm_response(
+            reply(
+                &format!("part{i} "),
+                vec![call("x", "shell", r#"{"comm"#)],
+                FinishReason::Length,
+            ),
+            T0,
+        );
+        let last = s.conversation.last().unwrap();
+        match &last.kind {
+            Some(item::Kind::User(u)) => {
+                assert!(u.synthetic);
+                assert_eq!(u.text, CONTINUE_PROMPT);
+            }
+            other => panic!("expected a continue prompt, got {other:?}"),
+        }
+    }
+    for i in &s.conversation {
+        if let Some(item::Kind::Assistant(a)) = &i.kind {
+            assert!(a.tool_calls.is_empty(), "partial tool calls must be dropped");
+        }
+    }
+    expect_llm(&mut s);
+    s.on_llm_response(reply("part4", vec![], FinishReason::Length), T0);
+    let result = expect_finish(&mut s);
+    assert_eq!(result.status(), StateName::Failed);
+    assert_eq!(result.reason(), TerminationReason::OutputTruncated);
+    assert_eq!(result.turns, 4);
+}
+
+#[test]
+fn a_continued_reply_is_joined_into_the_answer() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(reply("The answer ", vec![], FinishReason::Length), T0);
+    expect_llm(&mut s);
+    s.on_llm_response(reply("is 42.", vec![], FinishReason::Stop), T0);
+    let result = expect_finish(&mut s);
+    assert_eq!(result.reason(), TerminationReason::Completed);
+    assert_eq!(result.answer, "The answer is 42.");
+    assert_eq!(s.consecutive_length, 0);
+}
+
+#[test]
+fn one_call_needing_approval_holds_the_whole_batch() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("r", "read_file", r#"{"path":"a"}"#),
+                call("s", "shell", r#"{"command":"make"}"#),
+                call("w", "write_file", r#"{"path":"b","content":"x"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0 + 5,
+    );
+    assert_eq!(
+        s.next_step(T0),
+        Step::AwaitApproval {
+            timeout_seconds: None
+        }
+    );
+    let status = s.status();
+    assert_eq!(status.state(), StateName::AwaitingApproval);
+    assert_eq!(status.pending.len(), 1);
+    assert_eq!(status.pending[0].call_id, "s");
+    assert_eq!(status.pending[0].tool, "shell");
+    assert_eq!(status.pending[0].arguments, r#"{"command":"make"}"#);
+    assert_eq!(status.pending[0].requested_at_ms, T0 + 5);
+    // Still waiting: nothing of the batch runs.
+    assert!(!s.approvals_settled());
+    assert!(matches!(s.next_step(T0), Step::AwaitApproval { .. }));
+
+    let outcome = s
+        .on_decision(
+            ApprovalDecision {
+                call_id: "s".into(),
+                approved: true,
+                approver: "alice".into(),
+                reason: String::new(),
+            },
+            T0,
+        )
+        .unwrap();
+    assert_eq!(outcome.call_ids, vec!["s".to_string()]);
+    assert_eq!(outcome.still_pending, 0);
+    assert!(s.approvals_settled());
+    let ids: Vec<String> = expect_tools(&mut s)
+        .into_iter()
+        .map(|r| r.call.unwrap().id)
+        .collect();
+    assert_eq!(ids, vec!["r", "s", "w"]);
+    s.on_tool_results(vec![ok_result("1"), ok_result("2"), ok_result("3")], T0);
+    let results: Vec<(String, String)> = tool_results(&s)
+        .into_iter()
+        .map(|r| (r.call_id, r.content))
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("r".to_string(), "1".to_string()),
+            ("s".to_string(), "2".to_string()),
+            ("w".to_string(), "3".to_string())
+        ]
+    );
+}
+
+#[test]
+fn a_denial_becomes_an_error_observation_and_the_run_goes_on() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("s", "shell", r#"{"command":"rm -rf build"}"#),
+                call("l", "list_files", "{}"),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    s.on_decision(
+        ApprovalDecision {
+            call_id: "s".into(),
+            approved: false,
+            approver: "bob".into(),
+            reason: "not on main".into(),
+        },
+        T0,
+    )
+    .unwrap();
+    let reqs = expect_tools(&mut s);
+    assert_eq!(reqs.len(), 1, "only the list_files call runs");
+    assert_eq!(reqs[0].call.as_ref().unwrap().id, "l");
+    s.on_tool_results(vec![ok_result("a.txt")], T0);
+    let results = tool_results(&s);
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].call_id, "s");
+    assert!(results[0].is_error);
+    assert!(results[0].content.contains("denied by bob: not on main"));
+    assert!(!results[1].is_error);
+    // The model is asked again, with the denial in view.
+    let req = expect_llm(&mut s);
+    assert!(
+        req.conversation
+            .iter()
+            .any(|i| matches!(&i.kind, Some(item::Kind::ToolResult(r)) if r.content.contains("denied by bob")))
+    );
+}
+
+#[test]
+fn max_turns_ends_the_run() {
+    let mut spec = spec(&[]);
+    spec.limits = Some(Limits {
+        max_turns: 2,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", spec, T0).unwrap();
+    for i in 0..2 {
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call(&format!("c{i}"), "list_files", "{}")],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result("x")], T0);
+    }
+    let result = expect_finish(&mut s);
+    assert_eq!(result.status(), StateName::Failed);
+    assert_eq!(result.reason(), TerminationReason::MaxTurnsExceeded);
+    assert_eq!(result.turns, 2);
+}
+
+#[test]
+fn token_budget_and_deadline_end_the_run() {
+    let mut budget = spec(&[]);
+    budget.limits = Some(Limits {
+        max_total_tokens: 20,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", budget, T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    expect_llm(&mut s); // 15 < 20
+    s.on_llm_response(
+        reply("", vec![call("b", "list_files", "{}")], FinishReason::ToolCalls),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    assert_eq!(expect_finish(&mut s).reason(), TerminationReason::BudgetExceeded);
+
+    let mut deadline = spec(&[]);
+    deadline.limits = Some(Limits {
+        deadline_seconds: 60,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-2", deadline, T0).unwrap();
+    assert!(matches!(s.next_step(T0 + 59_000), Step::CallLlm(_)));
+    s.on_llm_response(
+        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    match s.next_step(T0 + 60_000) {
+        Step::Finish(r) => assert_eq!(r.reason(), TerminationReason::BudgetExceeded),
+        other => panic!("expected finish, got {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_arguments_and_unknown_tools_become_error_observations() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("bad", "shell", r#"{"command": "ls"#),
+                call("nope", "teleport", "{}"),
+                call("arr", "read_file", "[1,2]"),
+                call("ok", "list_files", ""),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    // The malformed shell call needs no approval: it can never run.
+    let reqs = expect_tools(&mut s);
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].call.as_ref().unwrap().id, "ok");
+    s.on_tool_results(vec![ok_result("files")], T0);
+    let results = tool_results(&s);
+    assert!(results[0].is_error);
+    assert!(results[0].content.contains("not valid JSON"), "{}", results[0].content);
+    assert!(results[1].is_error);
+    assert!(results[1].content.contains("Unknown tool 'teleport'"));
+    assert!(results[1].content.contains("shell"));
+    assert!(results[2].is_error);
+    assert!(results[2].content.contains("must be a JSON object"));
+    assert!(!results[3].is_error);
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+}
+
+#[test]
+fn decisions_are_validated() {
+    let mut s = RunState::new("run-1", spec(&["shell", "write_file"]), T0).unwrap();
+    let d = |id: &str, ok: bool| ApprovalDecision {
+        call_id: id.into(),
+        approved: ok,
+        approver: "carol".into(),
+        reason: "r".into(),
+    };
+    assert_eq!(
+        s.validate_decision(&d("s", true)),
+        Err(DecisionError::NothingPending)
+    );
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("s", "shell", r#"{"command":"x"}"#),
+                call("w", "write_file", r#"{"path":"a","content":""}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert!(matches!(
+        s.validate_decision(&d("zzz", true)),
+        Err(DecisionError::UnknownCall { .. })
+    ));
+    s.on_decision(d("s", true), T0).unwrap();
+    assert_eq!(
+        s.validate_decision(&d("s", false)),
+        Err(DecisionError::AlreadyDecided {
+            call_id: "s".into()
+        })
+    );
+    // A duplicate sent as a signal is ignored and changes nothing.
+    assert!(s.on_decision(d("s", false), T0).is_err());
+    assert!(!s.approvals_settled());
+    let outcome = s.on_decision(d("*", false), T0).unwrap();
+    assert_eq!(outcome.call_ids, vec!["w".to_string()]);
+    let reqs = expect_tools(&mut s);
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].call.as_ref().unwrap().id, "s");
+}
+
+#[test]
+fn approval_timeout_denies_or_fails_by_policy() {
+    for (action, expect_fail) in [
+        (ApprovalTimeoutAction::Deny, false),
+        (ApprovalTimeoutAction::Fail, true),
+    ] {
+        let mut sp = spec(&["shell"]);
+        let approval = sp.approval.as_mut().unwrap();
+        approval.timeout_seconds = 30;
+        approval.on_timeout = action as i32;
+        let mut s = RunState::new("run-1", sp, T0).unwrap();
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call("s", "shell", r#"{"command":"x"}"#)],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        assert_eq!(
+            s.next_step(T0),
+            Step::AwaitApproval {
+                timeout_seconds: Some(30)
+            }
+        );
+        s.on_approval_timeout(T0 + 30_000);
+        if expect_fail {
+            let r = expect_finish(&mut s);
+            assert_eq!(r.reason(), TerminationReason::ApprovalTimedOut);
+        } else {
+            assert!(expect_tools(&mut s).is_empty());
+            s.on_tool_results(vec![], T0);
+            let results = tool_results(&s);
+            assert!(results[0].is_error);
+            assert!(results[0].content.contains("approval timed out"));
+        }
+    }
+}
+
+#[test]
+fn content_filter_and_provider_errors_fail_the_run() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(reply("", vec![], FinishReason::ContentFilter), T0);
+    assert_eq!(expect_finish(&mut s).reason(), TerminationReason::ContentFiltered);
+
+    let mut s = RunState::new("run-2", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_failure("401 invalid api key".into(), T0);
+    let r = expect_finish(&mut s);
+    assert_eq!(r.reason(), TerminationReason::ProviderError);
+    assert_eq!(r.detail, "401 invalid api key");
+}
+
+#[test]
+fn cancellation_user_messages_and_duplicate_ids() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    s.on_user_message("also check the tests".into(), T0);
+    let req = expect_llm(&mut s);
+    assert!(matches!(
+        &req.conversation.last().unwrap().kind,
+        Some(item::Kind::User(u)) if u.text == "also check the tests" && !u.synthetic
+    ));
+    // Providers that send empty or repeated ids get unique ones.
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("", "list_files", "{}"), call("", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let ids: Vec<String> = expect_tools(&mut s)
+        .into_iter()
+        .map(|r| r.call.unwrap().id)
+        .collect();
+    assert_eq!(ids, vec!["call_1_1", "call_1_2"]);
+    s.on_cancelled(Some("user asked".into()), T0);
+    let r = expect_finish(&mut s);
+    assert_eq!(r.status(), StateName::Cancelled);
+    assert_eq!(r.reason(), TerminationReason::Cancelled);
+    assert_eq!(r.detail, "cancelled: user asked");
+}
+
+#[test]
+fn state_and_wire_types_round_trip_as_json_with_proto_field_names() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("s", "shell", r#"{"command":"x"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let json = serde_json::to_string(&s).unwrap();
+    let back: RunState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, s);
+    let status = serde_json::to_value(s.status()).unwrap();
+    assert_eq!(status["state"], "AWAITING_APPROVAL");
+    assert_eq!(status["pending"][0]["call_id"], "s");
+    let decision: ApprovalDecision = serde_json::from_str(
+        r#"{"call_id":"*","approved":true,"approver":"dan","reason":"ok"}"#,
+    )
+    .unwrap();
+    assert_eq!(decision.call_id, "*");
+    assert!(decision.approved);
+    let item: Item = serde_json::from_str(r#"{"user":{"text":"hi"}}"#).unwrap();
+    assert!(matches!(item.kind, Some(item::Kind::User(_))));
+    let finished = RunResult {
+        reason: TerminationReason::MaxTurnsExceeded as i32,
+        ..Default::default()
+    };
+    assert_eq!(
+        serde_json::to_value(&finished).unwrap()["reason"],
+        "max_turns_exceeded"
+    );
+}

@@ -1,0 +1,99 @@
+//! The built-in tool catalog: what the model is told about each tool, and whether it only
+//! reads. Pure data, shared by the workflow (for approval and validation) and the activities
+//! (which implement the tools).
+
+use baton_proto::ToolDefinition;
+
+/// Name of the shell tool.
+pub const SHELL: &str = "shell";
+/// Name of the read-file tool.
+pub const READ_FILE: &str = "read_file";
+/// Name of the write-file tool.
+pub const WRITE_FILE: &str = "write_file";
+/// Name of the list-files tool.
+pub const LIST_FILES: &str = "list_files";
+
+/// Every built-in tool's name, in the order the model sees them.
+pub const BUILTIN_TOOLS: [&str; 4] = [SHELL, READ_FILE, WRITE_FILE, LIST_FILES];
+
+/// Output sent to the model per tool result is capped at this many bytes.
+pub const OUTPUT_CAP_BYTES: usize = 16 * 1024;
+
+/// The definition of a built-in tool, or `None` if no tool has that name.
+pub fn definition(name: &str) -> Option<ToolDefinition> {
+    let (description, parameters, read_only) = match name {
+        SHELL => (
+            "Run a shell command (`sh -c`) in the workspace directory. Returns the exit code, \
+             stdout and stderr. Output beyond 16 KiB is cut, keeping its start and end.",
+            r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line to run."},"timeout_seconds":{"type":"integer","minimum":1,"description":"Stop the command after this many seconds (default: the run's tool timeout)."}},"required":["command"],"additionalProperties":false}"#,
+            false,
+        ),
+        READ_FILE => (
+            "Read a UTF-8 text file in the workspace. Optionally a range of lines.",
+            r#"{"type":"object","properties":{"path":{"type":"string","description":"Path relative to the workspace."},"offset":{"type":"integer","minimum":1,"description":"First line to return (1-based)."},"limit":{"type":"integer","minimum":1,"description":"Number of lines to return."}},"required":["path"],"additionalProperties":false}"#,
+            true,
+        ),
+        WRITE_FILE => (
+            "Create or overwrite a file in the workspace with the given content. Parent \
+             directories are created.",
+            r#"{"type":"object","properties":{"path":{"type":"string","description":"Path relative to the workspace."},"content":{"type":"string","description":"The whole new content of the file."}},"required":["path","content"],"additionalProperties":false}"#,
+            false,
+        ),
+        LIST_FILES => (
+            "List the files and directories under a directory of the workspace.",
+            r#"{"type":"object","properties":{"path":{"type":"string","description":"Directory relative to the workspace (default: the workspace itself)."},"recursive":{"type":"boolean","description":"List subdirectories too (default false)."}},"additionalProperties":false}"#,
+            true,
+        ),
+        _ => return None,
+    };
+    Some(ToolDefinition {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters: parameters.to_owned(),
+        read_only,
+    })
+}
+
+/// Definitions of the named tools; empty `names` means every built-in tool. Unknown names are
+/// returned as the error so callers can say which ones are wrong.
+pub fn definitions(names: &[String]) -> Result<Vec<ToolDefinition>, Vec<String>> {
+    if names.is_empty() {
+        return Ok(BUILTIN_TOOLS.iter().filter_map(|n| definition(n)).collect());
+    }
+    let unknown: Vec<String> = names
+        .iter()
+        .filter(|n| definition(n).is_none())
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        return Err(unknown);
+    }
+    let mut out: Vec<ToolDefinition> = Vec::new();
+    for name in names {
+        if !out.iter().any(|d| &d.name == name) {
+            out.extend(definition(name));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_schema_is_a_json_object_schema() {
+        for name in BUILTIN_TOOLS {
+            let def = definition(name).unwrap();
+            let schema: serde_json::Value = serde_json::from_str(&def.parameters).unwrap();
+            assert_eq!(schema["type"], "object", "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_reported() {
+        let err = definitions(&["shell".into(), "nope".into()]).unwrap_err();
+        assert_eq!(err, vec!["nope".to_string()]);
+        assert_eq!(definitions(&[]).unwrap().len(), BUILTIN_TOOLS.len());
+    }
+}

@@ -1,0 +1,305 @@
+//! The `AgentRun` workflow: drives the pure [`RunState`] machine, executing the steps it asks
+//! for as activities, durable timers and waits for approval signals/updates.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use baton_proto::{
+    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
+    ToolRequest, ToolResult,
+};
+use temporalio_common::RetryPolicy;
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_workflow::{
+    ActivityCancellationType, ActivityExecutionError, ActivityOptions, MemoValue,
+    SyncWorkflowContext, TimerResult, WorkflowContext, WorkflowContextView, WorkflowResult,
+    WorkflowTermination,
+};
+
+use crate::{
+    activities::{BAD_INPUT, CONTEXT_OVERFLOW, LlmActivities, PROVIDER_FATAL, ToolActivities},
+    machine::{RunState, Step},
+};
+
+/// Workflow type name.
+pub const WORKFLOW_TYPE: &str = "AgentRun";
+/// Default task queue.
+pub const DEFAULT_TASK_QUEUE: &str = "baton";
+/// Memo key holding the latest [`RunStatus`], so `baton status` can answer without a worker.
+pub const STATUS_MEMO_KEY: &str = "status";
+
+/// LLM activity: start-to-close timeout.
+pub const LLM_START_TO_CLOSE: Duration = Duration::from_secs(5 * 60);
+/// LLM activity: heartbeat timeout (the activity heartbeats while it waits on the provider).
+pub const LLM_HEARTBEAT: Duration = Duration::from_secs(30);
+/// LLM activity: attempts before the run ends with `provider_error`.
+pub const LLM_MAX_ATTEMPTS: u32 = 8;
+/// Tool activity: heartbeat timeout, so a dead worker's call moves on within seconds.
+pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Tool activity: attempts (infrastructure failures only; ordinary failures are results).
+pub const TOOL_MAX_ATTEMPTS: u32 = 5;
+
+/// One agent run.
+#[workflow]
+pub struct AgentRun {
+    run: RunState,
+}
+
+#[workflow_methods]
+impl AgentRun {
+    #[init]
+    fn new(ctx: &WorkflowContextView, spec: RunSpec) -> Self {
+        let now = now_ms(ctx.start_time());
+        let id = ctx.workflow_id().to_owned();
+        let run = match RunState::new(&id, spec.clone(), now) {
+            Ok(run) => run,
+            Err(detail) => RunState::invalid(&id, spec, now, detail),
+        };
+        Self { run }
+    }
+
+    /// Runs the agent loop until it finishes, fails or is cancelled.
+    #[run(name = "AgentRun")]
+    pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
+        loop {
+            let now = now_ms(ctx.workflow_time());
+            let step = ctx.state_mut(|s| s.run.next_step(now));
+            publish_status(ctx);
+            match step {
+                Step::Finish(result) => {
+                    if result.status() == baton_proto::RunState::Cancelled {
+                        return Err(WorkflowTermination::cancelled_with_details(result));
+                    }
+                    return Ok(result);
+                }
+                Step::CallLlm(request) => {
+                    let outcome = ctx
+                        .execute_activity(LlmActivities::llm_generate, request, llm_options())
+                        .await;
+                    let now = now_ms(ctx.workflow_time());
+                    if let Some(reason) = cancel_reason(ctx) {
+                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                        continue;
+                    }
+                    match outcome {
+                        Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
+                        Err(e) => {
+                            let detail = failure_message(&e);
+                            ctx.state_mut(|s| s.run.on_llm_failure(detail, now));
+                        }
+                    }
+                }
+                Step::AwaitApproval { timeout_seconds } => {
+                    let timed_out = match timeout_seconds {
+                        None => {
+                            let _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()).await;
+                            false
+                        }
+                        Some(secs) => {
+                            let mut timer = ctx.timer(Duration::from_secs(u64::from(secs)));
+                            temporalio_workflow::select! {
+                                _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()) => false,
+                                fired = timer => matches!(fired, TimerResult::Fired),
+                            }
+                        }
+                    };
+                    let now = now_ms(ctx.workflow_time());
+                    if let Some(reason) = cancel_reason(ctx) {
+                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                    } else if timed_out {
+                        ctx.state_mut(|s| s.run.on_approval_timeout(now));
+                    }
+                }
+                Step::RunTools {
+                    requests,
+                    max_parallel,
+                } => {
+                    let results = run_tools(ctx, requests, max_parallel).await;
+                    let now = now_ms(ctx.workflow_time());
+                    if let Some(reason) = cancel_reason(ctx) {
+                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                        continue;
+                    }
+                    ctx.state_mut(|s| s.run.on_tool_results(results, now));
+                }
+            }
+        }
+    }
+
+    /// Fire-and-forget approval decision (e.g. from `temporal workflow signal`). Decisions for
+    /// unknown or already-decided calls are recorded as notes and otherwise ignored.
+    #[signal(name = "approval")]
+    pub fn approval(&mut self, ctx: &mut SyncWorkflowContext<Self>, decision: ApprovalDecision) {
+        let now = now_ms(ctx.workflow_time());
+        let _ = self.run.on_decision(decision, now);
+    }
+
+    /// Guidance from a user, added to the conversation before the next LLM call.
+    #[signal(name = "message")]
+    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, text: String) {
+        let now = now_ms(ctx.workflow_time());
+        self.run.on_user_message(text, now);
+    }
+
+    #[update_validator(approve)]
+    fn validate_approve(
+        &self,
+        _ctx: &WorkflowContextView,
+        decision: &ApprovalDecision,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.run
+            .validate_decision(decision)
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    }
+
+    /// Validated approval decision: rejects unknown or already-decided calls, returns what it
+    /// applied.
+    #[update(name = "approve")]
+    pub fn approve(
+        &mut self,
+        ctx: &mut SyncWorkflowContext<Self>,
+        decision: ApprovalDecision,
+    ) -> ApprovalOutcome {
+        let now = now_ms(ctx.workflow_time());
+        // The validator ran against this same state, so this cannot fail.
+        self.run.on_decision(decision, now).unwrap_or_default()
+    }
+
+    /// State, turn, pending calls, usage and the last event.
+    #[query(name = "status")]
+    pub fn status(&self, _ctx: &WorkflowContextView) -> RunStatus {
+        self.run.status()
+    }
+
+    /// Events with `seq >= since`, for `baton watch`.
+    #[query(name = "events")]
+    pub fn events(&self, _ctx: &WorkflowContextView, request: EventsRequest) -> EventsPage {
+        self.run.events_since(request.since)
+    }
+
+    /// The whole conversation so far.
+    #[query(name = "transcript")]
+    pub fn transcript(&self, _ctx: &WorkflowContextView) -> Vec<baton_proto::Item> {
+        self.run.conversation.clone()
+    }
+}
+
+/// Runs approved calls as activities, at most `max_parallel` at once, results in call order.
+/// A call whose activity fails for good (after retries) becomes an error observation.
+async fn run_tools(
+    ctx: &mut WorkflowContext<AgentRun>,
+    requests: Vec<ToolRequest>,
+    max_parallel: u32,
+) -> Vec<ToolResult> {
+    let mut results = Vec::with_capacity(requests.len());
+    let chunk = max_parallel.max(1) as usize;
+    for group in requests.chunks(chunk) {
+        let futures: Vec<_> = group
+            .iter()
+            .map(|r| {
+                let opts = tool_options(r);
+                ctx.execute_activity(ToolActivities::run_tool, r.clone(), opts)
+            })
+            .collect();
+        let outcomes = temporalio_workflow::join_all(futures).await;
+        for (request, outcome) in group.iter().zip(outcomes) {
+            let call = request.call.clone().unwrap_or_default();
+            results.push(match outcome {
+                Ok(result) => result,
+                Err(e) => ToolResult {
+                    call_id: call.id,
+                    name: call.name,
+                    content: format!("The tool could not be run: {}", failure_message(&e)),
+                    is_error: true,
+                },
+            });
+        }
+        if ctx.cancellation_token().is_cancelled() {
+            break;
+        }
+    }
+    results
+}
+
+fn llm_options() -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(LLM_START_TO_CLOSE)
+        .heartbeat_timeout(LLM_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(60))
+                .maximum_attempts(LLM_MAX_ATTEMPTS)
+                .non_retryable_error_types([PROVIDER_FATAL, CONTEXT_OVERFLOW, BAD_INPUT])
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::TryCancel)
+        .summary("llm_generate".to_owned())
+        .build()
+}
+
+fn tool_options(request: &ToolRequest) -> ActivityOptions {
+    let call = request.call.clone().unwrap_or_default();
+    let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
+    let mut summary = format!("{}: {}", call.name, call.arguments);
+    if summary.len() > 200 {
+        let mut cut = 200;
+        while !summary.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        summary.truncate(cut);
+        summary.push('…');
+    }
+    ActivityOptions::with_start_to_close_timeout(timeout)
+        .activity_id(call.id)
+        .heartbeat_timeout(TOOL_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_millis(500))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(30))
+                .maximum_attempts(TOOL_MAX_ATTEMPTS)
+                .non_retryable_error_types([BAD_INPUT])
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+        .summary(summary)
+        .build()
+}
+
+/// Keeps the run's memo and UI details current, so `baton status` works with no worker.
+fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
+    let status = ctx.state(|s| s.run.status());
+    let details = format!(
+        "{} · turn {} · {}",
+        status.state().as_str_name(),
+        status.turn,
+        status.last_event
+    );
+    ctx.set_current_details(details);
+    if let Ok(value) = serde_json::to_value(&status) {
+        let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
+    }
+}
+
+fn cancel_reason(ctx: &WorkflowContext<AgentRun>) -> Option<Option<String>> {
+    let token = ctx.cancellation_token();
+    token.is_cancelled().then(|| token.reason())
+}
+
+/// The message a person (or the model) should see for a failed activity: the underlying
+/// failure, not the wrapper's "activity task failed".
+pub fn failure_message(e: &ActivityExecutionError) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.cause();
+    while let Some(c) = cause {
+        message = c.to_string();
+        cause = c.cause();
+    }
+    message
+}
+
+fn now_ms(t: Option<std::time::SystemTime>) -> i64 {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
