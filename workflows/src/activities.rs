@@ -32,6 +32,11 @@ impl ToolActivities {
     }
 }
 
+/// Marker of the `llm_generate` activity, for implementations (`#[activity(definition = ..)]`).
+pub use llm_activities::LlmGenerate;
+/// Marker of the `run_tool` activity, for implementations.
+pub use tool_activities::RunTool;
+
 /// Failure type of a provider error that retrying cannot fix (bad key, bad request, unknown
 /// model).
 pub const PROVIDER_FATAL: &str = "ProviderFatal";

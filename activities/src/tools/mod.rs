@@ -1,0 +1,351 @@
+//! The built-in tools (`shell`, `read_file`, `write_file`, `list_files`) as plain async
+//! functions, free of any Temporal code; the `run_tool` activity wraps [`execute`].
+//!
+//! Every tool is confined to the run's workspace directory (see [`workspace::resolve`]) and
+//! every result sent back to the model is capped at
+//! [`OUTPUT_CAP_BYTES`](baton_workflows::tools::OUTPUT_CAP_BYTES) (see [`output::cap`]).
+//!
+//! Failures come in two kinds:
+//! - ordinary ones, caused by what the model asked for (bad arguments, unknown tool, a path
+//!   outside the workspace, a missing file, a non-zero exit, a timeout): [`execute`] returns
+//!   them as `Ok` with [`ToolResult::is_error`] set and a message saying what was wrong and what
+//!   to do instead, so the model can correct itself;
+//! - infrastructure failures (cannot create the workspace, cannot start `sh`) and cancellation:
+//!   [`execute`] returns them as [`ToolError`], for the activity to fail or retry.
+
+pub mod files;
+pub mod output;
+pub mod shell;
+pub mod workspace;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton_proto::{ToolCall, ToolResult};
+use baton_workflows::tools::{BUILTIN_TOOLS, LIST_FILES, READ_FILE, SHELL, WRITE_FILE};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a tool needs besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The run's workspace: the working directory of `shell` and the root every path is
+    /// confined to. Created by [`execute`] if missing.
+    pub workspace: PathBuf,
+    /// How long a `shell` command may run unless the call sets `timeout_seconds`.
+    pub timeout: Duration,
+    /// Extra environment variables for `shell` commands, on top of the inherited ones.
+    pub env: Vec<(String, String)>,
+    /// Cancelling it stops the running tool (killing every process it started); [`execute`]
+    /// then returns [`ToolError::Cancelled`].
+    pub cancel: CancellationToken,
+}
+
+/// Why a tool could not run at all (as opposed to running and failing, which is an `Ok`
+/// [`ToolResult`] with `is_error` set).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The call was cancelled through [`ToolContext::cancel`]; everything it started was stopped.
+    #[error("the tool call was cancelled")]
+    Cancelled,
+    /// An I/O failure of the machinery itself (the workspace, spawning `sh`, ...).
+    #[error("{context}")]
+    Io {
+        /// What was being done, e.g. "cannot create the workspace directory '/w'".
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ToolError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// What a tool produced: the text for the model and whether it is an error to correct
+/// (the [`ToolResult`] without the call's id and name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The text for the model.
+    pub content: String,
+    /// The tool failed in the ordinary way; `content` says why and what to do.
+    pub is_error: bool,
+}
+
+impl Outcome {
+    /// A successful outcome.
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// An ordinary failure, explained by `content`.
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Runs one call.
+///
+/// Ordinary failures (bad or missing arguments, unknown tool, a path escaping the workspace,
+/// file not found, non-zero exit, timeout) are returned as `Ok(ToolResult { is_error: true,
+/// content: <what was wrong and what to do> })`. `Err` only for infrastructure failures
+/// (cannot spawn `sh`, cannot create the workspace directory) and for cancellation
+/// ([`ToolError::Cancelled`]).
+///
+/// Dropping the returned future stops the tool too: a running `shell` command's whole process
+/// group is killed.
+pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, ToolError> {
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolError::Cancelled);
+    }
+    tokio::fs::create_dir_all(&ctx.workspace)
+        .await
+        .map_err(|e| {
+            ToolError::io(
+                format!(
+                    "cannot create the workspace directory '{}'",
+                    ctx.workspace.display()
+                ),
+                e,
+            )
+        })?;
+
+    let outcome = match call.name.as_str() {
+        // The shell tool watches the cancellation token itself: it must kill and reap its
+        // processes before returning.
+        SHELL => match parse_arguments(SHELL, &call.arguments) {
+            Ok(args) => shell::run(ctx, args).await?,
+            Err(outcome) => outcome,
+        },
+        READ_FILE => match parse_arguments(READ_FILE, &call.arguments) {
+            Ok(args) => cancellable(ctx, files::read_file(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
+        WRITE_FILE => match parse_arguments(WRITE_FILE, &call.arguments) {
+            Ok(args) => cancellable(ctx, files::write_file(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
+        LIST_FILES => match parse_arguments(LIST_FILES, &call.arguments) {
+            Ok(args) => cancellable(ctx, files::list_files(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
+        other => Outcome::error(format!(
+            "unknown tool '{other}'; the available tools are: {}. Call one of those instead.",
+            BUILTIN_TOOLS.join(", ")
+        )),
+    };
+
+    Ok(ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: outcome.content,
+        is_error: outcome.is_error,
+    })
+}
+
+/// Runs `work` unless the call is cancelled first.
+async fn cancellable(
+    ctx: &ToolContext,
+    work: impl Future<Output = Outcome>,
+) -> Result<Outcome, ToolError> {
+    tokio::select! {
+        biased;
+        () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        outcome = work => Ok(outcome),
+    }
+}
+
+/// Parses a call's raw JSON arguments (empty text meaning `{}`) into the tool's argument
+/// struct, or explains to the model what is wrong with them.
+fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T, Outcome> {
+    let text = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    serde_json::from_str(text).map_err(|e| {
+        let schema = baton_workflows::tools::definition(tool)
+            .map(|d| d.parameters)
+            .unwrap_or_default();
+        Outcome::error(format!(
+            "invalid arguments for tool '{tool}': {e}. The arguments must be a JSON object \
+             matching this schema: {schema}. Fix the arguments and call the tool again."
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use tempfile::TempDir;
+
+    pub(crate) fn context(dir: &TempDir) -> ToolContext {
+        ToolContext {
+            workspace: dir.path().to_path_buf(),
+            timeout: Duration::from_secs(30),
+            env: Vec::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn call(name: &str, arguments: serde_json::Value) -> ToolCall {
+        ToolCall {
+            id: "call-1".into(),
+            name: name.into(),
+            arguments: arguments.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn fills_call_id_and_name() {
+        let dir = TempDir::new().unwrap();
+        let ctx = context(&dir);
+        let result = execute(
+            &ctx,
+            &call(
+                WRITE_FILE,
+                serde_json::json!({"path": "a.txt", "content": "x"}),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            result,
+            ToolResult {
+                call_id: "call-1".into(),
+                name: WRITE_FILE.into(),
+                content: "wrote 1 bytes to a.txt".into(),
+                is_error: false,
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_tool_is_an_ordinary_error() {
+        let dir = TempDir::new().unwrap();
+        let result = execute(&context(&dir), &call("rm_rf", serde_json::json!({})))
+            .await
+            .unwrap();
+        assert!(result.is_error);
+        assert_eq!(result.name, "rm_rf");
+        assert!(result.content.contains("unknown tool 'rm_rf'"), "{}", result.content);
+        assert!(result.content.contains("shell, read_file, write_file, list_files"));
+    }
+
+    #[tokio::test]
+    async fn invalid_json_is_an_ordinary_error() {
+        let dir = TempDir::new().unwrap();
+        let mut bad = call(READ_FILE, serde_json::json!({}));
+        bad.arguments = "{\"path\": ".into();
+        let result = execute(&context(&dir), &bad).await.unwrap();
+        assert!(result.is_error);
+        assert!(
+            result.content.starts_with("invalid arguments for tool 'read_file'"),
+            "{}",
+            result.content
+        );
+        assert!(result.content.contains("\"required\":[\"path\"]"));
+    }
+
+    #[tokio::test]
+    async fn missing_argument_is_an_ordinary_error() {
+        let dir = TempDir::new().unwrap();
+        let result = execute(&context(&dir), &call(SHELL, serde_json::json!({})))
+            .await
+            .unwrap();
+        assert!(result.is_error);
+        assert!(result.content.contains("missing field `command`"), "{}", result.content);
+    }
+
+    #[tokio::test]
+    async fn unknown_argument_is_an_ordinary_error() {
+        let dir = TempDir::new().unwrap();
+        let result = execute(
+            &context(&dir),
+            &call(WRITE_FILE, serde_json::json!({"path": "a", "content": "", "mode": 7})),
+        )
+        .await
+        .unwrap();
+        assert!(result.is_error);
+        assert!(result.content.contains("unknown field `mode`"), "{}", result.content);
+    }
+
+    #[tokio::test]
+    async fn wrong_argument_type_is_an_ordinary_error() {
+        let dir = TempDir::new().unwrap();
+        let result = execute(
+            &context(&dir),
+            &call(LIST_FILES, serde_json::json!({"recursive": "yes"})),
+        )
+        .await
+        .unwrap();
+        assert!(result.is_error);
+        assert!(result.content.contains("invalid type"), "{}", result.content);
+    }
+
+    #[tokio::test]
+    async fn empty_arguments_mean_an_empty_object() {
+        let dir = TempDir::new().unwrap();
+        std::fs::write(dir.path().join("f.txt"), "x").unwrap();
+        let mut list = call(LIST_FILES, serde_json::json!({}));
+        list.arguments = String::new();
+        let result = execute(&context(&dir), &list).await.unwrap();
+        assert!(!result.is_error, "{}", result.content);
+        assert_eq!(result.content, "f.txt");
+    }
+
+    #[tokio::test]
+    async fn creates_a_missing_workspace() {
+        let dir = TempDir::new().unwrap();
+        let mut ctx = context(&dir);
+        ctx.workspace = dir.path().join("runs").join("r1");
+        let result = execute(&ctx, &call(LIST_FILES, serde_json::json!({})))
+            .await
+            .unwrap();
+        assert!(!result.is_error, "{}", result.content);
+        assert!(ctx.workspace.is_dir());
+    }
+
+    #[tokio::test]
+    async fn workspace_that_cannot_be_created_is_an_infrastructure_error() {
+        let dir = TempDir::new().unwrap();
+        std::fs::write(dir.path().join("file"), "x").unwrap();
+        let mut ctx = context(&dir);
+        ctx.workspace = dir.path().join("file").join("ws");
+        let err = execute(&ctx, &call(LIST_FILES, serde_json::json!({})))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::Io { .. }), "{err:?}");
+        assert!(err.to_string().starts_with("cannot create the workspace directory"));
+    }
+
+    #[tokio::test]
+    async fn already_cancelled_call_does_not_run() {
+        let dir = TempDir::new().unwrap();
+        let ctx = context(&dir);
+        ctx.cancel.cancel();
+        let err = execute(
+            &ctx,
+            &call(WRITE_FILE, serde_json::json!({"path": "a.txt", "content": "x"})),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ToolError::Cancelled));
+        assert_eq!(err.to_string(), "the tool call was cancelled");
+        assert!(!dir.path().join("a.txt").exists());
+    }
+}

@@ -1,0 +1,198 @@
+//! Command-line interface definition (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// baton: AI agents as durable Temporal workflows.
+///
+/// Connection settings follow the `temporal` CLI: TEMPORAL_ADDRESS (default 127.0.0.1:7233),
+/// TEMPORAL_NAMESPACE (default "default"), and profiles in temporal.toml.
+///
+/// Exit codes: 0 completed; 1 the agent ended without completing; 2 usage or invalid input;
+/// 3 --wait timed out (run still going); 4 cancelled or terminated; 5 cannot reach Temporal or
+/// other infrastructure error.
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a run.
+    Submit(SubmitArgs),
+    /// Show a run's state, pending approvals and token use (answers even with no worker up).
+    Status(RunArgs),
+    /// Approve pending tool calls.
+    Approve(DecideArgs),
+    /// Deny pending tool calls (the model is told why).
+    Deny(DecideArgs),
+    /// Print a finished run's result.
+    Result(ResultArgs),
+    /// Follow a run live: each turn's text, tool calls, approvals and results.
+    Watch(WatchArgs),
+    /// Cancel a run (running tools are stopped).
+    Cancel(CancelArgs),
+    /// Send guidance to a running agent; it sees it before its next model call.
+    Send(SendArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TimeoutAction {
+    /// Deny the undecided calls; the run goes on.
+    Deny,
+    /// End the run as approval_timed_out.
+    Fail,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The task for the agent; `-` reads it from stdin.
+    pub prompt: String,
+    /// Provider profile configured on the workers: openai or scripted (default: scripted when
+    /// --script is given, else openai).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Model name (default: the provider's default).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// JSON script of assistant turns for the scripted provider.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// Enable this tool (repeatable; default: all built-in tools).
+    #[arg(long = "tool", value_name = "NAME")]
+    pub tools: Vec<String>,
+    /// Calls to this tool wait for a human (repeatable; default: shell). `*` means every tool
+    /// that is not read-only.
+    #[arg(long = "require-approval", value_name = "TOOL")]
+    pub require_approval: Vec<String>,
+    /// No tool call waits for a human (overrides the default of --require-approval shell).
+    #[arg(long, conflicts_with = "require_approval")]
+    pub no_approval: bool,
+    /// Maximum model calls (default 50).
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Stop after this many tokens in total.
+    #[arg(long)]
+    pub max_tokens: Option<u32>,
+    /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub approval_timeout: Option<std::time::Duration>,
+    /// What happens when an approval times out.
+    #[arg(long, value_enum, default_value = "deny")]
+    pub on_approval_timeout: TimeoutAction,
+    /// Default timeout of a tool call, e.g. 10m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub tool_timeout: Option<std::time::Duration>,
+    /// Label the run (repeatable), e.g. --label repo=acme/api.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Run id (the workflow id); default: a new unique id.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Task queue the workers poll.
+    #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
+    pub task_queue: String,
+    /// Wait for the run to end and print its result.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub wait_timeout: Option<std::time::Duration>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run id.
+    pub run: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    /// Run id.
+    pub run: String,
+    /// Call ids to decide (see `baton status RUN`).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub call_ids: Vec<String>,
+    /// Decide every pending call.
+    #[arg(long)]
+    pub all: bool,
+    /// Why (the model sees the reason of a denial).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Who decides (default: $USER).
+    #[arg(long)]
+    pub approver: Option<String>,
+    /// Send as a fire-and-forget signal instead of a validated update (works with no worker
+    /// running; applied when a worker picks the run up).
+    #[arg(long)]
+    pub signal: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultArgs {
+    /// Run id.
+    pub run: String,
+    /// Wait for the run to end.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Run id.
+    pub run: String,
+    /// Start from this event sequence number.
+    #[arg(long, default_value_t = 0)]
+    pub since: u32,
+    /// Print JSON lines, one event each.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Run id.
+    pub run: String,
+    /// Why.
+    #[arg(long, default_value = "cancelled from baton CLI")]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// Run id.
+    pub run: String,
+    /// The message.
+    pub text: String,
+}
+
+/// Parses `90`, `90s`, `30m`, `2h`, `1h 30m`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("'{s}' is not KEY=VALUE")),
+    }
+}

@@ -1,0 +1,251 @@
+//! Reading runs: `status`, `result`, `watch`. None of them blocks on a missing worker: they
+//! read what the server has (describe, memo, history) and only use queries with short timeouts.
+
+use std::time::Duration;
+
+use baton_proto::{EventsPage, EventsRequest, RunResult, RunState, RunStatus, TerminationReason};
+use baton_workflows::{AgentRun, STATUS_MEMO_KEY};
+use serde_json::json;
+use temporalio_client::{
+    Client, WorkflowDescribeOptions, WorkflowExecutionStatus, WorkflowGetResultOptions,
+    WorkflowHandle, WorkflowQueryOptions, errors::WorkflowGetResultError,
+};
+
+use crate::{
+    cli::{ResultArgs, RunArgs, WatchArgs},
+    connect::{self, connect, handle, interaction_error, short},
+    exit::{self, Exit},
+    render,
+};
+
+/// A query answered within this, or the worker is considered absent.
+const QUERY_BUDGET: Duration = Duration::from_millis(1200);
+
+/// What is known about a run right now.
+pub struct Snapshot {
+    pub temporal_status: WorkflowExecutionStatus,
+    pub status: RunStatus,
+    /// "query" (live, from a worker) or "memo" (last recorded state).
+    pub source: &'static str,
+}
+
+/// Current status: a live query when a worker answers quickly, else the memo the workflow keeps.
+pub async fn snapshot(h: &WorkflowHandle<Client, AgentRun>, run: &str) -> Result<Snapshot, Exit> {
+    let desc = h
+        .describe(WorkflowDescribeOptions::default())
+        .await
+        .map_err(|e| interaction_error(run, e))?;
+    let temporal_status = desc.status();
+    let memo_status: Option<RunStatus> = desc.memo().get(STATUS_MEMO_KEY).ok().flatten();
+    if temporal_status == WorkflowExecutionStatus::Running {
+        let query = h.query(AgentRun::status, (), WorkflowQueryOptions::default());
+        if let Ok(Ok(status)) = tokio::time::timeout(QUERY_BUDGET, query).await {
+            return Ok(Snapshot {
+                temporal_status,
+                status,
+                source: "query",
+            });
+        }
+    }
+    let mut status = memo_status.unwrap_or_default();
+    // The memo may lag behind a close that was not the workflow's own (terminate, timeout).
+    match temporal_status {
+        WorkflowExecutionStatus::Terminated | WorkflowExecutionStatus::Canceled => {
+            status.state = RunState::Cancelled as i32;
+            if status.reason == 0 {
+                status.reason = TerminationReason::Cancelled as i32;
+            }
+        }
+        WorkflowExecutionStatus::Failed | WorkflowExecutionStatus::TimedOut
+            if status.state() != RunState::Failed =>
+        {
+            status.state = RunState::Failed as i32;
+            status.reason = TerminationReason::InternalError as i32;
+        }
+        WorkflowExecutionStatus::Running if status.state == 0 => {
+            status.state = RunState::Thinking as i32;
+            status.last_event = "waiting for a worker to start the run".to_owned();
+        }
+        _ => {}
+    }
+    Ok(Snapshot {
+        temporal_status,
+        status,
+        source: "memo",
+    })
+}
+
+/// `baton status RUN`.
+pub async fn status(args: RunArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let h = handle(&client, &args.run);
+    let snap = snapshot(&h, &args.run).await?;
+    if args.json {
+        let v = render::json_with(
+            &snap.status,
+            &[
+                ("run_id", json!(args.run)),
+                ("source", json!(snap.source)),
+                (
+                    "temporal_status",
+                    json!(format!("{:?}", snap.temporal_status)),
+                ),
+            ],
+        );
+        println!("{v}");
+    } else {
+        print!("{}", render::status_human(&args.run, &snap.status, snap.source));
+    }
+    Ok(exit::COMPLETED)
+}
+
+/// Waits for the run's result (history only; no worker needed once it has ended).
+pub async fn wait_result(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+) -> Result<RunResult, Exit> {
+    match h.get_result(WorkflowGetResultOptions::default()).await {
+        Ok(r) => Ok(r),
+        Err(WorkflowGetResultError::Cancelled { details }) => Ok(details
+            .deserialize::<RunResult>()
+            .unwrap_or_else(|_| ended(run, RunState::Cancelled, TerminationReason::Cancelled, "cancelled"))),
+        Err(WorkflowGetResultError::Terminated { .. }) => Ok(ended(
+            run,
+            RunState::Cancelled,
+            TerminationReason::Cancelled,
+            "terminated",
+        )),
+        Err(WorkflowGetResultError::Failed(e)) => Ok(ended(
+            run,
+            RunState::Failed,
+            TerminationReason::InternalError,
+            &format!("the workflow failed: {}", short(&e.to_string())),
+        )),
+        Err(WorkflowGetResultError::TimedOut) => Ok(ended(
+            run,
+            RunState::Failed,
+            TerminationReason::InternalError,
+            "the workflow timed out",
+        )),
+        Err(WorkflowGetResultError::NotFound(_)) => Err(connect::not_found(run)),
+        Err(e) => Err(Exit::infra(format!(
+            "cannot read the result of {run}: {}",
+            short(&e.to_string())
+        ))),
+    }
+}
+
+fn ended(run: &str, status: RunState, reason: TerminationReason, detail: &str) -> RunResult {
+    RunResult {
+        run_id: run.to_owned(),
+        status: status as i32,
+        reason: reason as i32,
+        detail: detail.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Prints a result and returns its exit code.
+pub fn print_result(result: &RunResult, as_json: bool) -> i32 {
+    if as_json {
+        println!("{}", render::result_json(result));
+    } else {
+        print!("{}", render::result_human(result));
+    }
+    exit::for_result(result)
+}
+
+/// `baton result RUN`.
+pub async fn result(args: ResultArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let h = handle(&client, &args.run);
+    if !args.wait {
+        let snap = snapshot(&h, &args.run).await?;
+        if snap.temporal_status == WorkflowExecutionStatus::Running {
+            let msg = format!(
+                "run {} has not ended: {} (turn {}); use --wait to wait for it",
+                args.run,
+                snap.status.state().as_str_name(),
+                snap.status.turn
+            );
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"run_id": args.run, "status": snap.status.state().as_str_name(), "detail": msg})
+                );
+            } else {
+                eprintln!("{msg}");
+            }
+            return Ok(exit::WAIT_TIMEOUT);
+        }
+    }
+    let r = wait_result(&h, &args.run).await?;
+    Ok(print_result(&r, args.json))
+}
+
+/// `baton watch RUN`: prints events as they happen until the run ends.
+pub async fn watch(args: WatchArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let h = handle(&client, &args.run);
+    follow(&h, &args.run, args.since, args.json).await
+}
+
+/// Follows a run's events from `since`; returns the final exit code.
+pub async fn follow(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+    since: u32,
+    as_json: bool,
+) -> Result<i32, Exit> {
+    let mut next = since;
+    let mut said_waiting = false;
+    loop {
+        let page = tokio::time::timeout(
+            Duration::from_secs(3),
+            h.query(
+                AgentRun::events,
+                EventsRequest { since: next },
+                WorkflowQueryOptions::default(),
+            ),
+        )
+        .await;
+        match page {
+            Ok(Ok(EventsPage { events, finished })) => {
+                said_waiting = false;
+                for e in &events {
+                    next = next.max(e.seq + 1);
+                    if as_json {
+                        println!("{}", render::json_with(e, &[("run_id", json!(run))]));
+                    } else {
+                        print!("{}", render::event_human(run, e));
+                    }
+                }
+                if finished {
+                    let r = wait_result(h, run).await?;
+                    return Ok(exit::for_result(&r));
+                }
+            }
+            _ => {
+                // No worker answered: if the run has ended, report from history.
+                let snap = snapshot(h, run).await?;
+                if snap.temporal_status != WorkflowExecutionStatus::Running {
+                    let r = wait_result(h, run).await?;
+                    if as_json {
+                        println!("{}", json!({"run_id": run, "finished": render::result_json(&r)}));
+                    } else {
+                        print!("■ {}", render::result_human(&r));
+                    }
+                    return Ok(exit::for_result(&r));
+                }
+                if !said_waiting && !as_json {
+                    eprintln!(
+                        "· no worker is answering for {run}; waiting (last state: {})",
+                        snap.status.state().as_str_name()
+                    );
+                    said_waiting = true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

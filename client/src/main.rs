@@ -1,0 +1,48 @@
+//! `baton`: the command-line client. Submits runs, shows their status, approves or denies
+//! tool calls, follows runs live, prints results. Talks only to Temporal.
+//!
+//! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
+//! (status, result, watch), [`decide`] (approve, deny, cancel, send), [`render`] (output),
+//! [`exit`] (exit codes).
+
+mod cli;
+mod connect;
+mod decide;
+mod exit;
+mod inspect;
+mod render;
+mod submit;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Submit(a) => submit::run(a).await,
+        Command::Status(a) => inspect::status(a).await,
+        Command::Approve(a) => decide::decide(a, true).await,
+        Command::Deny(a) => decide::decide(a, false).await,
+        Command::Result(a) => inspect::result(a).await,
+        Command::Watch(a) => inspect::watch(a).await,
+        Command::Cancel(a) => decide::cancel(a).await,
+        Command::Send(a) => decide::send(a).await,
+    };
+    let code = match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("baton: {}", e.message);
+            e.code
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,154 @@
+//! Human and JSON output.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton_proto::{RunEvent, RunResult, RunStatus, run_event};
+use serde_json::Value;
+
+/// JSON of a proto message with extra top-level fields.
+pub fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Value {
+    let mut v = serde_json::to_value(value).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut v {
+        for (k, x) in extra {
+            map.insert((*k).to_owned(), x.clone());
+        }
+    }
+    v
+}
+
+/// The JSON printed for a finished run: `{"run_id", "status", "reason", "answer", "turns",
+/// "usage", "detail"}`.
+pub fn result_json(result: &RunResult) -> Value {
+    json_with(result, &[])
+}
+
+/// One or two lines about a finished run, then the answer.
+pub fn result_human(result: &RunResult) -> String {
+    let usage = result.usage.unwrap_or_default();
+    let mut out = format!(
+        "run {}: {} ({}) after {} turns, {} tokens\n",
+        result.run_id,
+        result.status().as_str_name(),
+        result.reason().as_str_name(),
+        result.turns,
+        usage.total_tokens
+    );
+    if !result.detail.is_empty() {
+        out.push_str(&format!("reason: {}\n", result.detail));
+    }
+    if !result.answer.is_empty() {
+        out.push('\n');
+        out.push_str(result.answer.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Multi-line status, with the commands to decide pending calls.
+pub fn status_human(run: &str, status: &RunStatus, source: &str) -> String {
+    let usage = status.usage.unwrap_or_default();
+    let mut out = format!(
+        "run:     {run}\nstate:   {}{}\nturn:    {}\ntokens:  {} (in {}, out {})\nlast:    {}\n",
+        status.state().as_str_name(),
+        if status.reason != 0 {
+            format!(" ({})", status.reason().as_str_name())
+        } else {
+            String::new()
+        },
+        status.turn,
+        usage.total_tokens,
+        usage.input_tokens,
+        usage.output_tokens,
+        status.last_event,
+    );
+    if source == "memo" {
+        out.push_str("note:    no worker answered; this is the last state the run recorded\n");
+    }
+    if !status.pending.is_empty() {
+        out.push_str("pending approval:\n");
+        for p in &status.pending {
+            out.push_str(&format!(
+                "  {}  {}  {}  (waiting {})\n",
+                p.call_id,
+                p.tool,
+                one_line(&p.arguments, 160),
+                ago(p.requested_at_ms)
+            ));
+        }
+        out.push_str(&format!(
+            "decide:  baton approve {run} <CALL_ID>|--all   or   baton deny {run} <CALL_ID>|--all --reason \"...\"\n"
+        ));
+    }
+    out
+}
+
+/// One event for `watch`.
+pub fn event_human(run: &str, e: &RunEvent) -> String {
+    match &e.kind {
+        Some(run_event::Kind::Assistant(a)) => {
+            let mut out = format!("── turn {} ──\n", e.turn);
+            if !a.text.trim().is_empty() {
+                out.push_str(a.text.trim_end());
+                out.push('\n');
+            }
+            for c in &a.tool_calls {
+                out.push_str(&format!(
+                    "→ {} {} [{}]\n",
+                    c.name,
+                    one_line(&c.arguments, 200),
+                    c.id
+                ));
+            }
+            out
+        }
+        Some(run_event::Kind::ApprovalRequested(p)) => format!(
+            "⏸ {} {} awaits approval: baton approve {run} {}  |  baton deny {run} {} --reason \"...\"\n",
+            p.tool,
+            one_line(&p.arguments, 120),
+            p.call_id,
+            p.call_id
+        ),
+        Some(run_event::Kind::ApprovalDecided(d)) => {
+            if d.approved {
+                format!("✔ {} approved by {}\n", d.call_id, d.approver)
+            } else {
+                format!("✘ {} denied by {}: {}\n", d.call_id, d.approver, d.reason)
+            }
+        }
+        Some(run_event::Kind::ToolStarted(c)) => format!("▶ {} [{}] running\n", c.name, c.id),
+        Some(run_event::Kind::ToolFinished(r)) => format!(
+            "{} {} [{}] {}\n",
+            if r.is_error { "✘" } else { "✔" },
+            r.name,
+            r.call_id,
+            one_line(&r.content, 160)
+        ),
+        Some(run_event::Kind::Finished(r)) => format!("■ {}", result_human(r)),
+        Some(run_event::Kind::Note(n)) => format!("· {n}\n"),
+        None => String::new(),
+    }
+}
+
+/// `text` on one line, shortened to `max` chars.
+pub fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+fn ago(at_ms: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let secs = ((now - at_ms).max(0) / 1000) as u64;
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m {}s", secs / 60, secs % 60),
+        _ => format!("{}h {}m", secs / 3600, (secs % 3600) / 60),
+    }
+}

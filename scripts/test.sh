@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests and the end-to-end tests, which start their own
+# Temporal dev servers (on free loopback ports), workers and mock model servers, and stop them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_temporal
+cargo build --workspace --bins
+cargo test --workspace -- --test-threads="${BATON_TEST_THREADS:-4}" "$@"

@@ -1,0 +1,64 @@
+//! End-to-end test harness for baton.
+//!
+//! Everything here drives *real processes*: a Temporal dev server
+//! ([`DevServer`], the `temporal` CLI from `PATH` or `$TEMPORAL_BIN`), the
+//! `baton-worker` binary ([`Worker`]) and the `baton` CLI ([`baton`],
+//! [`baton_with`], [`baton_at`], [`baton_spawn`]), plus an in-process
+//! [`MockOpenAi`] server that plays the LLM.
+//!
+//! The baton binaries are looked up next to the test executable
+//! ([`bin_path`]); `cargo test` does not build them, so run
+//! `cargo build --workspace` first.
+//!
+//! Hygiene rules the harness follows:
+//! * every child process is spawned with `PR_SET_PDEATHSIG=SIGKILL`, so
+//!   nothing outlives a killed test binary; the owning struct stops it on drop;
+//! * children never inherit `TEMPORAL_*`, `BATON_*` or `OPENAI_*` from the
+//!   developer's environment (see [`SCRUBBED_ENV_PREFIXES`]); `NO_COLOR=1`;
+//! * servers/workers keep their files in private temp dirs (set
+//!   `BATON_TEST_KEEP_DIRS=1` to keep them); when a test panics, the logs of
+//!   the dev server and workers are printed to stderr on drop.
+//!
+//! ```ignore
+//! use baton_tests::*;
+//! use std::time::Duration;
+//!
+//! #[tokio::test(flavor = "multi_thread")]
+//! async fn agent_answers() -> anyhow::Result<()> {
+//!     let server = DevServer::start()?;
+//!     let llm = MockOpenAi::start()?;
+//!     llm.push_text("hello");
+//!     let queue = unique("tq");
+//!     let mut worker = Worker::spawn(&server, &queue, &[("OPENAI_BASE_URL", &llm.base_url())])?;
+//!     worker.wait_ready(Duration::from_secs(30)).await?;
+//!     let out = baton(&server, &["run", "--task-queue", &queue, "say hi"])?.ensure_success()?;
+//!     assert!(out.stdout.contains("hello"));
+//!     Ok(())
+//! }
+//! ```
+
+mod cli;
+mod history;
+mod mock_openai;
+mod process;
+mod server;
+mod wait;
+mod worker;
+
+pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
+pub use history::{decode_history_payloads, history_search_text};
+pub use mock_openai::{CHAT_COMPLETIONS_PATH, CapturedRequest, MockOpenAi, MockResponse};
+pub use process::{
+    CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_PREFIXES, bin_path, clean_command,
+    describe_status, pids_matching, process_exists_matching, run_cmd, send_signal, temporal_bin,
+};
+pub use server::{
+    DevServer, SERVER_START_TIMEOUT, SERVER_STOP_TIMEOUT, TEMPORAL_CMD_TIMEOUT, free_port,
+    free_ports,
+};
+pub use wait::{POLL_INTERVAL, assert_holds_for, unique, wait_until, wait_until_blocking};
+pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker};
+
+/// Re-exported so tests can name signals (`Signal::SIGINT`) without a direct
+/// `nix` dependency.
+pub use nix::sys::signal::Signal;

@@ -1,0 +1,399 @@
+//! Smoke tests of the E2E harness itself (no baton binaries needed).
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine as _;
+use baton_tests::*;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+fn port_accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )
+    .is_ok()
+}
+
+#[test]
+fn dev_server_starts_serves_restarts_and_stops() {
+    let mut server = DevServer::start().unwrap();
+    let port = server.port();
+    assert_eq!(server.address(), format!("127.0.0.1:{port}"));
+    assert_eq!(server.namespace(), "default");
+    assert!(server.is_running());
+    assert!(port_accepts(port));
+
+    let list = server.temporal(&["workflow", "list"]).unwrap();
+    assert!(list.success(), "{list}");
+
+    // A workflow without a worker: its input payload is in the history.
+    let wf = unique("harness-wf");
+    let q = unique("harness-tq");
+    server
+        .temporal(&[
+            "workflow",
+            "start",
+            "--type",
+            "Nope",
+            "--task-queue",
+            &q,
+            "--workflow-id",
+            &wf,
+            "--input",
+            r#"{"secret":"s3cr3t-in-input"}"#,
+        ])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+    assert_eq!(
+        server.workflow_status(&wf).unwrap(),
+        "WORKFLOW_EXECUTION_STATUS_RUNNING"
+    );
+    let history = server.workflow_history_json(&wf, None).unwrap();
+    assert!(!history.to_string().contains("s3cr3t-in-input"));
+    assert!(decode_history_payloads(&history).contains("s3cr3t-in-input"));
+    assert!(
+        server
+            .workflow_history_text(&wf)
+            .unwrap()
+            .contains("s3cr3t-in-input")
+    );
+
+    // Restart on the same port and db: the workflow survives.
+    let old_pid = server.pid();
+    server.restart().unwrap();
+    assert_ne!(server.pid(), old_pid);
+    assert_eq!(server.port(), port);
+    assert_eq!(
+        server.workflow_status(&wf).unwrap(),
+        "WORKFLOW_EXECUTION_STATUS_RUNNING"
+    );
+
+    let pid = server.pid();
+    server.stop();
+    assert!(!server.is_running());
+    assert!(!port_accepts(port), "port {port} still accepts connections");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    server.stop(); // idempotent
+}
+
+#[test]
+fn fake_worker_lifecycle() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fake-worker.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         trap 'echo got TERM; exit 7' TERM\n\
+         echo \"addr=$TEMPORAL_ADDRESS ns=$TEMPORAL_NAMESPACE q=$BATON_TASK_QUEUE ws=$BATON_WORKSPACE_ROOT log=$RUST_LOG extra=$EXTRA\"\n\
+         echo 'worker started' >&2\n\
+         while :; do sleep 0.1; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = dir.path().join("shared-ws");
+
+    let q = unique("fake-tq");
+    let mut w = Worker::spawn_program(&script, &server, &q, Some(&ws), &[("EXTRA", "x1")]).unwrap();
+    w.wait_ready_blocking(Duration::from_secs(10)).unwrap();
+    assert!(w.is_running());
+    let log = w.log();
+    assert!(
+        log.contains(&format!(
+            "addr={} ns=default q={q} ws={} log=info extra=x1",
+            server.address(),
+            ws.display()
+        )),
+        "{log}"
+    );
+    assert!(ws.is_dir());
+    let status = w.terminate().unwrap();
+    assert_eq!(status.code(), Some(7));
+    assert!(!w.is_running());
+    assert!(w.log().contains("got TERM"));
+
+    let mut w2 = Worker::spawn_program(&script, &server, &q, Some(&ws), &[]).unwrap();
+    w2.wait_ready_blocking(Duration::from_secs(10)).unwrap();
+    let pid = w2.pid();
+    w2.kill9();
+    assert!(!w2.is_running());
+    assert_eq!(
+        w2.exit_status().map(|s| describe_status(&s)).unwrap(),
+        "signal 9 (SIGKILL)"
+    );
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+
+    // A worker that dies before logging readiness fails wait_ready fast.
+    let bad = dir.path().join("bad.sh");
+    std::fs::write(&bad, "#!/bin/sh\necho boom >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut w3 = Worker::spawn_program(&bad, &server, &q, None, &[]).unwrap();
+    let err = w3
+        .wait_ready_blocking(Duration::from_secs(10))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("exited before becoming ready") && err.contains("boom"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_openai_scripts_and_captures() {
+    let mock = MockOpenAi::start().unwrap();
+    assert!(mock.base_url().starts_with("http://127.0.0.1:"));
+    assert!(mock.base_url().ends_with("/v1"));
+    mock.push_text("hello from mock");
+    mock.push_error(429, MockOpenAi::rate_limit_body());
+    assert_eq!(mock.pending(), 2);
+
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", mock.base_url());
+    let req_body = json!({
+        "model": "gpt-test",
+        "messages": [{"role": "user", "content": "hi"}]
+    });
+    let post = || {
+        client
+            .post(&url)
+            .header("Authorization", "Bearer sk-test-123")
+            .json(&req_body)
+            .send()
+    };
+
+    let r1 = post().await.unwrap();
+    assert_eq!(r1.status().as_u16(), 200);
+    let b1: serde_json::Value = r1.json().await.unwrap();
+    assert_eq!(b1["object"], "chat.completion");
+    assert_eq!(b1["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(b1["choices"][0]["message"]["content"], "hello from mock");
+    assert_eq!(b1["choices"][0]["finish_reason"], "stop");
+    assert!(b1["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    let usage = &b1["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+
+    let r2 = post().await.unwrap();
+    assert_eq!(r2.status().as_u16(), 429);
+    let b2: serde_json::Value = r2.json().await.unwrap();
+    assert_eq!(b2["error"]["code"], "rate_limit_exceeded");
+
+    // Queue exhausted: 500 with an OpenAI-style error.
+    let r3 = post().await.unwrap();
+    assert_eq!(r3.status().as_u16(), 500);
+    let b3: serde_json::Value = r3.json().await.unwrap();
+    assert_eq!(
+        b3,
+        json!({"error": {"message": "mock: no scripted response left", "type": "server_error"}})
+    );
+
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[0].method, "POST");
+    assert_eq!(reqs[0].path, CHAT_COMPLETIONS_PATH);
+    assert_eq!(reqs[0].body, req_body);
+    assert_eq!(
+        reqs[0].headers.get("authorization").unwrap(),
+        "Bearer sk-test-123"
+    );
+    assert_eq!(reqs[0].header("Content-Type"), Some("application/json"));
+    assert_eq!(reqs[0].messages().len(), 1);
+
+    // Tool calls reply, exact shape.
+    mock.push_tool_calls(&[("call_1", "read_file", r#"{"path":"a.txt"}"#)]);
+    let b4: serde_json::Value = post().await.unwrap().json().await.unwrap();
+    let msg = &b4["choices"][0]["message"];
+    assert_eq!(msg["content"], serde_json::Value::Null);
+    assert_eq!(
+        msg["tool_calls"],
+        json!([{"id": "call_1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}])
+    );
+    assert_eq!(b4["choices"][0]["finish_reason"], "tool_calls");
+
+    // Streaming requests get SSE chunks.
+    mock.push_text("streamed");
+    let sse = client
+        .post(&url)
+        .json(&json!({"model": "m", "messages": [], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.headers()["content-type"], "text/event-stream");
+    let text = sse.text().await.unwrap();
+    assert!(
+        text.contains("chat.completion.chunk") && text.contains("\"streamed\""),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+
+    // Unknown endpoints: 404, still captured.
+    let r5 = client
+        .get(format!("{}/models", mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r5.status().as_u16(), 404);
+    let reqs = mock
+        .wait_for_requests(6, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(reqs[5].path, "/v1/models");
+    assert_eq!(reqs[5].body, serde_json::Value::Null);
+
+    // Delayed responses.
+    mock.push_response(
+        MockResponse::ok(MockOpenAi::text_reply("late")).delayed(Duration::from_millis(300)),
+    );
+    let t = std::time::Instant::now();
+    let b6: serde_json::Value = post().await.unwrap().json().await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert_eq!(b6["choices"][0]["message"]["content"], "late");
+    drop(mock); // dropping inside an async context must not panic
+}
+
+#[test]
+fn decode_history_payloads_finds_base64_payload_text() {
+    let secret = "sk-very-secret-token";
+    let data =
+        base64::engine::general_purpose::STANDARD.encode(format!("{{\"key\":\"{secret}\"}}"));
+    let nested_inner = base64::engine::general_purpose::STANDARD.encode("inner-text");
+    let nested = base64::engine::general_purpose::STANDARD
+        .encode(json!({"metadata": {}, "data": nested_inner}).to_string());
+    let history = json!({
+        "events": [
+            {"eventId": "1", "workflowExecutionStartedEventAttributes": {
+                "input": {"payloads": [{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": data}]}
+            }},
+            {"eventId": "2", "other": {"data": "!!! not base64 !!!"}},
+            {"eventId": "3", "p": {"data": nested}}
+        ]
+    });
+    assert!(!history.to_string().contains(secret));
+    let decoded = decode_history_payloads(&history);
+    assert!(decoded.contains(secret), "{decoded}");
+    assert!(decoded.contains("inner-text"), "{decoded}");
+    assert!(!decoded.contains("json/plain"));
+    let all = history_search_text(&history);
+    assert!(all.contains(secret) && all.contains("\"eventId\""));
+    assert_eq!(decode_history_payloads(&json!({"no": "payloads"})), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_until_polls_and_times_out() {
+    let mut n = 0;
+    let v = wait_until(Duration::from_secs(5), "n to reach 3", async || {
+        n += 1;
+        let parsed: u32 = "7".parse()?; // `?` works without annotations
+        Ok((n >= 3).then_some(parsed + n))
+    })
+    .await
+    .unwrap();
+    assert_eq!(v, 10);
+
+    let err = wait_until(Duration::from_millis(300), "the impossible", async || {
+        Ok(None::<()>)
+    })
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("waiting for the impossible"),
+        "{err}"
+    );
+
+    let err = wait_until(Duration::from_millis(300), "a failing probe", async || {
+        anyhow::bail!("probe exploded");
+        #[allow(unreachable_code)]
+        Ok(Some(()))
+    })
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("probe exploded"), "{err}");
+
+    assert_holds_for(Duration::from_millis(300), "truth", async || Ok(true))
+        .await
+        .unwrap();
+    assert!(
+        assert_holds_for(Duration::from_secs(5), "falsehood", async || Ok(false))
+            .await
+            .is_err()
+    );
+
+    let mut m = 0;
+    let got = wait_until_blocking(Duration::from_secs(5), "m to reach 2", || {
+        m += 1;
+        Ok((m >= 2).then_some(m))
+    })
+    .unwrap();
+    assert_eq!(got, 2);
+}
+
+#[test]
+fn commands_processes_and_utilities() {
+    let a = unique("tq");
+    let b = unique("tq");
+    assert!(a.starts_with("tq-") && a.len() == "tq-".len() + 8);
+    assert_ne!(a, b);
+
+    let err = bin_path("definitely-not-a-baton-binary")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("run `cargo build --workspace` first"), "{err}");
+
+    let mut sh = clean_command("sh");
+    sh.args(["-c", "cat; echo err >&2; exit 3"]);
+    let out = run_cmd(sh, Some("from stdin"), Duration::from_secs(10)).unwrap();
+    assert_eq!(out.code, 3);
+    assert_eq!(out.stdout, "from stdin");
+    assert_eq!(out.stderr, "err\n");
+    assert!(!out.success());
+    assert!(out.clone().ensure_success().is_err());
+
+    let mut js = clean_command("sh");
+    js.args(["-c", "echo '{\"a\":1}'"]);
+    let out = run_cmd(js, None, Duration::from_secs(10)).unwrap();
+    assert_eq!(out.json().unwrap(), json!({"a": 1}));
+
+    let mut slow = clean_command("sleep");
+    slow.arg("30");
+    let t = std::time::Instant::now();
+    let err = run_cmd(slow, None, Duration::from_millis(200))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("timed out"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+
+    // process_exists_matching sees a process we started, and not after it died.
+    let marker = format!("{}", 1000 + std::process::id() % 1000);
+    let pattern = format!("^sleep 9{marker}$");
+    let mut child = Command::new("sleep")
+        .arg(format!("9{marker}"))
+        .spawn()
+        .unwrap();
+    wait_until_blocking(Duration::from_secs(5), "sleep to show up", || {
+        Ok(process_exists_matching(&pattern).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(pids_matching(&pattern), vec![child.id()]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!process_exists_matching(&pattern));
+}
+
+#[tokio::test]
+async fn wait_until_accepts_plain_closures_returning_async_blocks() {
+    let v = wait_until(Duration::from_secs(5), "a value", || async {
+        let parsed: u32 = "5".parse()?;
+        Ok(Some(parsed))
+    })
+    .await
+    .unwrap();
+    assert_eq!(v, 5);
+}

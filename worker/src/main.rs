@@ -1,0 +1,126 @@
+//! `baton-worker`: hosts the `AgentRun` workflow and baton's activities on one task queue.
+//!
+//! Settings come from `baton.toml` and `BATON_*` variables ([`settings`]); the Temporal
+//! connection from `TEMPORAL_ADDRESS` / `TEMPORAL_NAMESPACE` / profiles, like the `temporal`
+//! CLI. On SIGTERM or SIGINT the worker stops polling, gives running activities the grace
+//! period, then exits.
+
+mod settings;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use baton_activities::{
+    llm::{LlmService, ProviderSettings, Providers},
+    tool_activity::ToolService,
+};
+use baton_workflows::AgentRun;
+use temporalio_client::{Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions};
+use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info};
+
+use settings::Settings;
+
+#[tokio::main]
+async fn main() {
+    let settings = match Settings::load() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("baton-worker: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    init_tracing(&settings.log_format);
+    if let Err(e) = run(settings).await {
+        error!(cause = format!("{e:#}"), "worker failed");
+        std::process::exit(1);
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(settings: Settings) -> anyhow::Result<()> {
+    let (conn_opts, client_opts) =
+        ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
+            .map_err(|e| anyhow::anyhow!("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile): {e:?}"))?;
+    let address = conn_opts.target.to_string();
+    let mut conn_opts = conn_opts;
+    let identity = settings.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".to_owned());
+        format!("baton-worker@{host}:{}", std::process::id())
+    });
+    conn_opts.identity = identity.clone();
+    let connection = Connection::connect(conn_opts).await.with_context(|| {
+        format!(
+            "cannot reach Temporal at {address}: start a dev server with `temporal server start-dev` or set TEMPORAL_ADDRESS"
+        )
+    })?;
+    let client = Client::new(connection, client_opts).context("cannot create the Temporal client")?;
+
+    let workspace_root = std::path::absolute(&settings.workspace_root)
+        .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
+    std::fs::create_dir_all(&workspace_root)
+        .with_context(|| format!("cannot create workspace root {}", workspace_root.display()))?;
+    let providers = Providers::new(&ProviderSettings {
+        openai_base_url: settings.openai_base_url(),
+        openai_api_key: settings.openai_api_key(),
+        request_timeout: Duration::from_secs(settings.openai.request_timeout_secs),
+    })?;
+
+    let runtime = Runtime::from_current_tokio(Default::default())
+        .map_err(|e| anyhow::anyhow!("cannot start the Temporal runtime: {e}"))?;
+    let options = WorkerOptions::new(settings.task_queue.clone())
+        .register_workflow::<AgentRun>()
+        .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
+        .register_activities(LlmService::new(providers))
+        .register_activities(ToolService::new(workspace_root.clone()))
+        .max_cached_workflows(settings.max_cached_workflows)
+        .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
+            settings.sticky_queue_timeout_secs.max(1),
+        ))
+        .graceful_shutdown_period(settings.graceful_shutdown())
+        .build();
+    let mut worker = Worker::new(&runtime, client, options)
+        .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
+
+    let shutdown = worker.shutdown_handle();
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let grace = settings.graceful_shutdown_secs;
+    tokio::spawn(async move {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        info!(signal = which, grace_secs = grace, "shutting down: no new tasks, running activities get the grace period");
+        shutdown();
+    });
+
+    info!(
+        task_queue = %settings.task_queue,
+        temporal = %address,
+        identity = %identity,
+        workspace_root = %workspace_root.display(),
+        "worker started"
+    );
+    worker
+        .run()
+        .await
+        .map_err(|e| anyhow::anyhow!("worker stopped with an error: {e}"))?;
+    info!("worker stopped");
+    Ok(())
+}
