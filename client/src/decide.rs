@@ -6,7 +6,7 @@ use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
 use serde_json::json;
 use temporalio_client::{
-    WorkflowCancelOptions, WorkflowExecuteUpdateOptions, WorkflowSignalOptions,
+    WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions, WorkflowSignalOptions,
     errors::WorkflowUpdateError,
 };
 
@@ -77,7 +77,16 @@ pub async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
                 }
                 outcomes.push(json!({"call_ids": call_ids, "still_pending": still_pending, "sent_as": "update"}));
             }
-            Ok(Err(WorkflowUpdateError::NotFound(_))) => return Err(not_found(&args.run)),
+            Ok(Err(WorkflowUpdateError::NotFound(_))) => {
+                return Err(match h.describe(WorkflowDescribeOptions::default()).await {
+                    Ok(d) => Exit::usage(format!(
+                        "run {} has already ended ({:?}); there is nothing to approve or deny",
+                        args.run,
+                        d.status()
+                    )),
+                    Err(_) => not_found(&args.run),
+                });
+            }
             Ok(Err(WorkflowUpdateError::Failed(failure))) => {
                 return Err(Exit::usage(format!(
                     "cannot decide {call_id} of run {}: {}",

@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// A query answered within this, or the worker is considered absent.
-const QUERY_BUDGET: Duration = Duration::from_millis(1200);
+const QUERY_BUDGET: Duration = Duration::from_millis(800);
 
 /// What is known about a run right now.
 pub struct Snapshot {

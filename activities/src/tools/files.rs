@@ -217,9 +217,9 @@ pub async fn list_files(ctx: &ToolContext, args: ListFilesArgs) -> Outcome {
 
 fn not_readable(shown: &str, e: &std::io::Error) -> String {
     match e.kind() {
-        ErrorKind::NotFound => format!(
-            "file '{shown}' does not exist; use list_files to see which files there are"
-        ),
+        ErrorKind::NotFound => {
+            format!("file '{shown}' does not exist; use list_files to see which files there are")
+        }
         ErrorKind::PermissionDenied => {
             format!("cannot read '{shown}': permission denied")
         }
@@ -325,7 +325,9 @@ fn walk(root: &Path, dir: &Path, recursive: bool, max: usize) -> std::io::Result
         if recursive && kind == Kind::Dir {
             match read_sorted(&path) {
                 Ok(children) => stack.push(children.into_iter()),
-                Err(e) => listing.problems.push(format!("[cannot read '{shown}': {e}]")),
+                Err(e) => listing
+                    .problems
+                    .push(format!("[cannot read '{shown}': {e}]")),
             }
         }
         listing.entries.push(shown);
@@ -378,7 +380,9 @@ mod tests {
     use tempfile::TempDir;
 
     async fn run(dir: &TempDir, tool: &str, arguments: serde_json::Value) -> ToolResult {
-        execute(&context(dir), &call(tool, arguments)).await.unwrap()
+        execute(&context(dir), &call(tool, arguments))
+            .await
+            .unwrap()
     }
 
     fn outside_message(path: &str) -> String {
@@ -417,19 +421,47 @@ mod tests {
         let dir = TempDir::new().unwrap();
         std::fs::write(dir.path().join("a.txt"), "1\n2\n3\n4\n5").unwrap();
         let read = |args| run(&dir, READ_FILE, args);
-        assert_eq!(read(serde_json::json!({"path": "a.txt", "offset": 2, "limit": 2})).await.content, "2\n3\n");
-        assert_eq!(read(serde_json::json!({"path": "a.txt", "offset": 4})).await.content, "4\n5");
-        assert_eq!(read(serde_json::json!({"path": "a.txt", "limit": 1})).await.content, "1\n");
-        assert_eq!(read(serde_json::json!({"path": "a.txt", "offset": 5, "limit": 10})).await.content, "5");
+        assert_eq!(
+            read(serde_json::json!({"path": "a.txt", "offset": 2, "limit": 2}))
+                .await
+                .content,
+            "2\n3\n"
+        );
+        assert_eq!(
+            read(serde_json::json!({"path": "a.txt", "offset": 4}))
+                .await
+                .content,
+            "4\n5"
+        );
+        assert_eq!(
+            read(serde_json::json!({"path": "a.txt", "limit": 1}))
+                .await
+                .content,
+            "1\n"
+        );
+        assert_eq!(
+            read(serde_json::json!({"path": "a.txt", "offset": 5, "limit": 10}))
+                .await
+                .content,
+            "5"
+        );
         let past = read(serde_json::json!({"path": "a.txt", "offset": 6})).await;
-        assert_error(&past, "offset 6 is past the end of 'a.txt', which has 5 lines");
+        assert_error(
+            &past,
+            "offset 6 is past the end of 'a.txt', which has 5 lines",
+        );
     }
 
     #[tokio::test]
     async fn range_skips_invalid_utf8_outside_of_it() {
         let dir = TempDir::new().unwrap();
         std::fs::write(dir.path().join("mixed"), b"\xff\xfe\nok\n").unwrap();
-        let result = run(&dir, READ_FILE, serde_json::json!({"path": "mixed", "offset": 2})).await;
+        let result = run(
+            &dir,
+            READ_FILE,
+            serde_json::json!({"path": "mixed", "offset": 2}),
+        )
+        .await;
         assert_eq!(result.content, "ok\n");
         assert!(!result.is_error);
     }
@@ -441,17 +473,35 @@ mod tests {
         let result = run(&dir, READ_FILE, serde_json::json!({"path": "empty"})).await;
         assert_eq!(result.content, "(the file 'empty' is empty)");
         assert!(!result.is_error);
-        let result = run(&dir, READ_FILE, serde_json::json!({"path": "empty", "offset": 1})).await;
-        assert_error(&result, "offset 1 is past the end of 'empty', which has 0 lines");
+        let result = run(
+            &dir,
+            READ_FILE,
+            serde_json::json!({"path": "empty", "offset": 1}),
+        )
+        .await;
+        assert_error(
+            &result,
+            "offset 1 is past the end of 'empty', which has 0 lines",
+        );
     }
 
     #[tokio::test]
     async fn zero_offset_or_limit_is_an_error() {
         let dir = TempDir::new().unwrap();
         std::fs::write(dir.path().join("a"), "x").unwrap();
-        let result = run(&dir, READ_FILE, serde_json::json!({"path": "a", "offset": 0})).await;
+        let result = run(
+            &dir,
+            READ_FILE,
+            serde_json::json!({"path": "a", "offset": 0}),
+        )
+        .await;
         assert_error(&result, "offset is a 1-based line number");
-        let result = run(&dir, READ_FILE, serde_json::json!({"path": "a", "limit": 0})).await;
+        let result = run(
+            &dir,
+            READ_FILE,
+            serde_json::json!({"path": "a", "limit": 0}),
+        )
+        .await;
         assert_error(&result, "limit must be at least 1");
     }
 
@@ -520,9 +570,17 @@ mod tests {
         std::fs::write(dir.path().join("long.txt"), &text).unwrap();
         let result = run(&dir, READ_FILE, serde_json::json!({"path": "long.txt"})).await;
         assert!(!result.is_error);
-        assert!(result.content.len() <= OUTPUT_CAP_BYTES, "{}", result.content.len());
+        assert!(
+            result.content.len() <= OUTPUT_CAP_BYTES,
+            "{}",
+            result.content.len()
+        );
         assert!(result.content.starts_with("line 1\nline 2\n"));
-        assert!(result.content.contains(&format!("bytes cut from the middle of {} ...]", text.len())));
+        assert!(
+            result
+                .content
+                .contains(&format!("bytes cut from the middle of {} ...]", text.len()))
+        );
         assert!(result.content.contains("line 10000\n"));
         assert!(result.content.ends_with(&format!(
             "[10000 lines (1-10000), {} bytes in all: too long for one result, so the middle was \
@@ -543,9 +601,16 @@ mod tests {
     async fn huge_file_must_be_read_in_parts() {
         let dir = TempDir::new().unwrap();
         let line = "x".repeat(1023) + "\n";
-        std::fs::write(dir.path().join("huge"), line.repeat(MAX_READ_BYTES / 1024 + 10)).unwrap();
+        std::fs::write(
+            dir.path().join("huge"),
+            line.repeat(MAX_READ_BYTES / 1024 + 10),
+        )
+        .unwrap();
         let result = run(&dir, READ_FILE, serde_json::json!({"path": "huge"})).await;
-        assert_error(&result, "too much to read at once; read it in parts with offset and limit");
+        assert_error(
+            &result,
+            "too much to read at once; read it in parts with offset and limit",
+        );
         let result = run(
             &dir,
             READ_FILE,
@@ -591,17 +656,33 @@ mod tests {
         .await;
         assert_eq!(result.content, "wrote 7 bytes to a/b/c.txt");
         assert!(!result.is_error);
-        assert_eq!(std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(), "héllo\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+            "héllo\n"
+        );
     }
 
     #[tokio::test]
     async fn overwrites_a_file() {
         let dir = TempDir::new().unwrap();
         std::fs::write(dir.path().join("f"), "old content that is longer").unwrap();
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": "f", "content": "new"})).await;
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": "f", "content": "new"}),
+        )
+        .await;
         assert_eq!(result.content, "wrote 3 bytes to f");
-        assert_eq!(std::fs::read_to_string(dir.path().join("f")).unwrap(), "new");
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": "f", "content": ""})).await;
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("f")).unwrap(),
+            "new"
+        );
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": "f", "content": ""}),
+        )
+        .await;
         assert_eq!(result.content, "wrote 0 bytes to f");
         assert_eq!(std::fs::read_to_string(dir.path().join("f")).unwrap(), "");
     }
@@ -610,13 +691,23 @@ mod tests {
     async fn writing_over_a_directory_is_an_error() {
         let dir = TempDir::new().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": "sub/", "content": "x"})).await;
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": "sub/", "content": "x"}),
+        )
+        .await;
         assert_eq!(
             result.content,
             "'sub/' is a directory; give the path of a file to write, e.g. 'sub/file.txt'"
         );
         assert!(result.is_error);
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": ".", "content": "x"})).await;
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": ".", "content": "x"}),
+        )
+        .await;
         assert_error(&result, "'.' is a directory");
     }
 
@@ -630,8 +721,14 @@ mod tests {
             serde_json::json!({"path": "file/sub/new.txt", "content": "x"}),
         )
         .await;
-        assert_error(&result, "cannot create the directories for 'file/sub/new.txt'");
-        assert_eq!(std::fs::read_to_string(dir.path().join("file")).unwrap(), "x");
+        assert_error(
+            &result,
+            "cannot create the directories for 'file/sub/new.txt'",
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("file")).unwrap(),
+            "x"
+        );
     }
 
     #[tokio::test]
@@ -643,7 +740,12 @@ mod tests {
         let locked = dir.path().join("locked");
         std::fs::create_dir(&locked).unwrap();
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": "locked/f", "content": "x"})).await;
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": "locked/f", "content": "x"}),
+        )
+        .await;
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert_error(&result, "cannot write 'locked/f': Permission denied");
     }
@@ -655,9 +757,24 @@ mod tests {
         symlink(outside.path(), dir.path().join("out-dir")).unwrap();
         // A dangling link: writing through it would create the target.
         symlink(outside.path().join("created"), dir.path().join("dangling")).unwrap();
-        let abs = outside.path().join("abs.txt").to_string_lossy().into_owned();
-        for path in ["../escaped.txt", abs.as_str(), "out-dir/new.txt", "dangling", "a/../../x"] {
-            let result = run(&dir, WRITE_FILE, serde_json::json!({"path": path, "content": "x"})).await;
+        let abs = outside
+            .path()
+            .join("abs.txt")
+            .to_string_lossy()
+            .into_owned();
+        for path in [
+            "../escaped.txt",
+            abs.as_str(),
+            "out-dir/new.txt",
+            "dangling",
+            "a/../../x",
+        ] {
+            let result = run(
+                &dir,
+                WRITE_FILE,
+                serde_json::json!({"path": path, "content": "x"}),
+            )
+            .await;
             assert_eq!(result.content, outside_message(path));
             assert!(result.is_error);
         }
@@ -669,9 +786,17 @@ mod tests {
     async fn writes_with_an_absolute_path_inside() {
         let dir = TempDir::new().unwrap();
         let abs = dir.path().join("abs.txt").to_string_lossy().into_owned();
-        let result = run(&dir, WRITE_FILE, serde_json::json!({"path": abs, "content": "ok"})).await;
+        let result = run(
+            &dir,
+            WRITE_FILE,
+            serde_json::json!({"path": abs, "content": "ok"}),
+        )
+        .await;
         assert_eq!(result.content, format!("wrote 2 bytes to {abs}"));
-        assert_eq!(std::fs::read_to_string(dir.path().join("abs.txt")).unwrap(), "ok");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("abs.txt")).unwrap(),
+            "ok"
+        );
     }
 
     // --- list_files ---
@@ -712,9 +837,19 @@ mod tests {
     async fn lists_a_subdirectory_relative_to_the_workspace() {
         let dir = TempDir::new().unwrap();
         tree(&dir);
-        let result = run(&dir, LIST_FILES, serde_json::json!({"path": "src", "recursive": false})).await;
+        let result = run(
+            &dir,
+            LIST_FILES,
+            serde_json::json!({"path": "src", "recursive": false}),
+        )
+        .await;
         assert_eq!(result.content, "src/bin/\nsrc/lib.rs");
-        let result = run(&dir, LIST_FILES, serde_json::json!({"path": "src/bin", "recursive": true})).await;
+        let result = run(
+            &dir,
+            LIST_FILES,
+            serde_json::json!({"path": "src/bin", "recursive": true}),
+        )
+        .await;
         assert_eq!(result.content, "src/bin/main.rs");
     }
 
@@ -754,7 +889,11 @@ mod tests {
         let result = run(&dir, LIST_FILES, serde_json::json!({})).await;
         assert!(!result.is_error);
         assert!(result.content.len() <= OUTPUT_CAP_BYTES);
-        assert!(result.content.starts_with("file-number-00000\nfile-number-00001\n"));
+        assert!(
+            result
+                .content
+                .starts_with("file-number-00000\nfile-number-00001\n")
+        );
         assert!(result.content.contains("bytes cut from the middle of"));
         assert!(result.content.ends_with(&format!(
             "file-number-{:05}\n[listing stopped after {MAX_LIST_ENTRIES} entries; list subdirectories one \
@@ -776,7 +915,13 @@ mod tests {
         let result = run(&dir, LIST_FILES, serde_json::json!({"recursive": true})).await;
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(!result.is_error);
-        assert!(result.content.starts_with("locked/\n[cannot read 'locked/': "), "{}", result.content);
+        assert!(
+            result
+                .content
+                .starts_with("locked/\n[cannot read 'locked/': "),
+            "{}",
+            result.content
+        );
     }
 
     #[tokio::test]

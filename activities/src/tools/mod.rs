@@ -49,8 +49,9 @@ pub enum ToolError {
     /// The call was cancelled through [`ToolContext::cancel`]; everything it started was stopped.
     #[error("the tool call was cancelled")]
     Cancelled,
-    /// An I/O failure of the machinery itself (the workspace, spawning `sh`, ...).
-    #[error("{context}")]
+    /// An I/O failure of the machinery itself (the workspace, spawning `sh`, ...). The message
+    /// includes the underlying error, as callers often keep only the message.
+    #[error("{context}: {source}")]
     Io {
         /// What was being done, e.g. "cannot create the workspace directory '/w'".
         context: String,
@@ -242,8 +243,16 @@ mod tests {
             .unwrap();
         assert!(result.is_error);
         assert_eq!(result.name, "rm_rf");
-        assert!(result.content.contains("unknown tool 'rm_rf'"), "{}", result.content);
-        assert!(result.content.contains("shell, read_file, write_file, list_files"));
+        assert!(
+            result.content.contains("unknown tool 'rm_rf'"),
+            "{}",
+            result.content
+        );
+        assert!(
+            result
+                .content
+                .contains("shell, read_file, write_file, list_files")
+        );
     }
 
     #[tokio::test]
@@ -254,7 +263,9 @@ mod tests {
         let result = execute(&context(&dir), &bad).await.unwrap();
         assert!(result.is_error);
         assert!(
-            result.content.starts_with("invalid arguments for tool 'read_file'"),
+            result
+                .content
+                .starts_with("invalid arguments for tool 'read_file'"),
             "{}",
             result.content
         );
@@ -268,7 +279,11 @@ mod tests {
             .await
             .unwrap();
         assert!(result.is_error);
-        assert!(result.content.contains("missing field `command`"), "{}", result.content);
+        assert!(
+            result.content.contains("missing field `command`"),
+            "{}",
+            result.content
+        );
     }
 
     #[tokio::test]
@@ -276,12 +291,19 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let result = execute(
             &context(&dir),
-            &call(WRITE_FILE, serde_json::json!({"path": "a", "content": "", "mode": 7})),
+            &call(
+                WRITE_FILE,
+                serde_json::json!({"path": "a", "content": "", "mode": 7}),
+            ),
         )
         .await
         .unwrap();
         assert!(result.is_error);
-        assert!(result.content.contains("unknown field `mode`"), "{}", result.content);
+        assert!(
+            result.content.contains("unknown field `mode`"),
+            "{}",
+            result.content
+        );
     }
 
     #[tokio::test]
@@ -294,7 +316,11 @@ mod tests {
         .await
         .unwrap();
         assert!(result.is_error);
-        assert!(result.content.contains("invalid type"), "{}", result.content);
+        assert!(
+            result.content.contains("invalid type"),
+            "{}",
+            result.content
+        );
     }
 
     #[tokio::test]
@@ -330,7 +356,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, ToolError::Io { .. }), "{err:?}");
-        assert!(err.to_string().starts_with("cannot create the workspace directory"));
+        assert!(
+            err.to_string()
+                .starts_with("cannot create the workspace directory")
+        );
     }
 
     #[tokio::test]
@@ -340,7 +369,10 @@ mod tests {
         ctx.cancel.cancel();
         let err = execute(
             &ctx,
-            &call(WRITE_FILE, serde_json::json!({"path": "a.txt", "content": "x"})),
+            &call(
+                WRITE_FILE,
+                serde_json::json!({"path": "a.txt", "content": "x"}),
+            ),
         )
         .await
         .unwrap_err();

@@ -59,7 +59,9 @@ mod tests {
 
     #[test]
     fn long_text_keeps_head_and_tail_with_a_note() {
-        let text: String = (0..40_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let text: String = (0..40_000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let out = cap(&text, 1000);
         assert!(out.len() <= 1000, "{}", out.len());
         let note_start = out.find("\n[... ").unwrap();
@@ -74,7 +76,12 @@ mod tests {
             format!("\n[... {cut} bytes cut from the middle of 40000 ...]\n")
         );
         // About 2/3 head, 1/3 tail.
-        assert!(head.len() > tail.len() * 3 / 2, "{} vs {}", head.len(), tail.len());
+        assert!(
+            head.len() > tail.len() * 3 / 2,
+            "{} vs {}",
+            head.len(),
+            tail.len()
+        );
         assert!(tail.len() > 250, "{}", tail.len());
     }
 

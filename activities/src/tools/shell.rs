@@ -74,7 +74,15 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     command
         .arg("-c")
         .arg(&args.command)
-        .current_dir(&ctx.workspace)
+        .current_dir(&ctx.workspace);
+    for (name, _) in std::env::vars_os() {
+        if let Some(name) = name.to_str()
+            && is_secret_env(name)
+        {
+            command.env_remove(name);
+        }
+    }
+    command
         .envs(ctx.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -103,8 +111,14 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     let stderr = Arc::new(Mutex::new(Capture::default()));
     let readers = Readers(
         [
-            child.stdout.take().map(|pipe| spawn_reader(pipe, Arc::clone(&stdout))),
-            child.stderr.take().map(|pipe| spawn_reader(pipe, Arc::clone(&stderr))),
+            child
+                .stdout
+                .take()
+                .map(|pipe| spawn_reader(pipe, Arc::clone(&stdout))),
+            child
+                .stderr
+                .take()
+                .map(|pipe| spawn_reader(pipe, Arc::clone(&stderr))),
         ]
         .into_iter()
         .flatten()
@@ -143,7 +157,11 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
 
     let complete = tokio::select! {
         biased;
-        () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        () = ctx.cancel.cancelled() => {
+            // The group was killed and `sh` reaped already.
+            group.disarm();
+            return Err(ToolError::Cancelled);
+        }
         complete = readers.finish(DRAIN_GRACE) => complete,
     };
     group.disarm();
@@ -187,7 +205,8 @@ fn describe(status: ExitStatus) -> String {
 fn render(status_line: &str, stdout: &Capture, stderr: &Capture) -> String {
     const STDOUT: &str = "\n--- stdout ---\n";
     const STDERR: &str = "\n--- stderr ---\n";
-    let available = OUTPUT_CAP_BYTES.saturating_sub(status_line.len() + STDOUT.len() + STDERR.len());
+    let available =
+        OUTPUT_CAP_BYTES.saturating_sub(status_line.len() + STDOUT.len() + STDERR.len());
     let (out_len, err_len) = (stdout.total, stderr.total);
     let (out_budget, err_budget) = if out_len + err_len <= available {
         (available - err_len, available - out_len)
@@ -366,6 +385,15 @@ impl Capture {
     }
 }
 
+/// Whether a worker environment variable must not reach model-chosen commands: provider keys,
+/// Temporal credentials, worker settings, and anything that looks like a secret.
+pub fn is_secret_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    const PREFIXES: [&str; 6] = ["OPENAI_", "ANTHROPIC_", "TEMPORAL_", "BATON_", "AWS_", "AZURE_"];
+    const PARTS: [&str; 6] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
+    PREFIXES.iter().any(|p| upper.starts_with(p)) || PARTS.iter().any(|p| upper.contains(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,7 +422,10 @@ mod tests {
             return found;
         };
         for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok())
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
             else {
                 continue;
             };
@@ -407,7 +438,10 @@ mod tests {
             }
             let zombie = std::fs::read_to_string(entry.path().join("stat"))
                 .ok()
-                .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+                .and_then(|stat| {
+                    stat.rsplit_once(')')
+                        .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+                })
                 .unwrap_or(true);
             if !zombie {
                 found.push(pid);
@@ -449,7 +483,10 @@ mod tests {
     async fn reports_exit_code_stdout_and_stderr() {
         let dir = TempDir::new().unwrap();
         let result = sh(&context(&dir), "echo out; echo err >&2").await;
-        assert_eq!(result.content, "exit code: 0\n--- stdout ---\nout\n--- stderr ---\nerr");
+        assert_eq!(
+            result.content,
+            "exit code: 0\n--- stdout ---\nout\n--- stderr ---\nerr"
+        );
         assert!(!result.is_error);
     }
 
@@ -458,8 +495,14 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let ctx = context(&dir);
         assert_eq!(sh(&ctx, "true").await.content, "exit code: 0");
-        assert_eq!(sh(&ctx, "echo only-err >&2").await.content, "exit code: 0\n--- stderr ---\nonly-err");
-        assert_eq!(sh(&ctx, "printf 'a\\nb'").await.content, "exit code: 0\n--- stdout ---\na\nb");
+        assert_eq!(
+            sh(&ctx, "echo only-err >&2").await.content,
+            "exit code: 0\n--- stderr ---\nonly-err"
+        );
+        assert_eq!(
+            sh(&ctx, "printf 'a\\nb'").await.content,
+            "exit code: 0\n--- stdout ---\na\nb"
+        );
     }
 
     #[tokio::test]
@@ -502,7 +545,20 @@ mod tests {
             ("BATON_OTHER".into(), "2".into()),
         ];
         let result = sh(&ctx, "printf '%s|%s|' \"$BATON_TEST_VAR\" \"$BATON_OTHER\"; test -n \"$PATH\" && echo path-set").await;
-        assert_eq!(result.content, "exit code: 0\n--- stdout ---\nhello world|2|path-set");
+        assert_eq!(
+            result.content,
+            "exit code: 0\n--- stdout ---\nhello world|2|path-set"
+        );
+    }
+
+    #[test]
+    fn secrets_are_recognised() {
+        for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TEMPORAL_API_KEY", "GITHUB_TOKEN", "db_password", "BATON_CONFIG", "AWS_ACCESS_KEY_ID"] {
+            assert!(is_secret_env(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "LANG", "CARGO_HOME", "TERM"] {
+            assert!(!is_secret_env(name), "{name}");
+        }
     }
 
     #[tokio::test]
@@ -528,20 +584,34 @@ mod tests {
         assert!(result.content.contains("the command is empty"));
         let result = execute(
             &ctx,
-            &call(SHELL, serde_json::json!({"command": "true", "timeout_seconds": 0})),
+            &call(
+                SHELL,
+                serde_json::json!({"command": "true", "timeout_seconds": 0}),
+            ),
         )
         .await
         .unwrap();
         assert!(result.is_error);
-        assert!(result.content.contains("timeout_seconds must be at least 1"));
+        assert!(
+            result
+                .content
+                .contains("timeout_seconds must be at least 1")
+        );
         let result = execute(
             &ctx,
-            &call(SHELL, serde_json::json!({"command": "true", "timeout_seconds": -1})),
+            &call(
+                SHELL,
+                serde_json::json!({"command": "true", "timeout_seconds": -1}),
+            ),
         )
         .await
         .unwrap();
         assert!(result.is_error);
-        assert!(result.content.starts_with("invalid arguments for tool 'shell'"));
+        assert!(
+            result
+                .content
+                .starts_with("invalid arguments for tool 'shell'")
+        );
     }
 
     #[tokio::test]
@@ -562,15 +632,23 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(result.is_error);
         assert!(
-            result.content.starts_with("command timed out after 1 s and was stopped"),
+            result
+                .content
+                .starts_with("command timed out after 1 s and was stopped"),
             "{}",
             result.content
         );
         assert!(
-            result.content.ends_with("Output so far:\n--- stdout ---\nstarted\n--- stderr ---\nwarn"),
+            result
+                .content
+                .ends_with("Output so far:\n--- stdout ---\nstarted\n--- stderr ---\nwarn"),
             "{}",
             result.content
         );
@@ -611,7 +689,10 @@ mod tests {
         let started = Instant::now();
         let err = execute(
             &ctx,
-            &call(SHELL, serde_json::json!({ "command": format!("{marker} & {marker}") })),
+            &call(
+                SHELL,
+                serde_json::json!({ "command": format!("{marker} & {marker}") }),
+            ),
         )
         .await
         .unwrap_err();
@@ -627,7 +708,10 @@ mod tests {
         let marker = marker(4);
         let _cleanup = Cleanup(marker.clone());
         let ctx = context(&dir);
-        let command = call(SHELL, serde_json::json!({ "command": format!("{marker} & {marker}") }));
+        let command = call(
+            SHELL,
+            serde_json::json!({ "command": format!("{marker} & {marker}") }),
+        );
         tokio::select! {
             result = execute(&ctx, &command) => panic!("the command ended: {result:?}"),
             present = wait_for(&marker, true) => assert!(present),
@@ -643,7 +727,11 @@ mod tests {
         let _cleanup = Cleanup(marker.clone());
         let started = Instant::now();
         let result = sh(&context(&dir), &format!("echo hi; {marker} &")).await;
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(result.content, "exit code: 0\n--- stdout ---\nhi");
         assert!(!result.is_error);
         assert_no_process_left(&marker).await;
@@ -665,16 +753,33 @@ mod tests {
         )
         .await;
         assert!(!result.is_error);
-        assert!(result.content.len() <= OUTPUT_CAP_BYTES, "{}", result.content.len());
-        assert!(result.content.starts_with("exit code: 0\n--- stdout ---\nFIRST\naaaa"));
-        assert!(result.content.ends_with("aaaa\nLAST"), "{}", &result.content[result.content.len() - 50..]);
+        assert!(
+            result.content.len() <= OUTPUT_CAP_BYTES,
+            "{}",
+            result.content.len()
+        );
+        assert!(
+            result
+                .content
+                .starts_with("exit code: 0\n--- stdout ---\nFIRST\naaaa")
+        );
+        assert!(
+            result.content.ends_with("aaaa\nLAST"),
+            "{}",
+            &result.content[result.content.len() - 50..]
+        );
         // The note gives the true size of the stream and of the cut: FIRST\n, the a's, \n, LAST\n.
         let total = 6 + 1_000_000 + 1 + 5;
         let prefix = "exit code: 0\n--- stdout ---\n";
         let note_start = result.content.find("\n[... ").unwrap();
         let note_end = result.content.find(" ...]\n").unwrap() + " ...]\n".len();
         let note = &result.content[note_start..note_end];
-        let cut: usize = note["\n[... ".len()..].split(' ').next().unwrap().parse().unwrap();
+        let cut: usize = note["\n[... ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(note, output::cut_note(cut, total));
         let kept = result.content.len() - prefix.len() - note.len();
         // + 1: the stream's final newline is not shown.
@@ -691,9 +796,21 @@ mod tests {
         .await;
         assert!(!result.is_error);
         assert!(result.content.len() <= OUTPUT_CAP_BYTES);
-        assert!(result.content.contains("bytes cut from the middle of 20000000 ...]"));
-        assert!(result.content.contains("bytes cut from the middle of 3000005 ...]"));
-        assert!(result.content.ends_with("eeedone"), "{}", &result.content[result.content.len() - 100..]);
+        assert!(
+            result
+                .content
+                .contains("bytes cut from the middle of 20000000 ...]")
+        );
+        assert!(
+            result
+                .content
+                .contains("bytes cut from the middle of 3000005 ...]")
+        );
+        assert!(
+            result.content.ends_with("eeedone"),
+            "{}",
+            &result.content[result.content.len() - 100..]
+        );
         // Both streams get a fair share of the cap.
         let stderr_at = result.content.find("\n--- stderr ---\n").unwrap();
         assert!(stderr_at > OUTPUT_CAP_BYTES / 3, "{stderr_at}");
@@ -710,8 +827,16 @@ mod tests {
         .await;
         assert!(result.is_error);
         assert!(result.content.len() <= OUTPUT_CAP_BYTES);
-        assert!(result.content.contains("bytes cut from the middle of 100000 ...]"));
-        assert!(result.content.ends_with("ooo\n--- stderr ---\nerror: the one line that matters"));
+        assert!(
+            result
+                .content
+                .contains("bytes cut from the middle of 100000 ...]")
+        );
+        assert!(
+            result
+                .content
+                .ends_with("ooo\n--- stderr ---\nerror: the one line that matters")
+        );
     }
 
     #[tokio::test]
@@ -719,11 +844,17 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let mut ctx = context(&dir);
         ctx.workspace = dir.path().join("missing"); // `run` does not create it, `execute` does
-        let err = run(&ctx, ShellArgs { command: "true".into(), timeout_seconds: None })
-            .await
-            .unwrap_err();
+        let err = run(
+            &ctx,
+            ShellArgs {
+                command: "true".into(),
+                timeout_seconds: None,
+            },
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, ToolError::Io { .. }), "{err:?}");
-        assert_eq!(err.to_string(), "cannot start `sh`");
+        assert!(err.to_string().starts_with("cannot start `sh`: "), "{err}");
     }
 
     #[test]

@@ -142,9 +142,18 @@ mod tests {
     #[test]
     fn relative_path_is_resolved_in_the_workspace() {
         let (dir, root) = setup();
-        assert_eq!(resolve(dir.path(), "src/main.rs"), Ok(root.join("src/main.rs")));
-        assert_eq!(resolve(dir.path(), "./src/./main.rs"), Ok(root.join("src/main.rs")));
-        assert_eq!(resolve(dir.path(), "src/../src/main.rs"), Ok(root.join("src/main.rs")));
+        assert_eq!(
+            resolve(dir.path(), "src/main.rs"),
+            Ok(root.join("src/main.rs"))
+        );
+        assert_eq!(
+            resolve(dir.path(), "./src/./main.rs"),
+            Ok(root.join("src/main.rs"))
+        );
+        assert_eq!(
+            resolve(dir.path(), "src/../src/main.rs"),
+            Ok(root.join("src/main.rs"))
+        );
         // `PathBuf` equality ignores a trailing `/`, which would make the file a directory.
         let resolved = resolve(dir.path(), "src/main.rs").unwrap();
         assert_eq!(resolved.to_str(), root.join("src/main.rs").to_str());
@@ -166,7 +175,10 @@ mod tests {
         assert_outside(resolve(dir.path(), "../x"), "../x");
         assert_outside(resolve(dir.path(), ".."), "..");
         assert_outside(resolve(dir.path(), "src/../../x"), "src/../../x");
-        assert_outside(resolve(dir.path(), "../../../../../../etc/passwd"), "../../../../../../etc/passwd");
+        assert_outside(
+            resolve(dir.path(), "../../../../../../etc/passwd"),
+            "../../../../../../etc/passwd",
+        );
     }
 
     #[test]
@@ -180,7 +192,10 @@ mod tests {
     fn parent_dir_after_a_missing_directory_is_rejected() {
         let (dir, _) = setup();
         let err = resolve(dir.path(), "new/../x").unwrap_err();
-        assert!(err.contains("uses '..' after a directory that does not exist"), "{err}");
+        assert!(
+            err.contains("uses '..' after a directory that does not exist"),
+            "{err}"
+        );
         assert_outside(resolve(dir.path(), "new/../../x"), "new/../../x");
     }
 
@@ -189,7 +204,10 @@ mod tests {
         let (dir, _) = setup();
         assert_outside(resolve(dir.path(), "/etc/passwd"), "/etc/passwd");
         assert_outside(resolve(dir.path(), "/"), "/");
-        assert_outside(resolve(dir.path(), "/nonexistent/dir/f"), "/nonexistent/dir/f");
+        assert_outside(
+            resolve(dir.path(), "/nonexistent/dir/f"),
+            "/nonexistent/dir/f",
+        );
     }
 
     #[test]
@@ -228,7 +246,11 @@ mod tests {
         symlink(&target, root.join("dangling")).unwrap();
         assert_outside(resolve(dir.path(), "dangling"), "dangling");
         assert_outside(resolve(dir.path(), "dangling/x"), "dangling/x");
-        symlink("../../../../../../../../tmp/nope", root.join("rel-dangling")).unwrap();
+        symlink(
+            "../../../../../../../../tmp/nope",
+            root.join("rel-dangling"),
+        )
+        .unwrap();
         assert_outside(resolve(dir.path(), "rel-dangling"), "rel-dangling");
     }
 
@@ -237,8 +259,14 @@ mod tests {
         let (dir, root) = setup();
         symlink("src", root.join("code")).unwrap();
         symlink("src/new.rs", root.join("dangling-inside")).unwrap();
-        assert_eq!(resolve(dir.path(), "code/main.rs"), Ok(root.join("src/main.rs")));
-        assert_eq!(resolve(dir.path(), "dangling-inside"), Ok(root.join("src/new.rs")));
+        assert_eq!(
+            resolve(dir.path(), "code/main.rs"),
+            Ok(root.join("src/main.rs"))
+        );
+        assert_eq!(
+            resolve(dir.path(), "dangling-inside"),
+            Ok(root.join("src/new.rs"))
+        );
     }
 
     #[test]
@@ -257,7 +285,10 @@ mod tests {
             resolve(dir.path(), "a/b/c/new.txt"),
             Ok(root.join("a/b/c/new.txt"))
         );
-        assert_eq!(resolve(dir.path(), "src/sub/x.rs"), Ok(root.join("src/sub/x.rs")));
+        assert_eq!(
+            resolve(dir.path(), "src/sub/x.rs"),
+            Ok(root.join("src/sub/x.rs"))
+        );
     }
 
     #[test]

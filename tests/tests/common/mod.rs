@@ -1,0 +1,66 @@
+//! Helpers shared by the end-to-end test files.
+
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use baton_tests::*;
+use serde_json::{Value, json};
+
+/// Writes a scripted-provider script into `dir` and returns its path.
+pub fn script(dir: &Path, name: &str, turns: Value) -> PathBuf {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&json!({ "turns": turns })).unwrap()).unwrap();
+    path
+}
+
+/// Submits a run (no wait) and returns its id.
+pub fn submit(server: &DevServer, queue: &str, id: &str, extra: &[&str], prompt: &str) -> String {
+    let mut args = vec!["submit", "--task-queue", queue, "--id", id];
+    args.extend_from_slice(extra);
+    args.push(prompt);
+    let out = baton(server, &args).unwrap();
+    assert_eq!(out.code, 0, "submit failed: {out}");
+    assert_eq!(out.stdout.trim(), id, "{out}");
+    id.to_owned()
+}
+
+/// Polls `baton status RUN --json` until the run is in `state`; returns that status.
+pub fn wait_state(server: &DevServer, run: &str, state: &str, timeout: Duration) -> Value {
+    wait_until_blocking(timeout, &format!("run {run} in state {state}"), || {
+        let out = baton(server, &["status", run, "--json"])?;
+        let v = out.json()?;
+        Ok((v["state"] == state).then_some(v))
+    })
+    .unwrap()
+}
+
+/// `baton result RUN --wait --json`, asserting the exit code.
+pub fn result(server: &DevServer, run: &str, expect_code: i32) -> Value {
+    let out = baton_with_timeout(
+        server,
+        &["result", run, "--wait", "--json"],
+        &[],
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(out.code, expect_code, "unexpected exit code: {out}");
+    out.json().unwrap()
+}
+
+/// A started worker on `queue`, ready to poll.
+pub fn worker(server: &DevServer, queue: &str, env: &[(&str, &str)]) -> Worker {
+    let mut w = Worker::spawn(server, queue, env).unwrap();
+    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    w
+}
+
+/// Every text in the run's history, payloads decoded.
+pub fn history_text(server: &DevServer, run: &str) -> String {
+    let history = server.workflow_history_json(run, None).unwrap();
+    decode_history_payloads(&history)
+}

@@ -1,0 +1,374 @@
+//! End-to-end: real dev server, real `baton-worker` processes, real `baton` CLI.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The script of the approval tests: list files, then a shell batch that needs approval, then
+/// the answer.
+fn approval_script(dir: &std::path::Path, name: &str, shell_calls: &[&str]) -> String {
+    let calls: Vec<Value> = shell_calls
+        .iter()
+        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
+        .collect();
+    script(
+        dir,
+        name,
+        json!([
+            {"text": "Looking around.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Now the shell.", "tool_calls": calls},
+            {"text": "All done."}
+        ]),
+    )
+    .display()
+    .to_string()
+}
+
+#[test]
+fn approvals_via_baton_cli_temporal_signal_and_denial() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("approvals");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    // 1. Approved with `baton approve`, one call at a time, through the validated update.
+    let s1 = approval_script(
+        dir.path(),
+        "a",
+        &["echo first-ok > first.txt", "echo second-ok"],
+    );
+    let a = submit(&server, &queue, &unique("run-a"), &["--script", &s1, "--require-approval", "shell"], "task a");
+    let status = wait_state(&server, &a, "AWAITING_APPROVAL", T);
+    let pending = status["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 2, "{status}");
+    assert_eq!(pending[0]["call_id"], "call_2_1");
+    assert_eq!(pending[0]["tool"], "shell");
+    assert_eq!(
+        pending[0]["arguments"],
+        r#"{"command":"echo first-ok > first.txt"}"#
+    );
+    assert_eq!(status["turn"], 2);
+    // Nothing of the batch ran while it waits.
+    assert!(!w.workspace_root().join(&a).join("first.txt").exists());
+
+    let unknown = baton(&server, &["approve", &a, "call_9_9"]).unwrap();
+    assert_eq!(unknown.code, 2, "{unknown}");
+    assert!(unknown.stderr.contains("unknown call id 'call_9_9'"), "{unknown}");
+    assert!(unknown.stderr.contains("call_2_1"), "lists the pending ids: {unknown}");
+
+    let first = baton(&server, &["approve", &a, "call_2_1", "--approver", "alice"]).unwrap();
+    assert_eq!(first.code, 0, "{first}");
+    assert!(first.stdout.contains("1 call(s) still awaiting"), "{first}");
+    let dup = baton(&server, &["approve", &a, "call_2_1"]).unwrap();
+    assert_eq!(dup.code, 2, "a duplicate approval is refused: {dup}");
+    assert!(dup.stderr.contains("already been decided"), "{dup}");
+    // Still waiting for the second call.
+    let status = wait_state(&server, &a, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"].as_array().unwrap().len(), 1);
+    let second = baton(&server, &["approve", &a, "call_2_2", "--approver", "alice"]).unwrap();
+    assert_eq!(second.code, 0, "{second}");
+    let r = result(&server, &a, 0);
+    assert_eq!(r["status"], "COMPLETED");
+    assert_eq!(r["reason"], "completed");
+    assert_eq!(r["answer"], "All done.");
+    assert_eq!(r["turns"], 3);
+    assert_eq!(
+        std::fs::read_to_string(w.workspace_root().join(&a).join("first.txt")).unwrap(),
+        "first-ok\n"
+    );
+    let text = history_text(&server, &a);
+    assert!(text.contains("second-ok"), "the model saw the shell output");
+
+    // 2. Approved with the plain temporal CLI (signal, documented JSON).
+    let s2 = approval_script(dir.path(), "b", &["echo via-signal"]);
+    let b = submit(&server, &queue, &unique("run-b"), &["--script", &s2], "task b");
+    wait_state(&server, &b, "AWAITING_APPROVAL", T);
+    let sig = server
+        .temporal(&[
+            "workflow",
+            "signal",
+            "--workflow-id",
+            &b,
+            "--name",
+            "approval",
+            "--input",
+            r#"{"call_id": "call_2_1", "approved": true, "approver": "ci-bot", "reason": "ok"}"#,
+        ])
+        .unwrap();
+    assert_eq!(sig.code, 0, "{sig}");
+    let r = result(&server, &b, 0);
+    assert_eq!(r["status"], "COMPLETED");
+    assert!(history_text(&server, &b).contains("via-signal"));
+
+    // 3. Denied: the call does not run and the model sees the denial.
+    let s3 = approval_script(dir.path(), "c", &["touch ran.txt"]);
+    let c = submit(&server, &queue, &unique("run-c"), &["--script", &s3], "task c");
+    wait_state(&server, &c, "AWAITING_APPROVAL", T);
+    let deny = baton(
+        &server,
+        &["deny", &c, "--all", "--reason", "not today", "--approver", "tester"],
+    )
+    .unwrap();
+    assert_eq!(deny.code, 0, "{deny}");
+    let r = result(&server, &c, 0);
+    assert_eq!(r["status"], "COMPLETED");
+    assert!(!w.workspace_root().join(&c).join("ran.txt").exists(), "denied call ran");
+    let text = history_text(&server, &c);
+    assert!(
+        text.contains("The call was denied by tester: not today"),
+        "the third LLM call carries the denial as an error observation"
+    );
+    // After the end, a decision is refused with a clear message.
+    let late = baton(&server, &["approve", &c, "--all"]).unwrap();
+    assert_eq!(late.code, 2, "{late}");
+    assert!(late.stderr.contains("already ended"), "{late}");
+}
+
+#[test]
+fn openai_provider_round_trip_and_no_key_in_history() {
+    const KEY: &str = "sk-test-8f3a2c9d1e-never-in-history";
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.push_tool_calls(&[
+        ("call_a", "list_files", "{}"),
+        ("call_b", "shell", r#"{"command":"echo hello-from-shell key=[$OPENAI_API_KEY]"}"#),
+    ]);
+    llm.push_text("The workspace is empty and the shell said hello.");
+    let queue = unique("openai");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", KEY)],
+    );
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-openai"),
+        &["--provider", "openai", "--model", "gpt-test", "--require-approval", "shell"],
+        "Say hello from the shell.",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"][0]["call_id"], "call_b");
+    assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "The workspace is empty and the shell said hello.");
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    for req in &reqs {
+        assert_eq!(req.path, "/v1/chat/completions");
+        assert_eq!(req.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+        assert_eq!(req.body["model"], "gpt-test");
+        let tools: Vec<&str> = req.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools, vec!["shell", "read_file", "write_file", "list_files"]);
+        let shell = &req.body["tools"][0]["function"];
+        assert_eq!(shell["parameters"]["type"], "object");
+        assert_eq!(shell["parameters"]["required"], json!(["command"]));
+    }
+    let first = reqs[0].messages();
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["role"], "system");
+    assert_eq!(first[1], json!({"role": "user", "content": "Say hello from the shell."}));
+    let second = reqs[1].messages();
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, vec!["system", "user", "assistant", "tool", "tool"]);
+    assert_eq!(second[2]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "shell");
+    assert_eq!(second[3]["tool_call_id"], "call_a");
+    assert_eq!(second[4]["tool_call_id"], "call_b");
+    let out = second[4]["content"].as_str().unwrap();
+    assert!(out.contains("exit code: 0") && out.contains("hello-from-shell"), "{out}");
+    assert!(out.contains("key=[]"), "the worker's API key leaked into a tool's environment: {out}");
+
+    // The key reached the provider but never the history (payloads decoded before the grep).
+    let text = history_text(&server, &run);
+    assert!(text.contains("hello-from-shell"), "decoding works");
+    assert!(!text.contains(KEY), "the API key is in the workflow history");
+    let raw = serde_json::to_string(&server.workflow_history_json(&run, None).unwrap()).unwrap();
+    assert!(!raw.contains(KEY));
+}
+
+#[test]
+fn malformed_arguments_and_unknown_tools_are_observations() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.push_tool_calls(&[
+        ("c1", "shell", r#"{"command": "ls"#),
+        ("c2", "teleport", "{}"),
+        ("c3", "read_file", r#"{"path": "../../etc/passwd"}"#),
+    ]);
+    llm.push_text("I could not do it.");
+    let queue = unique("malformed");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let run = submit(&server, &queue, &unique("run-bad-args"), &["--provider", "openai"], "go");
+    // The malformed shell call never waits for approval: it cannot run.
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "I could not do it.");
+    let msgs = llm.requests()[1].messages();
+    let tool_msgs: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(tool_msgs.len(), 3);
+    assert!(tool_msgs[0].starts_with("ERROR:") && tool_msgs[0].contains("not valid JSON"), "{}", tool_msgs[0]);
+    assert!(tool_msgs[1].contains("Unknown tool 'teleport'"), "{}", tool_msgs[1]);
+    assert!(tool_msgs[2].starts_with("ERROR:") && tool_msgs[2].contains("outside the workspace"), "{}", tool_msgs[2]);
+}
+
+#[test]
+fn provider_errors_end_the_run_with_the_provider_message() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.push_error(
+        401,
+        json!({"error": {"message": "Incorrect API key provided: sk-bad", "type": "invalid_request_error"}}),
+    );
+    let queue = unique("autherr");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let run = submit(&server, &queue, &unique("run-401"), &["--provider", "openai"], "go");
+    let r = result(&server, &run, 1);
+    assert_eq!(r["status"], "FAILED");
+    assert_eq!(r["reason"], "provider_error");
+    assert!(r["detail"].as_str().unwrap().contains("Incorrect API key provided"), "{r}");
+    assert_eq!(llm.request_count(), 1, "a 401 is not retried");
+}
+
+#[test]
+fn signal_without_worker_is_applied_later_and_status_answers_fast() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("noworker");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let s = approval_script(dir.path(), "s", &["echo after-restart"]);
+    let mut w = Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
+    w.wait_ready_blocking(T).unwrap();
+    let run = submit(&server, &queue, &unique("run-nw"), &["--script", &s], "task");
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    w.kill9();
+
+    // No worker: status answers promptly from what the run recorded.
+    let started = Instant::now();
+    let out = baton(&server, &["status", &run, "--json"]).unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{out}");
+    assert!(took < Duration::from_secs(2), "status took {took:?} with no worker");
+    let v = out.json().unwrap();
+    assert_eq!(v["state"], "AWAITING_APPROVAL");
+    assert_eq!(v["pending"][0]["call_id"], "call_2_1");
+    let human = baton(&server, &["status", &run]).unwrap();
+    assert!(human.stdout.contains("call_2_1"), "{human}");
+
+    // A decision sent while no worker runs is kept by the server...
+    let sig = baton(&server, &["approve", &run, "call_2_1", "--signal"]).unwrap();
+    assert_eq!(sig.code, 0, "{sig}");
+    // ...and applied once a worker starts.
+    let mut w2 = Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
+    w2.wait_ready_blocking(T).unwrap();
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED");
+    assert!(history_text(&server, &run).contains("after-restart"));
+}
+
+#[test]
+fn bad_input_is_refused_with_clear_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = script(dir.path(), "ok", json!([{"text": "hi"}]));
+    let good = good.display().to_string();
+    // These fail before any connection is attempted.
+    let unreachable = "127.0.0.1:1";
+    let out = baton_at(unreachable, &["submit", "--script", &good, "--tool", "nope", "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("unknown tool(s): nope"), "{out}");
+    let out = baton_at(unreachable, &["submit", "--script", "/nonexistent/script.json", "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("cannot read script file /nonexistent/script.json"), "{out}");
+    std::fs::write(dir.path().join("broken.json"), "{not json").unwrap();
+    let broken = dir.path().join("broken.json").display().to_string();
+    let out = baton_at(unreachable, &["submit", "--script", &broken, "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("is not valid JSON"), "{out}");
+    let out = baton_at(unreachable, &["submit", "--bogus-flag", "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    // A valid submit against an unreachable server.
+    let out = baton_at(unreachable, &["submit", "--script", &good, "x"]).unwrap();
+    assert_eq!(out.code, 5, "{out}");
+    assert!(out.stderr.contains("cannot reach Temporal at"), "{out}");
+    assert!(out.stderr.contains("TEMPORAL_ADDRESS"), "{out}");
+    let out = baton_at(unreachable, &["status", "some-run"]).unwrap();
+    assert_eq!(out.code, 5, "{out}");
+}
+
+#[test]
+fn wait_json_contract_max_turns_and_unknown_run() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("contract");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let done = script(dir.path(), "done", json!([{"text": "42"}])).display().to_string();
+    let run = unique("run-json");
+    let out = baton(
+        &server,
+        &["submit", "--task-queue", &queue, "--id", &run, "--script", &done, "--wait", "--json", "q"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let v = out.json().unwrap();
+    for key in ["run_id", "status", "reason", "answer", "turns", "usage"] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["run_id"], run.as_str());
+    assert_eq!(v["status"], "COMPLETED");
+    assert_eq!(v["answer"], "42");
+
+    let looping = script(
+        dir.path(),
+        "loop",
+        json!([
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]}
+        ]),
+    )
+    .display()
+    .to_string();
+    let out = baton(
+        &server,
+        &["submit", "--task-queue", &queue, "--script", &looping, "--max-turns", "2", "--wait", "--json", "loop"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 1, "{out}");
+    let v = out.json().unwrap();
+    assert_eq!(v["status"], "FAILED");
+    assert_eq!(v["reason"], "max_turns_exceeded");
+    assert_eq!(v["turns"], 2);
+
+    // --wait-timeout while awaiting approval: exit 3, the run goes on.
+    let needs = approval_script(dir.path(), "needs", &["true"]);
+    let out = baton(
+        &server,
+        &["submit", "--task-queue", &queue, "--script", &needs, "--wait", "--wait-timeout", "3s", "--json", "w"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 3, "{out}");
+    assert_eq!(out.json().unwrap()["status"], "AWAITING_APPROVAL");
+
+    let out = baton(&server, &["status", "no-such-run"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("no run with id 'no-such-run'"), "{out}");
+}
