@@ -9,7 +9,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     let descriptors = protox::compile([proto], ["proto"])?;
     let descriptor_path = out.join("baton_descriptor.bin");
-    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&descriptors))?;
+    std::fs::write(
+        &descriptor_path,
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
 
     prost_build::Config::new()
         .file_descriptor_set_path(&descriptor_path)

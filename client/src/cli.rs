@@ -14,13 +14,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// other infrastructure error.
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about, long_about)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Start a run.
     Submit(SubmitArgs),
     /// Show a run's state, pending approvals and token use (answers even with no worker up).
@@ -40,7 +40,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum TimeoutAction {
+pub(crate) enum TimeoutAction {
     /// Deny the undecided calls; the run goes on.
     Deny,
     /// End the run as approval_timed_out.
@@ -48,141 +48,141 @@ pub enum TimeoutAction {
 }
 
 #[derive(Debug, Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// The task for the agent; `-` reads it from stdin.
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// Provider profile configured on the workers: openai or scripted (default: scripted when
     /// --script is given, else openai).
     #[arg(long)]
-    pub provider: Option<String>,
+    pub(crate) provider: Option<String>,
     /// Model name (default: the provider's default).
     #[arg(long)]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// JSON script of assistant turns for the scripted provider.
     #[arg(long, value_name = "FILE")]
-    pub script: Option<PathBuf>,
+    pub(crate) script: Option<PathBuf>,
     /// Enable this tool (repeatable; default: all built-in tools).
     #[arg(long = "tool", value_name = "NAME")]
-    pub tools: Vec<String>,
+    pub(crate) tools: Vec<String>,
     /// Calls to this tool wait for a human (repeatable; default: shell). `*` means every tool
     /// that is not read-only.
     #[arg(long = "require-approval", value_name = "TOOL")]
-    pub require_approval: Vec<String>,
+    pub(crate) require_approval: Vec<String>,
     /// No tool call waits for a human (overrides the default of --require-approval shell).
     #[arg(long, conflicts_with = "require_approval")]
-    pub no_approval: bool,
+    pub(crate) no_approval: bool,
     /// Maximum model calls (default 50).
     #[arg(long)]
-    pub max_turns: Option<u32>,
+    pub(crate) max_turns: Option<u32>,
     /// Stop after this many tokens in total.
     #[arg(long)]
-    pub max_tokens: Option<u32>,
+    pub(crate) max_tokens: Option<u32>,
     /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub approval_timeout: Option<std::time::Duration>,
+    pub(crate) approval_timeout: Option<std::time::Duration>,
     /// What happens when an approval times out.
     #[arg(long, value_enum, default_value = "deny")]
-    pub on_approval_timeout: TimeoutAction,
+    pub(crate) on_approval_timeout: TimeoutAction,
     /// Default timeout of a tool call, e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub tool_timeout: Option<std::time::Duration>,
+    pub(crate) tool_timeout: Option<std::time::Duration>,
     /// Label the run (repeatable), e.g. --label repo=acme/api.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-    pub labels: Vec<(String, String)>,
+    pub(crate) labels: Vec<(String, String)>,
     /// Run id (the workflow id); default: a new unique id.
     #[arg(long)]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Task queue the workers poll.
     #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
-    pub task_queue: String,
+    pub(crate) task_queue: String,
     /// Wait for the run to end and print its result.
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
     /// With --wait: give up waiting after this long (exit 3; the run goes on).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
-    pub wait_timeout: Option<std::time::Duration>,
+    pub(crate) wait_timeout: Option<std::time::Duration>,
     /// Print one JSON object on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// Print JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct DecideArgs {
+pub(crate) struct DecideArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// Call ids to decide (see `baton status RUN`).
     #[arg(required_unless_present = "all", conflicts_with = "all")]
-    pub call_ids: Vec<String>,
+    pub(crate) call_ids: Vec<String>,
     /// Decide every pending call.
     #[arg(long)]
-    pub all: bool,
+    pub(crate) all: bool,
     /// Why (the model sees the reason of a denial).
     #[arg(long, default_value = "")]
-    pub reason: String,
+    pub(crate) reason: String,
     /// Who decides (default: $USER).
     #[arg(long)]
-    pub approver: Option<String>,
+    pub(crate) approver: Option<String>,
     /// Send as a fire-and-forget signal instead of a validated update (works with no worker
     /// running; applied when a worker picks the run up).
     #[arg(long)]
-    pub signal: bool,
+    pub(crate) signal: bool,
     /// Print JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct ResultArgs {
+pub(crate) struct ResultArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// Wait for the run to end.
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
     /// Print JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// Start from this event sequence number.
     #[arg(long, default_value_t = 0)]
-    pub since: u32,
+    pub(crate) since: u32,
     /// Print JSON lines, one event each.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// Why.
     #[arg(long, default_value = "cancelled from baton CLI")]
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Args)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// Run id.
-    pub run: String,
+    pub(crate) run: String,
     /// The message.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// Parses `90`, `90s`, `30m`, `2h`, `1h 30m`.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     if let Ok(secs) = s.trim().parse::<u64>() {
         return Ok(std::time::Duration::from_secs(secs));
     }

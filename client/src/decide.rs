@@ -6,8 +6,8 @@ use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
 use serde_json::json;
 use temporalio_client::{
-    WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions, WorkflowSignalOptions,
-    errors::WorkflowUpdateError,
+    WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
+    WorkflowSignalOptions, errors::WorkflowUpdateError,
 };
 
 use crate::{
@@ -20,7 +20,7 @@ use crate::{
 const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 
 /// `baton approve` / `baton deny`.
-pub async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
+pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
     let approver = args.approver.clone().unwrap_or_else(|| {
@@ -44,12 +44,19 @@ pub async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
             reason: args.reason.clone(),
         };
         if args.signal {
-            h.signal(AgentRun::approval, decision, WorkflowSignalOptions::default())
-                .await
-                .map_err(|e| interaction_error(&args.run, e))?;
+            h.signal(
+                AgentRun::approval,
+                decision,
+                WorkflowSignalOptions::default(),
+            )
+            .await
+            .map_err(|e| interaction_error(&args.run, e))?;
             outcomes.push(json!({"call_id": call_id, "sent_as": "signal"}));
             if !args.json {
-                println!("{call_id}: {verb} (signal sent; applied when a worker runs {})", args.run);
+                println!(
+                    "{call_id}: {verb} (signal sent; applied when a worker runs {})",
+                    args.run
+                );
             }
             continue;
         }
@@ -102,9 +109,13 @@ pub async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
             Err(_) => {
                 // No worker answered in time: a signal is kept by the server and applied when
                 // one does; a duplicate is ignored by the workflow.
-                h.signal(AgentRun::approval, decision, WorkflowSignalOptions::default())
-                    .await
-                    .map_err(|e| interaction_error(&args.run, e))?;
+                h.signal(
+                    AgentRun::approval,
+                    decision,
+                    WorkflowSignalOptions::default(),
+                )
+                .await
+                .map_err(|e| interaction_error(&args.run, e))?;
                 if !args.json {
                     println!(
                         "{call_id}: {verb} (no worker answered within {}s; sent as a signal, applied when a worker runs {})",
@@ -126,7 +137,7 @@ pub async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
 }
 
 /// `baton cancel`.
-pub async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
+pub(crate) async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
     h.cancel(WorkflowCancelOptions::builder().reason(args.reason).build())
@@ -140,12 +151,19 @@ pub async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
 }
 
 /// `baton send`.
-pub async fn send(args: SendArgs) -> Result<i32, Exit> {
+pub(crate) async fn send(args: SendArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    h.signal(AgentRun::message, args.text, WorkflowSignalOptions::default())
-        .await
-        .map_err(|e| interaction_error(&args.run, e))?;
-    eprintln!("message sent to {}; the agent sees it before its next model call", args.run);
+    h.signal(
+        AgentRun::message,
+        args.text,
+        WorkflowSignalOptions::default(),
+    )
+    .await
+    .map_err(|e| interaction_error(&args.run, e))?;
+    eprintln!(
+        "message sent to {}; the agent sees it before its next model call",
+        args.run
+    );
     Ok(exit::COMPLETED)
 }

@@ -22,15 +22,18 @@ use crate::{
 const QUERY_BUDGET: Duration = Duration::from_millis(800);
 
 /// What is known about a run right now.
-pub struct Snapshot {
-    pub temporal_status: WorkflowExecutionStatus,
-    pub status: RunStatus,
+pub(crate) struct Snapshot {
+    pub(crate) temporal_status: WorkflowExecutionStatus,
+    pub(crate) status: RunStatus,
     /// "query" (live, from a worker) or "memo" (last recorded state).
-    pub source: &'static str,
+    pub(crate) source: &'static str,
 }
 
 /// Current status: a live query when a worker answers quickly, else the memo the workflow keeps.
-pub async fn snapshot(h: &WorkflowHandle<Client, AgentRun>, run: &str) -> Result<Snapshot, Exit> {
+pub(crate) async fn snapshot(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+) -> Result<Snapshot, Exit> {
     let desc = h
         .describe(WorkflowDescribeOptions::default())
         .await
@@ -76,7 +79,7 @@ pub async fn snapshot(h: &WorkflowHandle<Client, AgentRun>, run: &str) -> Result
 }
 
 /// `baton status RUN`.
-pub async fn status(args: RunArgs) -> Result<i32, Exit> {
+pub(crate) async fn status(args: RunArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
     let snap = snapshot(&h, &args.run).await?;
@@ -94,21 +97,31 @@ pub async fn status(args: RunArgs) -> Result<i32, Exit> {
         );
         println!("{v}");
     } else {
-        print!("{}", render::status_human(&args.run, &snap.status, snap.source));
+        print!(
+            "{}",
+            render::status_human(&args.run, &snap.status, snap.source)
+        );
     }
     Ok(exit::COMPLETED)
 }
 
 /// Waits for the run's result (history only; no worker needed once it has ended).
-pub async fn wait_result(
+pub(crate) async fn wait_result(
     h: &WorkflowHandle<Client, AgentRun>,
     run: &str,
 ) -> Result<RunResult, Exit> {
     match h.get_result(WorkflowGetResultOptions::default()).await {
         Ok(r) => Ok(r),
-        Err(WorkflowGetResultError::Cancelled { details }) => Ok(details
-            .deserialize::<RunResult>()
-            .unwrap_or_else(|_| ended(run, RunState::Cancelled, TerminationReason::Cancelled, "cancelled"))),
+        Err(WorkflowGetResultError::Cancelled { details }) => {
+            Ok(details.deserialize::<RunResult>().unwrap_or_else(|_| {
+                ended(
+                    run,
+                    RunState::Cancelled,
+                    TerminationReason::Cancelled,
+                    "cancelled",
+                )
+            }))
+        }
         Err(WorkflowGetResultError::Terminated { .. }) => Ok(ended(
             run,
             RunState::Cancelled,
@@ -146,7 +159,7 @@ fn ended(run: &str, status: RunState, reason: TerminationReason, detail: &str) -
 }
 
 /// Prints a result and returns its exit code.
-pub fn print_result(result: &RunResult, as_json: bool) -> i32 {
+pub(crate) fn print_result(result: &RunResult, as_json: bool) -> i32 {
     if as_json {
         println!("{}", render::result_json(result));
     } else {
@@ -156,7 +169,7 @@ pub fn print_result(result: &RunResult, as_json: bool) -> i32 {
 }
 
 /// `baton result RUN`.
-pub async fn result(args: ResultArgs) -> Result<i32, Exit> {
+pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
     if !args.wait {
@@ -184,14 +197,14 @@ pub async fn result(args: ResultArgs) -> Result<i32, Exit> {
 }
 
 /// `baton watch RUN`: prints events as they happen until the run ends.
-pub async fn watch(args: WatchArgs) -> Result<i32, Exit> {
+pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
     follow(&h, &args.run, args.since, args.json).await
 }
 
 /// Follows a run's events from `since`; returns the final exit code.
-pub async fn follow(
+pub(crate) async fn follow(
     h: &WorkflowHandle<Client, AgentRun>,
     run: &str,
     since: u32,
@@ -231,7 +244,10 @@ pub async fn follow(
                 if snap.temporal_status != WorkflowExecutionStatus::Running {
                     let r = wait_result(h, run).await?;
                     if as_json {
-                        println!("{}", json!({"run_id": run, "finished": render::result_json(&r)}));
+                        println!(
+                            "{}",
+                            json!({"run_id": run, "finished": render::result_json(&r)})
+                        );
                     } else {
                         print!("■ {}", render::result_human(&r));
                     }

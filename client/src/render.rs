@@ -6,7 +6,7 @@ use baton_proto::{RunEvent, RunResult, RunStatus, run_event};
 use serde_json::Value;
 
 /// JSON of a proto message with extra top-level fields.
-pub fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Value {
+pub(crate) fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Value {
     let mut v = serde_json::to_value(value).unwrap_or(Value::Null);
     if let Value::Object(map) = &mut v {
         for (k, x) in extra {
@@ -18,12 +18,12 @@ pub fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Val
 
 /// The JSON printed for a finished run: `{"run_id", "status", "reason", "answer", "turns",
 /// "usage", "detail"}`.
-pub fn result_json(result: &RunResult) -> Value {
+pub(crate) fn result_json(result: &RunResult) -> Value {
     json_with(result, &[])
 }
 
 /// One or two lines about a finished run, then the answer.
-pub fn result_human(result: &RunResult) -> String {
+pub(crate) fn result_human(result: &RunResult) -> String {
     let usage = result.usage.unwrap_or_default();
     let mut out = format!(
         "run {}: {} ({}) after {} turns, {} tokens\n",
@@ -45,7 +45,7 @@ pub fn result_human(result: &RunResult) -> String {
 }
 
 /// Multi-line status, with the commands to decide pending calls.
-pub fn status_human(run: &str, status: &RunStatus, source: &str) -> String {
+pub(crate) fn status_human(run: &str, status: &RunStatus, source: &str) -> String {
     let usage = status.usage.unwrap_or_default();
     let mut out = format!(
         "run:     {run}\nstate:   {}{}\nturn:    {}\ntokens:  {} (in {}, out {})\nlast:    {}\n",
@@ -83,7 +83,7 @@ pub fn status_human(run: &str, status: &RunStatus, source: &str) -> String {
 }
 
 /// One event for `watch`.
-pub fn event_human(run: &str, e: &RunEvent) -> String {
+pub(crate) fn event_human(run: &str, e: &RunEvent) -> String {
     match &e.kind {
         Some(run_event::Kind::Assistant(a)) => {
             let mut out = format!("── turn {} ──\n", e.turn);
@@ -130,7 +130,7 @@ pub fn event_human(run: &str, e: &RunEvent) -> String {
 }
 
 /// `text` on one line, shortened to `max` chars.
-pub fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max {
         flat

@@ -18,7 +18,7 @@ use crate::{
 /// Workflow task timeout of a run: low, so a run whose worker died moves on in seconds.
 const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn run(args: SubmitArgs) -> Result<i32, Exit> {
+pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
     let spec = build_spec(&args)?;
     let client = connect().await?;
     let run_id = args.id.clone().unwrap_or_else(new_run_id);
@@ -94,7 +94,7 @@ pub async fn run(args: SubmitArgs) -> Result<i32, Exit> {
 }
 
 /// A RunSpec from the flags, or a usage error that says what is wrong.
-pub fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
+pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
     let task = if args.prompt == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -105,7 +105,9 @@ pub fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         args.prompt.clone()
     };
     if task.trim().is_empty() {
-        return Err(Exit::usage("the prompt is empty; say what the agent should do"));
+        return Err(Exit::usage(
+            "the prompt is empty; say what the agent should do",
+        ));
     }
     if let Err(unknown) = tools::definitions(&args.tools) {
         return Err(Exit::usage(format!(
@@ -194,7 +196,7 @@ pub fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
 
 /// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may
 /// be a JSON object (it is sent to the workflow as text, as a model would write it).
-pub fn load_script(path: &Path) -> Result<Script, Exit> {
+pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Exit::usage(format!(
             "cannot read script file {}: {e}; pass an existing JSON file to --script",
@@ -202,7 +204,10 @@ pub fn load_script(path: &Path) -> Result<Script, Exit> {
         ))
     })?;
     let mut v: Value = serde_json::from_str(&text).map_err(|e| {
-        Exit::usage(format!("script file {} is not valid JSON: {e}", path.display()))
+        Exit::usage(format!(
+            "script file {} is not valid JSON: {e}",
+            path.display()
+        ))
     })?;
     if v.is_array() {
         v = json!({ "turns": v });

@@ -44,7 +44,13 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
         "a",
         &["echo first-ok > first.txt", "echo second-ok"],
     );
-    let a = submit(&server, &queue, &unique("run-a"), &["--script", &s1, "--require-approval", "shell"], "task a");
+    let a = submit(
+        &server,
+        &queue,
+        &unique("run-a"),
+        &["--script", &s1, "--require-approval", "shell"],
+        "task a",
+    );
     let status = wait_state(&server, &a, "AWAITING_APPROVAL", T);
     let pending = status["pending"].as_array().unwrap();
     assert_eq!(pending.len(), 2, "{status}");
@@ -60,8 +66,14 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
 
     let unknown = baton(&server, &["approve", &a, "call_9_9"]).unwrap();
     assert_eq!(unknown.code, 2, "{unknown}");
-    assert!(unknown.stderr.contains("unknown call id 'call_9_9'"), "{unknown}");
-    assert!(unknown.stderr.contains("call_2_1"), "lists the pending ids: {unknown}");
+    assert!(
+        unknown.stderr.contains("unknown call id 'call_9_9'"),
+        "{unknown}"
+    );
+    assert!(
+        unknown.stderr.contains("call_2_1"),
+        "lists the pending ids: {unknown}"
+    );
 
     let first = baton(&server, &["approve", &a, "call_2_1", "--approver", "alice"]).unwrap();
     assert_eq!(first.code, 0, "{first}");
@@ -88,7 +100,13 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
 
     // 2. Approved with the plain temporal CLI (signal, documented JSON).
     let s2 = approval_script(dir.path(), "b", &["echo via-signal"]);
-    let b = submit(&server, &queue, &unique("run-b"), &["--script", &s2], "task b");
+    let b = submit(
+        &server,
+        &queue,
+        &unique("run-b"),
+        &["--script", &s2],
+        "task b",
+    );
     wait_state(&server, &b, "AWAITING_APPROVAL", T);
     let sig = server
         .temporal(&[
@@ -109,17 +127,34 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
 
     // 3. Denied: the call does not run and the model sees the denial.
     let s3 = approval_script(dir.path(), "c", &["touch ran.txt"]);
-    let c = submit(&server, &queue, &unique("run-c"), &["--script", &s3], "task c");
+    let c = submit(
+        &server,
+        &queue,
+        &unique("run-c"),
+        &["--script", &s3],
+        "task c",
+    );
     wait_state(&server, &c, "AWAITING_APPROVAL", T);
     let deny = baton(
         &server,
-        &["deny", &c, "--all", "--reason", "not today", "--approver", "tester"],
+        &[
+            "deny",
+            &c,
+            "--all",
+            "--reason",
+            "not today",
+            "--approver",
+            "tester",
+        ],
     )
     .unwrap();
     assert_eq!(deny.code, 0, "{deny}");
     let r = result(&server, &c, 0);
     assert_eq!(r["status"], "COMPLETED");
-    assert!(!w.workspace_root().join(&c).join("ran.txt").exists(), "denied call ran");
+    assert!(
+        !w.workspace_root().join(&c).join("ran.txt").exists(),
+        "denied call ran"
+    );
     let text = history_text(&server, &c);
     assert!(
         text.contains("The call was denied by tester: not today"),
@@ -138,7 +173,11 @@ fn openai_provider_round_trip_and_no_key_in_history() {
     let llm = MockOpenAi::start().unwrap();
     llm.push_tool_calls(&[
         ("call_a", "list_files", "{}"),
-        ("call_b", "shell", r#"{"command":"echo hello-from-shell key=[$OPENAI_API_KEY]"}"#),
+        (
+            "call_b",
+            "shell",
+            r#"{"command":"echo hello-from-shell key=[$OPENAI_API_KEY]"}"#,
+        ),
     ]);
     llm.push_text("The workspace is empty and the shell said hello.");
     let queue = unique("openai");
@@ -152,20 +191,33 @@ fn openai_provider_round_trip_and_no_key_in_history() {
         &server,
         &queue,
         &unique("run-openai"),
-        &["--provider", "openai", "--model", "gpt-test", "--require-approval", "shell"],
+        &[
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--require-approval",
+            "shell",
+        ],
         "Say hello from the shell.",
     );
     let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
     assert_eq!(status["pending"][0]["call_id"], "call_b");
     assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
     let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "The workspace is empty and the shell said hello.");
+    assert_eq!(
+        r["answer"],
+        "The workspace is empty and the shell said hello."
+    );
 
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
     for req in &reqs {
         assert_eq!(req.path, "/v1/chat/completions");
-        assert_eq!(req.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+        assert_eq!(
+            req.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
         assert_eq!(req.body["model"], "gpt-test");
         let tools: Vec<&str> = req.body["tools"]
             .as_array()
@@ -173,7 +225,10 @@ fn openai_provider_round_trip_and_no_key_in_history() {
             .iter()
             .map(|t| t["function"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, vec!["shell", "read_file", "write_file", "list_files"]);
+        assert_eq!(
+            tools,
+            vec!["shell", "read_file", "write_file", "list_files"]
+        );
         let shell = &req.body["tools"][0]["function"];
         assert_eq!(shell["parameters"]["type"], "object");
         assert_eq!(shell["parameters"]["required"], json!(["command"]));
@@ -181,7 +236,10 @@ fn openai_provider_round_trip_and_no_key_in_history() {
     let first = reqs[0].messages();
     assert_eq!(first.len(), 2);
     assert_eq!(first[0]["role"], "system");
-    assert_eq!(first[1], json!({"role": "user", "content": "Say hello from the shell."}));
+    assert_eq!(
+        first[1],
+        json!({"role": "user", "content": "Say hello from the shell."})
+    );
     let second = reqs[1].messages();
     let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, vec!["system", "user", "assistant", "tool", "tool"]);
@@ -190,13 +248,22 @@ fn openai_provider_round_trip_and_no_key_in_history() {
     assert_eq!(second[3]["tool_call_id"], "call_a");
     assert_eq!(second[4]["tool_call_id"], "call_b");
     let out = second[4]["content"].as_str().unwrap();
-    assert!(out.contains("exit code: 0") && out.contains("hello-from-shell"), "{out}");
-    assert!(out.contains("key=[]"), "the worker's API key leaked into a tool's environment: {out}");
+    assert!(
+        out.contains("exit code: 0") && out.contains("hello-from-shell"),
+        "{out}"
+    );
+    assert!(
+        out.contains("key=[]"),
+        "the worker's API key leaked into a tool's environment: {out}"
+    );
 
     // The key reached the provider but never the history (payloads decoded before the grep).
     let text = history_text(&server, &run);
     assert!(text.contains("hello-from-shell"), "decoding works");
-    assert!(!text.contains(KEY), "the API key is in the workflow history");
+    assert!(
+        !text.contains(KEY),
+        "the API key is in the workflow history"
+    );
     let raw = serde_json::to_string(&server.workflow_history_json(&run, None).unwrap()).unwrap();
     assert!(!raw.contains(KEY));
 }
@@ -214,7 +281,13 @@ fn malformed_arguments_and_unknown_tools_are_observations() {
     let queue = unique("malformed");
     let base = llm.base_url();
     let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
-    let run = submit(&server, &queue, &unique("run-bad-args"), &["--provider", "openai"], "go");
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-bad-args"),
+        &["--provider", "openai"],
+        "go",
+    );
     // The malformed shell call never waits for approval: it cannot run.
     let r = result(&server, &run, 0);
     assert_eq!(r["answer"], "I could not do it.");
@@ -225,9 +298,21 @@ fn malformed_arguments_and_unknown_tools_are_observations() {
         .map(|m| m["content"].as_str().unwrap())
         .collect();
     assert_eq!(tool_msgs.len(), 3);
-    assert!(tool_msgs[0].starts_with("ERROR:") && tool_msgs[0].contains("not valid JSON"), "{}", tool_msgs[0]);
-    assert!(tool_msgs[1].contains("Unknown tool 'teleport'"), "{}", tool_msgs[1]);
-    assert!(tool_msgs[2].starts_with("ERROR:") && tool_msgs[2].contains("outside the workspace"), "{}", tool_msgs[2]);
+    assert!(
+        tool_msgs[0].starts_with("ERROR:") && tool_msgs[0].contains("not valid JSON"),
+        "{}",
+        tool_msgs[0]
+    );
+    assert!(
+        tool_msgs[1].contains("Unknown tool 'teleport'"),
+        "{}",
+        tool_msgs[1]
+    );
+    assert!(
+        tool_msgs[2].starts_with("ERROR:") && tool_msgs[2].contains("outside the workspace"),
+        "{}",
+        tool_msgs[2]
+    );
 }
 
 #[test]
@@ -241,11 +326,23 @@ fn provider_errors_end_the_run_with_the_provider_message() {
     let queue = unique("autherr");
     let base = llm.base_url();
     let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
-    let run = submit(&server, &queue, &unique("run-401"), &["--provider", "openai"], "go");
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-401"),
+        &["--provider", "openai"],
+        "go",
+    );
     let r = result(&server, &run, 1);
     assert_eq!(r["status"], "FAILED");
     assert_eq!(r["reason"], "provider_error");
-    assert!(r["detail"].as_str().unwrap().contains("Incorrect API key provided"), "{r}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key provided"),
+        "{r}"
+    );
     assert_eq!(llm.request_count(), 1, "a 401 is not retried");
 }
 
@@ -258,7 +355,13 @@ fn signal_without_worker_is_applied_later_and_status_answers_fast() {
     let s = approval_script(dir.path(), "s", &["echo after-restart"]);
     let mut w = Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
     w.wait_ready_blocking(T).unwrap();
-    let run = submit(&server, &queue, &unique("run-nw"), &["--script", &s], "task");
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-nw"),
+        &["--script", &s],
+        "task",
+    );
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
     w.kill9();
 
@@ -267,7 +370,10 @@ fn signal_without_worker_is_applied_later_and_status_answers_fast() {
     let out = baton(&server, &["status", &run, "--json"]).unwrap();
     let took = started.elapsed();
     assert_eq!(out.code, 0, "{out}");
-    assert!(took < Duration::from_secs(2), "status took {took:?} with no worker");
+    assert!(
+        took < Duration::from_secs(2),
+        "status took {took:?} with no worker"
+    );
     let v = out.json().unwrap();
     assert_eq!(v["state"], "AWAITING_APPROVAL");
     assert_eq!(v["pending"][0]["call_id"], "call_2_1");
@@ -292,12 +398,24 @@ fn bad_input_is_refused_with_clear_messages() {
     let good = good.display().to_string();
     // These fail before any connection is attempted.
     let unreachable = "127.0.0.1:1";
-    let out = baton_at(unreachable, &["submit", "--script", &good, "--tool", "nope", "x"]).unwrap();
+    let out = baton_at(
+        unreachable,
+        &["submit", "--script", &good, "--tool", "nope", "x"],
+    )
+    .unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("unknown tool(s): nope"), "{out}");
-    let out = baton_at(unreachable, &["submit", "--script", "/nonexistent/script.json", "x"]).unwrap();
+    let out = baton_at(
+        unreachable,
+        &["submit", "--script", "/nonexistent/script.json", "x"],
+    )
+    .unwrap();
     assert_eq!(out.code, 2, "{out}");
-    assert!(out.stderr.contains("cannot read script file /nonexistent/script.json"), "{out}");
+    assert!(
+        out.stderr
+            .contains("cannot read script file /nonexistent/script.json"),
+        "{out}"
+    );
     std::fs::write(dir.path().join("broken.json"), "{not json").unwrap();
     let broken = dir.path().join("broken.json").display().to_string();
     let out = baton_at(unreachable, &["submit", "--script", &broken, "x"]).unwrap();
@@ -320,11 +438,24 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     let queue = unique("contract");
     let _w = worker(&server, &queue, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let done = script(dir.path(), "done", json!([{"text": "42"}])).display().to_string();
+    let done = script(dir.path(), "done", json!([{"text": "42"}]))
+        .display()
+        .to_string();
     let run = unique("run-json");
     let out = baton(
         &server,
-        &["submit", "--task-queue", &queue, "--id", &run, "--script", &done, "--wait", "--json", "q"],
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &done,
+            "--wait",
+            "--json",
+            "q",
+        ],
     )
     .unwrap();
     assert_eq!(out.code, 0, "{out}");
@@ -349,7 +480,18 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     .to_string();
     let out = baton(
         &server,
-        &["submit", "--task-queue", &queue, "--script", &looping, "--max-turns", "2", "--wait", "--json", "loop"],
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--script",
+            &looping,
+            "--max-turns",
+            "2",
+            "--wait",
+            "--json",
+            "loop",
+        ],
     )
     .unwrap();
     assert_eq!(out.code, 1, "{out}");
@@ -362,7 +504,18 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     let needs = approval_script(dir.path(), "needs", &["true"]);
     let out = baton(
         &server,
-        &["submit", "--task-queue", &queue, "--script", &needs, "--wait", "--wait-timeout", "3s", "--json", "w"],
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--script",
+            &needs,
+            "--wait",
+            "--wait-timeout",
+            "3s",
+            "--json",
+            "w",
+        ],
     )
     .unwrap();
     assert_eq!(out.code, 3, "{out}");

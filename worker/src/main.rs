@@ -15,7 +15,9 @@ use baton_activities::{
     tool_activity::ToolService,
 };
 use baton_workflows::AgentRun;
-use temporalio_client::{Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions};
+use temporalio_client::{
+    Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions,
+};
 use temporalio_sdk::{Runtime, Worker, WorkerOptions};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
@@ -69,7 +71,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "cannot reach Temporal at {address}: start a dev server with `temporal server start-dev` or set TEMPORAL_ADDRESS"
         )
     })?;
-    let client = Client::new(connection, client_opts).context("cannot create the Temporal client")?;
+    let client =
+        Client::new(connection, client_opts).context("cannot create the Temporal client")?;
 
     let workspace_root = std::path::absolute(&settings.workspace_root)
         .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
@@ -106,7 +109,11 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        info!(signal = which, grace_secs = grace, "shutting down: no new tasks, running activities get the grace period");
+        info!(
+            signal = which,
+            grace_secs = grace,
+            "shutting down: no new tasks, running activities get the grace period"
+        );
         shutdown();
     });
 

@@ -10,39 +10,39 @@ use serde::Deserialize;
 /// Everything a worker can be told.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Path of the settings file (only meaningful as `BATON_CONFIG`).
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Task queue to poll.
-    pub task_queue: String,
+    pub(crate) task_queue: String,
     /// Runs' workspaces live in `<workspace_root>/<run id>`.
-    pub workspace_root: PathBuf,
+    pub(crate) workspace_root: PathBuf,
     /// On SIGTERM/SIGINT, running activities get this long to finish before they are cancelled.
-    pub graceful_shutdown_secs: u64,
+    pub(crate) graceful_shutdown_secs: u64,
     /// How long a workflow task waits on this worker's sticky queue before any worker may take
     /// it (low, so a dead worker's runs move on quickly).
-    pub sticky_queue_timeout_secs: u64,
+    pub(crate) sticky_queue_timeout_secs: u64,
     /// Workflows kept in this worker's cache.
-    pub max_cached_workflows: usize,
+    pub(crate) max_cached_workflows: usize,
     /// Log format: `text` or `json`.
-    pub log_format: String,
+    pub(crate) log_format: String,
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
-    pub identity: Option<String>,
+    pub(crate) identity: Option<String>,
     /// OpenAI-compatible provider.
-    pub openai: OpenAiSettings,
+    pub(crate) openai: OpenAiSettings,
 }
 
 /// The `[openai]` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct OpenAiSettings {
+pub(crate) struct OpenAiSettings {
     /// Base URL (`OPENAI_BASE_URL` overrides it).
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// Name of the environment variable holding the API key (the key itself never goes in a
     /// file or a workflow input).
-    pub api_key_env: String,
+    pub(crate) api_key_env: String,
     /// Timeout of one HTTP request, in seconds.
-    pub request_timeout_secs: u64,
+    pub(crate) request_timeout_secs: u64,
 }
 
 impl Default for Settings {
@@ -74,7 +74,7 @@ impl Default for OpenAiSettings {
 impl Settings {
     /// Loads defaults, the settings file and `BATON_*` variables (`BATON_OPENAI__BASE_URL` for
     /// nested keys).
-    pub fn load() -> anyhow::Result<Self> {
+    pub(crate) fn load() -> anyhow::Result<Self> {
         let file = std::env::var_os("BATON_CONFIG")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("baton.toml"));
@@ -99,7 +99,7 @@ impl Settings {
     }
 
     /// The OpenAI base URL: `OPENAI_BASE_URL` wins over the file.
-    pub fn openai_base_url(&self) -> String {
+    pub(crate) fn openai_base_url(&self) -> String {
         std::env::var("OPENAI_BASE_URL")
             .ok()
             .filter(|v| !v.is_empty())
@@ -107,14 +107,14 @@ impl Settings {
     }
 
     /// The OpenAI API key, from the environment variable the settings name.
-    pub fn openai_api_key(&self) -> Option<String> {
+    pub(crate) fn openai_api_key(&self) -> Option<String> {
         std::env::var(&self.openai.api_key_env)
             .ok()
             .filter(|v| !v.is_empty())
     }
 
     /// Grace period on shutdown.
-    pub fn graceful_shutdown(&self) -> Duration {
+    pub(crate) fn graceful_shutdown(&self) -> Duration {
         Duration::from_secs(self.graceful_shutdown_secs)
     }
 }

@@ -703,7 +703,8 @@ impl RunState {
         if let Phase::AwaitingApproval(batch) = &self.phase
             && batch.pending().next().is_none()
         {
-            let Phase::AwaitingApproval(batch) = std::mem::replace(&mut self.phase, Phase::Thinking)
+            let Phase::AwaitingApproval(batch) =
+                std::mem::replace(&mut self.phase, Phase::Thinking)
             else {
                 return;
             };

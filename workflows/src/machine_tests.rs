@@ -94,7 +94,11 @@ fn two_tool_turns_then_a_final_answer() {
     assert_eq!(req.system_prompt, DEFAULT_SYSTEM_PROMPT);
 
     s.on_llm_response(
-        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        reply(
+            "",
+            vec![call("a", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
         T0,
     );
     let reqs = expect_tools(&mut s);
@@ -156,7 +160,10 @@ fn length_is_continued_three_times_then_the_run_fails() {
     }
     for i in &s.conversation {
         if let Some(item::Kind::Assistant(a)) = &i.kind {
-            assert!(a.tool_calls.is_empty(), "partial tool calls must be dropped");
+            assert!(
+                a.tool_calls.is_empty(),
+                "partial tool calls must be dropped"
+            );
         }
     }
     expect_llm(&mut s);
@@ -328,19 +335,30 @@ fn token_budget_and_deadline_end_the_run() {
     let mut s = RunState::new("run-1", budget, T0).unwrap();
     expect_llm(&mut s);
     s.on_llm_response(
-        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        reply(
+            "",
+            vec![call("a", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
         T0,
     );
     expect_tools(&mut s);
     s.on_tool_results(vec![ok_result("x")], T0);
     expect_llm(&mut s); // 15 < 20
     s.on_llm_response(
-        reply("", vec![call("b", "list_files", "{}")], FinishReason::ToolCalls),
+        reply(
+            "",
+            vec![call("b", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
         T0,
     );
     expect_tools(&mut s);
     s.on_tool_results(vec![ok_result("x")], T0);
-    assert_eq!(expect_finish(&mut s).reason(), TerminationReason::BudgetExceeded);
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::BudgetExceeded
+    );
 
     let mut deadline = spec(&[]);
     deadline.limits = Some(Limits {
@@ -350,7 +368,11 @@ fn token_budget_and_deadline_end_the_run() {
     let mut s = RunState::new("run-2", deadline, T0).unwrap();
     assert!(matches!(s.next_step(T0 + 59_000), Step::CallLlm(_)));
     s.on_llm_response(
-        reply("", vec![call("a", "list_files", "{}")], FinishReason::ToolCalls),
+        reply(
+            "",
+            vec![call("a", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
         T0,
     );
     expect_tools(&mut s);
@@ -385,7 +407,11 @@ fn malformed_arguments_and_unknown_tools_become_error_observations() {
     s.on_tool_results(vec![ok_result("files")], T0);
     let results = tool_results(&s);
     assert!(results[0].is_error);
-    assert!(results[0].content.contains("not valid JSON"), "{}", results[0].content);
+    assert!(
+        results[0].content.contains("not valid JSON"),
+        "{}",
+        results[0].content
+    );
     assert!(results[1].is_error);
     assert!(results[1].content.contains("Unknown tool 'teleport'"));
     assert!(results[1].content.contains("shell"));
@@ -486,7 +512,10 @@ fn content_filter_and_provider_errors_fail_the_run() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
     expect_llm(&mut s);
     s.on_llm_response(reply("", vec![], FinishReason::ContentFilter), T0);
-    assert_eq!(expect_finish(&mut s).reason(), TerminationReason::ContentFiltered);
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContentFiltered
+    );
 
     let mut s = RunState::new("run-2", spec(&[]), T0).unwrap();
     expect_llm(&mut s);
@@ -544,10 +573,9 @@ fn state_and_wire_types_round_trip_as_json_with_proto_field_names() {
     let status = serde_json::to_value(s.status()).unwrap();
     assert_eq!(status["state"], "AWAITING_APPROVAL");
     assert_eq!(status["pending"][0]["call_id"], "s");
-    let decision: ApprovalDecision = serde_json::from_str(
-        r#"{"call_id":"*","approved":true,"approver":"dan","reason":"ok"}"#,
-    )
-    .unwrap();
+    let decision: ApprovalDecision =
+        serde_json::from_str(r#"{"call_id":"*","approved":true,"approver":"dan","reason":"ok"}"#)
+            .unwrap();
     assert_eq!(decision.call_id, "*");
     assert!(decision.approved);
     let item: Item = serde_json::from_str(r#"{"user":{"text":"hi"}}"#).unwrap();

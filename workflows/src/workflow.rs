@@ -91,7 +91,9 @@ impl AgentRun {
                 Step::AwaitApproval { timeout_seconds } => {
                     let timed_out = match timeout_seconds {
                         None => {
-                            let _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()).await;
+                            let _ = ctx
+                                .wait_condition(|s: &Self| s.run.approvals_settled())
+                                .await;
                             false
                         }
                         Some(secs) => {

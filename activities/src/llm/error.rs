@@ -150,6 +150,11 @@ mod tests {
             message: "bad key".into(),
         };
         assert!(!auth.is_retryable());
-        assert!(!LlmError::ContextOverflow { message: "x".into() }.is_retryable());
+        assert!(
+            !LlmError::ContextOverflow {
+                message: "x".into()
+            }
+            .is_retryable()
+        );
     }
 }

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use baton_proto::{
-    AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage, item,
-};
+use baton_proto::{AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage, item};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -138,7 +136,8 @@ pub fn request_body(request: &LlmRequest) -> Value {
                 } else {
                     r.content.clone()
                 };
-                messages.push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content}));
+                messages
+                    .push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content}));
             }
             None => {}
         }
@@ -229,7 +228,10 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
     let parsed: ChatResponse = serde_json::from_str(body)
         .map_err(|e| bad(format!("invalid JSON ({e}): {}", snippet(body))))?;
     let Some(choice) = parsed.choices.into_iter().next() else {
-        return Err(bad(format!("no choices in the response: {}", snippet(body))));
+        return Err(bad(format!(
+            "no choices in the response: {}",
+            snippet(body)
+        )));
     };
     let tool_calls: Vec<ToolCall> = choice
         .message
@@ -422,8 +424,14 @@ mod tests {
             classify(400, &h, overflow),
             LlmError::ContextOverflow { .. }
         ));
-        assert!(matches!(classify(429, &h, "{}"), LlmError::RateLimited { .. }));
-        assert!(matches!(classify(503, &h, "{}"), LlmError::Unavailable { .. }));
+        assert!(matches!(
+            classify(429, &h, "{}"),
+            LlmError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            classify(503, &h, "{}"),
+            LlmError::Unavailable { .. }
+        ));
         let auth = classify(
             401,
             &h,

@@ -2,9 +2,7 @@
 //! Turn N of the run (N = assistant messages so far) answers with `script.turns[N]`, so a
 //! retried or replayed call gets the same answer. Used by the demo and tests.
 
-use baton_proto::{
-    AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage, item,
-};
+use baton_proto::{AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage, item};
 
 use super::LlmError;
 

@@ -389,7 +389,14 @@ impl Capture {
 /// Temporal credentials, worker settings, and anything that looks like a secret.
 pub fn is_secret_env(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    const PREFIXES: [&str; 6] = ["OPENAI_", "ANTHROPIC_", "TEMPORAL_", "BATON_", "AWS_", "AZURE_"];
+    const PREFIXES: [&str; 6] = [
+        "OPENAI_",
+        "ANTHROPIC_",
+        "TEMPORAL_",
+        "BATON_",
+        "AWS_",
+        "AZURE_",
+    ];
     const PARTS: [&str; 6] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"];
     PREFIXES.iter().any(|p| upper.starts_with(p)) || PARTS.iter().any(|p| upper.contains(p))
 }
@@ -553,7 +560,15 @@ mod tests {
 
     #[test]
     fn secrets_are_recognised() {
-        for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TEMPORAL_API_KEY", "GITHUB_TOKEN", "db_password", "BATON_CONFIG", "AWS_ACCESS_KEY_ID"] {
+        for name in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "TEMPORAL_API_KEY",
+            "GITHUB_TOKEN",
+            "db_password",
+            "BATON_CONFIG",
+            "AWS_ACCESS_KEY_ID",
+        ] {
             assert!(is_secret_env(name), "{name}");
         }
         for name in ["PATH", "HOME", "LANG", "CARGO_HOME", "TERM"] {

@@ -1,6 +1,6 @@
 //! Helpers shared by the end-to-end test files.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +13,11 @@ use serde_json::{Value, json};
 /// Writes a scripted-provider script into `dir` and returns its path.
 pub fn script(dir: &Path, name: &str, turns: Value) -> PathBuf {
     let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_vec_pretty(&json!({ "turns": turns })).unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(&json!({ "turns": turns })).unwrap(),
+    )
+    .unwrap();
     path
 }
 

@@ -1,0 +1,163 @@
+//! Durability end to end: a worker killed mid-tool, and a cancelled run whose tool has
+//! background children. Kept in their own test binary so their timing is not disturbed by the
+//! other end-to-end tests.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_tests::*;
+use common::*;
+use serde_json::json;
+
+/// Heartbeat timeout of tool activities (workflows/src/workflow.rs `TOOL_HEARTBEAT`).
+const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
+
+fn marker() -> String {
+    // A fractional sleep duration unique to this test, so pgrep finds only our processes.
+    let n = unique("m");
+    let digits: String = n.chars().filter(|c| c.is_ascii_digit()).take(6).collect();
+    format!("0{digits}")
+}
+
+fn kill_leftovers(pattern: &str) {
+    for pid in pids_matching(pattern) {
+        let _ = send_signal(pid, Signal::SIGKILL);
+    }
+}
+
+#[test]
+fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
+    const SLEEP: u64 = 20;
+    let server = DevServer::start().unwrap();
+    let queue = unique("failover");
+    // Two interchangeable workers sharing one workspace root (the shared-volume deployment).
+    let workspace = tempfile::tempdir().unwrap();
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|_| {
+            let mut w =
+                Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
+            w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+            w
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker();
+    let sleep_arg = format!("{SLEEP}.{m}");
+    let command = format!("sleep {sleep_arg} && echo slept-{m} >> done.txt && echo finished-{m}");
+    let s = script(
+        dir.path(),
+        "failover",
+        json!([
+            {"text": "Long tool.", "tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "Survived."}
+        ]),
+    )
+    .display()
+    .to_string();
+
+    let started = Instant::now();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-failover"),
+        &["--script", &s, "--no-approval"],
+        "sleep",
+    );
+    let needle = format!("tool started run_id=\"{run}\" tool=shell");
+    let victim = wait_until_blocking(
+        Duration::from_secs(30),
+        "a worker to start the tool",
+        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
+    )
+    .unwrap();
+    // Let the tool run a little, then kill its worker outright.
+    std::thread::sleep(Duration::from_secs(2));
+    workers[victim].kill9();
+    let killed_at = started.elapsed();
+
+    let r = result(&server, &run, 0);
+    let elapsed = started.elapsed();
+    kill_leftovers(&sleep_arg);
+    assert_eq!(r["status"], "COMPLETED");
+    assert_eq!(r["answer"], "Survived.");
+    let survivor = &workers[1 - victim];
+    assert!(
+        survivor.log().contains(&needle),
+        "the surviving worker retried the tool:\n{}",
+        survivor.log()
+    );
+    assert!(history_text(&server, &run).contains(&format!("finished-{m}")));
+    let limit = Duration::from_secs(SLEEP) + TOOL_HEARTBEAT + Duration::from_secs(15);
+    eprintln!("killed after {killed_at:?}; run finished after {elapsed:?} (limit {limit:?})");
+    assert!(elapsed < limit, "took {elapsed:?}, limit {limit:?}");
+}
+
+#[test]
+fn cancelling_a_run_stops_its_tool_and_all_its_children() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("cancel");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker();
+    let sleep_arg = format!("300.{m}");
+    let command = format!("sleep {sleep_arg} & sleep {sleep_arg}");
+    let s = script(
+        dir.path(),
+        "cancel",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "never reached"}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-cancel"),
+        &["--script", &s, "--no-approval"],
+        "sleep",
+    );
+    wait_until_blocking(Duration::from_secs(30), "both sleeps to run", || {
+        Ok((pids_matching(&sleep_arg).len() >= 2).then_some(()))
+    })
+    .unwrap();
+
+    let out = server
+        .temporal(&["workflow", "cancel", "--workflow-id", &run])
+        .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = result(&server, &run, 4);
+    assert_eq!(r["status"], "CANCELLED");
+    assert_eq!(r["reason"], "cancelled");
+    let gone = wait_until_blocking(Duration::from_secs(20), "no sleep process left", || {
+        Ok(pids_matching(&sleep_arg).is_empty().then_some(()))
+    });
+    kill_leftovers(&sleep_arg);
+    gone.unwrap();
+    let status = server.workflow_status(&run).unwrap();
+    assert!(status.contains("CANCELED"), "{status}");
+
+    // `baton cancel` on another run works the same way.
+    let run2 = submit(
+        &server,
+        &queue,
+        &unique("run-cancel2"),
+        &["--script", &s, "--no-approval"],
+        "sleep",
+    );
+    wait_until_blocking(Duration::from_secs(30), "sleeps of the second run", || {
+        Ok((pids_matching(&sleep_arg).len() >= 2).then_some(()))
+    })
+    .unwrap();
+    let out = baton(&server, &["cancel", &run2, "--reason", "changed my mind"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = result(&server, &run2, 4);
+    assert_eq!(r["detail"], "cancelled: changed my mind");
+    let gone = wait_until_blocking(Duration::from_secs(20), "no sleep process left", || {
+        Ok(pids_matching(&sleep_arg).is_empty().then_some(()))
+    });
+    kill_leftovers(&sleep_arg);
+    gone.unwrap();
+}
