@@ -37,12 +37,13 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
     let verb = if approved { "approved" } else { "denied" };
     let mut outcomes = Vec::new();
     for call_id in ids {
-        let decision = ApprovalDecision {
+        let decision = serde_json::to_value(ApprovalDecision {
             call_id: call_id.clone(),
             approved,
             approver: approver.clone(),
             reason: args.reason.clone(),
-        };
+        })
+        .map_err(|e| Exit::infra(format!("cannot encode the decision: {e}")))?;
         if args.signal {
             h.signal(
                 AgentRun::approval,
@@ -156,7 +157,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<i32, Exit> {
     let h = handle(&client, &args.run);
     h.signal(
         AgentRun::message,
-        args.text,
+        serde_json::Value::String(args.text),
         WorkflowSignalOptions::default(),
     )
     .await

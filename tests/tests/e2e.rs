@@ -525,3 +525,151 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("no run with id 'no-such-run'"), "{out}");
 }
+
+#[test]
+fn malformed_signals_approval_timeout_and_watch() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("misc");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    // A malformed approval signal must not wedge the run.
+    let s = approval_script(dir.path(), "m", &["echo survived-garbage"]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-garbage"),
+        &["--script", &s],
+        "m",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    for input in [r#""not an object""#, r#"{"call_id": 5, "approved": "yes"}"#] {
+        let out = server
+            .temporal(&[
+                "workflow",
+                "signal",
+                "--workflow-id",
+                &run,
+                "--name",
+                "approval",
+                "--input",
+                input,
+            ])
+            .unwrap();
+        assert_eq!(out.code, 0, "{out}");
+    }
+    // The validated update refuses it with the expected shape.
+    let out = server
+        .temporal(&[
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            &run,
+            "--name",
+            "approve",
+            "--input",
+            r#"{"approved": true}"#,
+        ])
+        .unwrap();
+    assert_ne!(out.code, 0, "{out}");
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("has no call_id"),
+        "{out}"
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"][0]["call_id"], "call_2_1");
+    assert!(
+        status["last_event"].as_str().unwrap().contains("ignored"),
+        "{status}"
+    );
+    let approved = baton(&server, &["approve", &run, "--all"]).unwrap();
+    assert_eq!(approved.code, 0, "{approved}");
+    assert!(
+        approved.stdout.contains("call_2_1: approved"),
+        "sent as a validated update: {approved}"
+    );
+    assert_eq!(result(&server, &run, 0)["status"], "COMPLETED");
+
+    // Nobody decides within the approval timeout: the call is denied and the run goes on.
+    let s = approval_script(dir.path(), "t", &["touch never.txt"]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-timeout"),
+        &["--script", &s, "--approval-timeout", "2s"],
+        "t",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED");
+    assert!(history_text(&server, &run).contains("approval timed out"));
+
+    // ... or, by policy, the run fails.
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-timeout-fail"),
+        &[
+            "--script",
+            &s,
+            "--approval-timeout",
+            "2s",
+            "--on-approval-timeout",
+            "fail",
+        ],
+        "t",
+    );
+    let r = result(&server, &run, 1);
+    assert_eq!(r["reason"], "approval_timed_out");
+
+    // `watch` replays a finished run's events from the start, as JSON lines or text.
+    let out = baton(&server, &["watch", &run, "--json"]).unwrap();
+    assert_eq!(out.code, 1, "watch exits with the run's code: {out}");
+    let lines = out.json_lines().unwrap();
+    let kinds: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            [
+                "assistant",
+                "approval_requested",
+                "tool_started",
+                "tool_finished",
+                "finished",
+                "note",
+            ]
+            .iter()
+            .find(|k| !l[**k].is_null())
+            .map(|k| k.to_string())
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("note"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"approval_requested".to_string()),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("finished"),
+        "{kinds:?}"
+    );
+    assert!(lines.iter().all(|l| l["run_id"] == run.as_str()));
+    let human = baton(&server, &["watch", &run]).unwrap();
+    assert!(human.stdout.contains("── turn 2 ──"), "{human}");
+    assert!(human.stdout.contains("awaits approval"), "{human}");
+    assert!(human.stdout.contains("approval_timed_out"), "{human}");
+}
+
+#[test]
+fn worker_exits_cleanly_on_sigterm() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sigterm");
+    let mut w = worker(&server, &queue, &[("BATON_GRACEFUL_SHUTDOWN_SECS", "2")]);
+    let status = w.terminate_timeout(Duration::from_secs(15)).unwrap();
+    assert!(
+        status.success(),
+        "worker exit status {status:?}\n{}",
+        w.log()
+    );
+    assert!(w.log().contains("shutting down"), "{}", w.log());
+    assert!(w.log().contains("worker stopped"), "{}", w.log());
+}

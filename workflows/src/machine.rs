@@ -756,7 +756,8 @@ impl RunState {
             .unwrap_or_default()
     }
 
-    fn note(&mut self, now_ms: i64, text: &str) {
+    /// Records a note event (shown by `watch` and as `last_event`).
+    pub fn note(&mut self, now_ms: i64, text: &str) {
         self.push_event(now_ms, run_event::Kind::Note(text.to_owned()));
     }
 

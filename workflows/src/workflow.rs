@@ -127,43 +127,68 @@ impl AgentRun {
         }
     }
 
-    /// Fire-and-forget approval decision (e.g. from `temporal workflow signal`). Decisions for
-    /// unknown or already-decided calls are recorded as notes and otherwise ignored.
+    /// Fire-and-forget approval decision (e.g. from `temporal workflow signal`), an
+    /// [`ApprovalDecision`] as JSON. Malformed decisions, and decisions for unknown or
+    /// already-decided calls, are recorded as notes and otherwise ignored: a bad signal never
+    /// wedges the run.
     #[signal(name = "approval")]
-    pub fn approval(&mut self, ctx: &mut SyncWorkflowContext<Self>, decision: ApprovalDecision) {
+    pub fn approval(&mut self, ctx: &mut SyncWorkflowContext<Self>, decision: serde_json::Value) {
         let now = now_ms(ctx.workflow_time());
-        let _ = self.run.on_decision(decision, now);
+        match parse_decision(decision) {
+            Ok(d) => {
+                let _ = self.run.on_decision(d, now);
+            }
+            Err(e) => self.run.note(now, &format!("approval signal ignored: {e}")),
+        }
     }
 
-    /// Guidance from a user, added to the conversation before the next LLM call.
+    /// Guidance from a user (a JSON string, or `{"text": "..."}`), added to the conversation
+    /// before the next LLM call.
     #[signal(name = "message")]
-    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, text: String) {
+    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, text: serde_json::Value) {
         let now = now_ms(ctx.workflow_time());
-        self.run.on_user_message(text, now);
+        let text = match &text {
+            serde_json::Value::String(s) => Some(s.clone()),
+            other => other
+                .get("text")
+                .and_then(|t| t.as_str())
+                .map(str::to_owned),
+        };
+        match text {
+            Some(t) if !t.trim().is_empty() => self.run.on_user_message(t, now),
+            _ => self.run.note(
+                now,
+                "message signal ignored: send a JSON string or {\"text\": \"...\"}",
+            ),
+        }
     }
 
     #[update_validator(approve)]
     fn validate_approve(
         &self,
         _ctx: &WorkflowContextView,
-        decision: &ApprovalDecision,
+        decision: &serde_json::Value,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let decision = parse_decision(decision.clone())?;
         self.run
-            .validate_decision(decision)
+            .validate_decision(&decision)
             .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
     }
 
-    /// Validated approval decision: rejects unknown or already-decided calls, returns what it
-    /// applied.
+    /// Validated approval decision (an [`ApprovalDecision`] as JSON): rejects malformed
+    /// decisions and unknown or already-decided calls, returns what it applied.
     #[update(name = "approve")]
     pub fn approve(
         &mut self,
         ctx: &mut SyncWorkflowContext<Self>,
-        decision: ApprovalDecision,
+        decision: serde_json::Value,
     ) -> ApprovalOutcome {
         let now = now_ms(ctx.workflow_time());
-        // The validator ran against this same state, so this cannot fail.
-        self.run.on_decision(decision, now).unwrap_or_default()
+        // The validator ran against this same state, so neither step can fail.
+        parse_decision(decision)
+            .ok()
+            .and_then(|d| self.run.on_decision(d, now).ok())
+            .unwrap_or_default()
     }
 
     /// State, turn, pending calls, usage and the last event.
@@ -183,6 +208,19 @@ impl AgentRun {
     pub fn transcript(&self, _ctx: &WorkflowContextView) -> Vec<baton_proto::Item> {
         self.run.conversation.clone()
     }
+}
+
+/// An approval decision from JSON, with an error that shows the expected shape.
+fn parse_decision(value: serde_json::Value) -> Result<ApprovalDecision, String> {
+    let decision: ApprovalDecision = serde_json::from_value(value).map_err(|e| {
+        format!(
+            "malformed decision ({e}); expected {{\"call_id\": \"<id>\" or \"*\", \"approved\": true|false, \"approver\": \"<who>\", \"reason\": \"<text>\"}}"
+        )
+    })?;
+    if decision.call_id.is_empty() {
+        return Err("the decision has no call_id; name a pending call or \"*\"".to_owned());
+    }
+    Ok(decision)
 }
 
 /// Runs approved calls as activities, at most `max_parallel` at once, results in call order.
