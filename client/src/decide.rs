@@ -6,8 +6,8 @@ use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
 use serde_json::json;
 use temporalio_client::{
-    WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
-    WorkflowSignalOptions, errors::WorkflowUpdateError,
+    Client, WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
+    WorkflowHandle, WorkflowSignalOptions, errors::WorkflowUpdateError,
 };
 
 use crate::{
@@ -45,13 +45,7 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         })
         .map_err(|e| Exit::infra(format!("cannot encode the decision: {e}")))?;
         if args.signal {
-            h.signal(
-                AgentRun::approval,
-                decision,
-                WorkflowSignalOptions::default(),
-            )
-            .await
-            .map_err(|e| interaction_error(&args.run, e))?;
+            signal_decision(&h, &args.run, decision).await?;
             outcomes.push(json!({"call_id": call_id, "sent_as": "signal"}));
             if !args.json {
                 println!(
@@ -110,13 +104,7 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
             Err(_) => {
                 // No worker answered in time: a signal is kept by the server and applied when
                 // one does; a duplicate is ignored by the workflow.
-                h.signal(
-                    AgentRun::approval,
-                    decision,
-                    WorkflowSignalOptions::default(),
-                )
-                .await
-                .map_err(|e| interaction_error(&args.run, e))?;
+                signal_decision(&h, &args.run, decision).await?;
                 if !args.json {
                     println!(
                         "{call_id}: {verb} (no worker answered within {}s; sent as a signal, applied when a worker runs {})",
@@ -135,6 +123,21 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         );
     }
     Ok(exit::COMPLETED)
+}
+
+/// Sends a decision as the fire-and-forget `approval` signal.
+async fn signal_decision(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+    decision: serde_json::Value,
+) -> Result<(), Exit> {
+    h.signal(
+        AgentRun::approval,
+        decision,
+        WorkflowSignalOptions::default(),
+    )
+    .await
+    .map_err(|e| interaction_error(run, e))
 }
 
 /// `baton cancel`.
