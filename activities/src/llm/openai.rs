@@ -266,6 +266,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
             text: choice.message.content.unwrap_or_default(),
             tool_calls,
             finish_reason: finish as i32,
+            ..Default::default()
         }),
         usage,
     })

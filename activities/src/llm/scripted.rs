@@ -63,6 +63,7 @@ pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {
             text: turn.text.clone(),
             tool_calls,
             finish_reason: finish as i32,
+            ..Default::default()
         }),
         usage: Some(Usage {
             input_tokens,
