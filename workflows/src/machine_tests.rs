@@ -36,6 +36,7 @@ fn reply(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> LlmResponse 
             text: text.into(),
             tool_calls: calls,
             finish_reason: finish as i32,
+            ..Default::default()
         }),
         usage: Some(Usage {
             input_tokens: 10,
