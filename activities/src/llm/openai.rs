@@ -363,6 +363,7 @@ mod tests {
                             arguments: r#"{"command":"ls"}"#.into(),
                         }],
                         finish_reason: FinishReason::ToolCalls as i32,
+                        ..Default::default()
                     })),
                 },
                 Item {
