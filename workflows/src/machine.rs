@@ -32,6 +32,12 @@ pub const DEFAULT_MAX_PARALLEL_TOOLS: u32 = 4;
 /// Events kept for `watch`/`events`; older ones are dropped (the conversation keeps everything).
 pub const MAX_EVENTS: usize = 2_000;
 
+/// On a context overflow, tool outputs older than this many assistant turns are elided from
+/// the model's view before the turn is retried.
+pub const KEEP_RECENT_TURNS: usize = 2;
+/// Tool outputs shorter than this are never elided (the placeholder would not be smaller).
+pub const ELIDE_MIN_BYTES: usize = 256;
+
 /// The hidden message that asks the model to go on after its output was cut off.
 pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
 Continue exactly where you left off: no apology, no repetition, no preamble.";
@@ -152,6 +158,22 @@ pub struct RunState {
     pub inbox: Vec<String>,
     /// Call ids seen in this run, to keep them unique.
     pub seen_call_ids: BTreeSet<String>,
+    /// Conversation indices of tool results shown to the model as a short placeholder (the
+    /// conversation itself keeps the full output).
+    #[serde(default)]
+    pub elided: BTreeSet<usize>,
+    /// The current turn already hit a context overflow and was retried after trimming.
+    #[serde(default)]
+    pub overflow_retried: bool,
+}
+
+/// Why an LLM call failed for good, as far as the state machine cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlmFailure {
+    /// The request did not fit the model's context window.
+    ContextOverflow,
+    /// Anything else retries could not fix.
+    Fatal,
 }
 
 impl RunState {
@@ -175,6 +197,8 @@ impl RunState {
             next_seq: 0,
             inbox: Vec::new(),
             seen_call_ids: BTreeSet::new(),
+            elided: BTreeSet::new(),
+            overflow_retried: false,
         };
         state.note(now_ms, "run started");
         Ok(state)
@@ -197,6 +221,8 @@ impl RunState {
             next_seq: 0,
             inbox: Vec::new(),
             seen_call_ids: BTreeSet::new(),
+            elided: BTreeSet::new(),
+            overflow_retried: false,
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -243,7 +269,8 @@ impl RunState {
         }
     }
 
-    /// The request for the next LLM call: the whole conversation and the enabled tools.
+    /// The request for the next LLM call: the model's view of the conversation (elided tool
+    /// outputs replaced by placeholders) and the enabled tools.
     pub fn llm_request(&self) -> LlmRequest {
         let system_prompt = if self.spec.system_prompt.is_empty() {
             DEFAULT_SYSTEM_PROMPT.to_owned()
@@ -253,14 +280,37 @@ impl RunState {
         LlmRequest {
             model: self.spec.model.clone(),
             system_prompt,
-            conversation: self.conversation.clone(),
+            conversation: self.model_view(),
             tools: self.tools.clone(),
         }
+    }
+
+    /// The conversation as the model sees it.
+    pub fn model_view(&self) -> Vec<Item> {
+        self.conversation
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match &item.kind {
+                Some(item::Kind::ToolResult(r)) if self.elided.contains(&i) => Item {
+                    kind: Some(item::Kind::ToolResult(ToolResult {
+                        content: format!(
+                            "[{} bytes of output from {} were removed to fit the context window; \
+                             run the tool again if you still need them]",
+                            r.content.len(),
+                            r.name
+                        ),
+                        ..r.clone()
+                    })),
+                },
+                _ => item.clone(),
+            })
+            .collect()
     }
 
     /// The model answered.
     pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
         self.turn += 1;
+        self.overflow_retried = false;
         if let Some(u) = &response.usage {
             add_usage(&mut self.usage, u);
         }
@@ -317,9 +367,63 @@ impl RunState {
         }
     }
 
-    /// The LLM activity failed for good (retries exhausted or a non-retryable error).
-    pub fn on_llm_failure(&mut self, detail: String, now_ms: i64) {
-        self.finish(now_ms, TerminationReason::ProviderError, detail);
+    /// The LLM activity failed for good (retries exhausted or a non-retryable error). A context
+    /// overflow is answered once per turn by eliding old tool outputs from the model's view and
+    /// retrying; a second overflow (or nothing left to elide) ends the run.
+    pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
+        match failure {
+            LlmFailure::Fatal => self.finish(now_ms, TerminationReason::ProviderError, detail),
+            LlmFailure::ContextOverflow => {
+                let (count, bytes) = if self.overflow_retried {
+                    (0, 0)
+                } else {
+                    self.elide_old_tool_outputs()
+                };
+                if count == 0 {
+                    self.finish(now_ms, TerminationReason::ContextOverflow, detail);
+                } else {
+                    self.overflow_retried = true;
+                    self.note(
+                        now_ms,
+                        &format!(
+                            "context overflow: removed {count} old tool outputs ({bytes} bytes) \
+                             from the model's view; retrying the turn"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Elides tool outputs older than the last [`KEEP_RECENT_TURNS`] assistant turns from the
+    /// model's view. Returns how many outputs and bytes were elided.
+    pub fn elide_old_tool_outputs(&mut self) -> (usize, usize) {
+        let assistants: Vec<usize> = self
+            .conversation
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i.kind, Some(item::Kind::Assistant(_))))
+            .map(|(n, _)| n)
+            .collect();
+        let Some(&cutoff) = assistants
+            .len()
+            .checked_sub(KEEP_RECENT_TURNS)
+            .and_then(|k| assistants.get(k))
+        else {
+            return (0, 0);
+        };
+        let mut count = 0;
+        let mut bytes = 0;
+        for (n, entry) in self.conversation.iter().enumerate().take(cutoff) {
+            if let Some(item::Kind::ToolResult(r)) = &entry.kind
+                && r.content.len() >= ELIDE_MIN_BYTES
+                && self.elided.insert(n)
+            {
+                count += 1;
+                bytes += r.content.len();
+            }
+        }
+        (count, bytes)
     }
 
     /// Checks a decision without applying it (update validator).

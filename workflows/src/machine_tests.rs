@@ -520,7 +520,7 @@ fn content_filter_and_provider_errors_fail_the_run() {
 
     let mut s = RunState::new("run-2", spec(&[]), T0).unwrap();
     expect_llm(&mut s);
-    s.on_llm_failure("401 invalid api key".into(), T0);
+    s.on_llm_failure(LlmFailure::Fatal, "401 invalid api key".into(), T0);
     let r = expect_finish(&mut s);
     assert_eq!(r.reason(), TerminationReason::ProviderError);
     assert_eq!(r.detail, "401 invalid api key");
@@ -588,5 +588,62 @@ fn state_and_wire_types_round_trip_as_json_with_proto_field_names() {
     assert_eq!(
         serde_json::to_value(&finished).unwrap()["reason"],
         "max_turns_exceeded"
+    );
+}
+
+#[test]
+fn context_overflow_elides_old_tool_outputs_and_retries_once() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    let big = "x".repeat(10_000);
+    for i in 0..3 {
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call(&format!("c{i}"), "list_files", "{}")],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result(&big)], T0);
+    }
+    let before = expect_llm(&mut s);
+    s.on_llm_failure(LlmFailure::ContextOverflow, "prompt is too long".into(), T0);
+    // The turn is retried with the oldest output elided; the last two turns stay intact.
+    let after = expect_llm(&mut s);
+    assert_eq!(after.conversation.len(), before.conversation.len());
+    let contents: Vec<String> = after
+        .conversation
+        .iter()
+        .filter_map(|i| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        contents[0].starts_with("[10000 bytes of output from list_files were removed"),
+        "{}",
+        contents[0]
+    );
+    assert_eq!(contents[1], big);
+    assert_eq!(contents[2], big);
+    // The full output is kept in the conversation itself.
+    assert_eq!(tool_results(&s)[0].content, big);
+    // A second overflow in the same turn ends the run.
+    s.on_llm_failure(LlmFailure::ContextOverflow, "prompt is too long".into(), T0);
+    let r = expect_finish(&mut s);
+    assert_eq!(r.reason(), TerminationReason::ContextOverflow);
+    assert_eq!(r.detail, "prompt is too long");
+}
+
+#[test]
+fn context_overflow_with_nothing_to_elide_fails_at_once() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_failure(LlmFailure::ContextOverflow, "too long".into(), T0);
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContextOverflow
     );
 }

@@ -7,7 +7,7 @@ use baton_proto::{
     ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
     ToolRequest, ToolResult,
 };
-use temporalio_common::RetryPolicy;
+use temporalio_common::{RetryPolicy, error::IncomingError};
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, MemoValue,
@@ -17,7 +17,7 @@ use temporalio_workflow::{
 
 use crate::{
     activities::{BAD_INPUT, CONTEXT_OVERFLOW, LlmActivities, PROVIDER_FATAL, ToolActivities},
-    machine::{RunState, Step},
+    machine::{LlmFailure, RunState, Step},
 };
 
 /// Workflow type name.
@@ -84,7 +84,12 @@ impl AgentRun {
                         Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
                         Err(e) => {
                             let detail = failure_message(&e);
-                            ctx.state_mut(|s| s.run.on_llm_failure(detail, now));
+                            let kind = if failure_type(&e) == Some(CONTEXT_OVERFLOW) {
+                                LlmFailure::ContextOverflow
+                            } else {
+                                LlmFailure::Fatal
+                            };
+                            ctx.state_mut(|s| s.run.on_llm_failure(kind, detail, now));
                         }
                     }
                 }
@@ -336,6 +341,20 @@ pub fn failure_message(e: &ActivityExecutionError) -> String {
         cause = c.cause();
     }
     message
+}
+
+/// The application failure type (`ApplicationFailure::type_name`) behind an activity error.
+fn failure_type(e: &ActivityExecutionError) -> Option<&str> {
+    let mut cause = e.cause();
+    while let Some(c) = cause {
+        if let IncomingError::Application(app) = c
+            && let Some(t) = app.type_name()
+        {
+            return Some(t);
+        }
+        cause = c.cause();
+    }
+    None
 }
 
 fn now_ms(t: Option<std::time::SystemTime>) -> i64 {
