@@ -51,7 +51,7 @@ pub(crate) enum TimeoutAction {
 pub(crate) struct SubmitArgs {
     /// The task for the agent; `-` reads it from stdin.
     pub(crate) prompt: String,
-    /// Provider profile configured on the workers: openai or scripted (default: scripted when
+    /// Provider profile configured on the workers: openai, anthropic or scripted (default: scripted when
     /// --script is given, else openai).
     #[arg(long)]
     pub(crate) provider: Option<String>,
@@ -71,6 +71,14 @@ pub(crate) struct SubmitArgs {
     /// No tool call waits for a human (overrides the default of --require-approval shell).
     #[arg(long, conflicts_with = "require_approval")]
     pub(crate) no_approval: bool,
+    /// Approval policy file (TOML or JSON): mode, ordered rules, require_approval, timeout,
+    /// loop guards. Flags given on the command line override its fields.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+    /// Never wait for a human (CI): calls that would ask are denied with a reason the model
+    /// sees (policy mode never_ask).
+    #[arg(long)]
+    pub(crate) never_ask: bool,
     /// Maximum model calls (default 50).
     #[arg(long)]
     pub(crate) max_turns: Option<u32>,
@@ -80,9 +88,9 @@ pub(crate) struct SubmitArgs {
     /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) approval_timeout: Option<std::time::Duration>,
-    /// What happens when an approval times out.
-    #[arg(long, value_enum, default_value = "deny")]
-    pub(crate) on_approval_timeout: TimeoutAction,
+    /// What happens when an approval times out (default: deny).
+    #[arg(long, value_enum)]
+    pub(crate) on_approval_timeout: Option<TimeoutAction>,
     /// Default timeout of a tool call, e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) tool_timeout: Option<std::time::Duration>,
@@ -131,6 +139,9 @@ pub(crate) struct DecideArgs {
     /// Who decides (default: $USER).
     #[arg(long)]
     pub(crate) approver: Option<String>,
+    /// With approve: allow the same tool and command/path pattern for the rest of the run.
+    #[arg(long)]
+    pub(crate) remember: bool,
     /// Send as a fire-and-forget signal instead of a validated update (works with no worker
     /// running; applied when a worker picks the run up).
     #[arg(long)]

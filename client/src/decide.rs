@@ -42,6 +42,7 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
             approved,
             approver: approver.clone(),
             reason: args.reason.clone(),
+            remember: approved && args.remember,
         })
         .map_err(|e| Exit::infra(format!("cannot encode the decision: {e}")))?;
         if args.signal {

@@ -4,7 +4,7 @@
 use std::{io::Read, path::Path, time::Duration};
 
 use baton_proto::{ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, Script};
-use baton_workflows::{AgentRun, tools};
+use baton_workflows::{AgentRun, policy, tools};
 use serde_json::{Value, json};
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
@@ -116,28 +116,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             tools::BUILTIN_TOOLS.join(", ")
         )));
     }
-    let require_approval: Vec<String> = if args.no_approval {
-        Vec::new()
-    } else if args.require_approval.is_empty() {
-        vec![tools::SHELL.to_owned()]
-    } else {
-        args.require_approval.clone()
-    };
-    let unknown: Vec<&String> = require_approval
-        .iter()
-        .filter(|t| *t != "*" && tools::definition(t).is_none())
-        .collect();
-    if !unknown.is_empty() {
-        return Err(Exit::usage(format!(
-            "--require-approval names unknown tool(s): {}; available: {}",
-            unknown
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            tools::BUILTIN_TOOLS.join(", ")
-        )));
-    }
+    let approval = build_policy(args)?;
     let script = match &args.script {
         Some(path) => Some(load_script(path)?),
         None => None,
@@ -153,10 +132,10 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
                 "the scripted provider needs --script FILE (a JSON list of assistant turns)",
             ));
         }
-        "scripted" | "openai" => {}
+        "scripted" | "openai" | "anthropic" => {}
         other => {
             return Err(Exit::usage(format!(
-                "unknown provider '{other}'; use openai or scripted"
+                "unknown provider '{other}'; use openai, anthropic or scripted"
             )));
         }
     }
@@ -169,17 +148,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             ..Default::default()
         }),
         tools: args.tools.clone(),
-        approval: Some(ApprovalPolicy {
-            require_approval,
-            timeout_seconds: args
-                .approval_timeout
-                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
-                .unwrap_or(0),
-            on_timeout: match args.on_approval_timeout {
-                TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
-                TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
-            } as i32,
-        }),
+        approval: Some(approval),
         limits: Some(Limits {
             max_turns: args.max_turns.unwrap_or(0),
             max_total_tokens: args.max_tokens.unwrap_or(0),
@@ -191,6 +160,81 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         }),
         labels: args.labels.iter().cloned().collect(),
         system_prompt: String::new(),
+    })
+}
+
+/// The approval policy: the `--policy` file (if any), then the flags on top. Without a file,
+/// `shell` needs approval unless `--no-approval` or `--require-approval` say otherwise.
+pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
+    let mut policy = match &args.policy {
+        Some(path) => load_policy(path)?,
+        None => ApprovalPolicy {
+            require_approval: vec![tools::SHELL.to_owned()],
+            ..Default::default()
+        },
+    };
+    if args.no_approval {
+        policy.require_approval.clear();
+    } else if !args.require_approval.is_empty() {
+        policy.require_approval = args.require_approval.clone();
+    }
+    let unknown: Vec<&String> = policy
+        .require_approval
+        .iter()
+        .filter(|t| *t != "*" && tools::definition(t).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Exit::usage(format!(
+            "--require-approval names unknown tool(s): {}; available: {}",
+            unknown
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            tools::BUILTIN_TOOLS.join(", ")
+        )));
+    }
+    if let Some(d) = args.approval_timeout {
+        policy.timeout_seconds = d.as_secs().clamp(1, u64::from(u32::MAX)) as u32;
+    }
+    if let Some(action) = args.on_approval_timeout {
+        policy.on_timeout = match action {
+            TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
+            TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
+        } as i32;
+    }
+    if args.never_ask {
+        policy.mode = policy::MODE_NEVER_ASK.to_owned();
+    }
+    policy::validate(&policy).map_err(|e| Exit::usage(format!("invalid approval policy: {e}")))?;
+    Ok(policy)
+}
+
+/// Reads a policy file: TOML (`.toml`) or JSON, with the fields of `ApprovalPolicy`.
+pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Exit::usage(format!(
+            "cannot read policy file {}: {e}; pass an existing TOML or JSON file to --policy",
+            path.display()
+        ))
+    })?;
+    let is_toml = path.extension().is_some_and(|e| e == "toml");
+    let value: Value = if is_toml {
+        toml::from_str::<toml::Value>(&text)
+            .map_err(|e| Exit::usage(format!("policy file {} is not valid TOML: {e}", path.display())))
+            .and_then(|v| {
+                serde_json::to_value(v).map_err(|e| Exit::usage(format!("policy file {}: {e}", path.display())))
+            })?
+    } else {
+        serde_json::from_str(&text).map_err(|e| {
+            Exit::usage(format!("policy file {} is not valid JSON: {e}", path.display()))
+        })?
+    };
+    serde_json::from_value(value).map_err(|e| {
+        Exit::usage(format!(
+            "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
+            path.display()
+        ))
     })
 }
 

@@ -11,7 +11,7 @@ use baton_proto::{
     ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, EventsPage,
     FinishReason, Item, LlmRequest, LlmResponse, PendingCall, RunEvent, RunResult, RunSpec,
     RunState as StateName, RunStatus, TerminationReason, ToolCall, ToolDefinition, ToolRequest,
-    ToolResult, Usage, UserMessage, item, run_event,
+    ToolResult, ToolRule, Usage, UserMessage, item, run_event,
 };
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +165,9 @@ pub struct RunState {
     /// The current turn already hit a context overflow and was retried after trimming.
     #[serde(default)]
     pub overflow_retried: bool,
+    /// Allow rules learned from approvals with `remember: true`.
+    #[serde(default)]
+    pub remembered: Vec<ToolRule>,
 }
 
 /// Why an LLM call failed for good, as far as the state machine cares.
@@ -182,6 +185,9 @@ impl RunState {
         let spec = normalize(spec);
         let tools = tools::definitions(&spec.tools)
             .map_err(|unknown| format!("unknown tools in spec: {}", unknown.join(", ")))?;
+        if let Some(p) = &spec.approval {
+            policy::validate(p).map_err(|e| format!("invalid approval policy: {e}"))?;
+        }
         let mut state = Self {
             run_id: run_id.to_owned(),
             tools,
@@ -199,6 +205,7 @@ impl RunState {
             seen_call_ids: BTreeSet::new(),
             elided: BTreeSet::new(),
             overflow_retried: false,
+            remembered: Vec::new(),
         };
         state.note(now_ms, "run started");
         Ok(state)
@@ -223,6 +230,7 @@ impl RunState {
             seen_call_ids: BTreeSet::new(),
             elided: BTreeSet::new(),
             overflow_retried: false,
+            remembered: Vec::new(),
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -474,10 +482,14 @@ impl RunState {
             decision.approver.clone()
         };
         let mut applied = Vec::new();
+        let mut learned = Vec::new();
         for planned in batch.calls.iter_mut() {
             let matches = decision.call_id == "*" || planned.call.id == decision.call_id;
             if !matches || planned.disposition != Disposition::Pending {
                 continue;
+            }
+            if decision.approved && decision.remember {
+                learned.push(policy::remembered_rule(&planned.call));
             }
             planned.disposition = if decision.approved {
                 Disposition::Run {
@@ -499,6 +511,21 @@ impl RunState {
             applied.push(planned.call.id.clone());
         }
         let still_pending = batch.pending().count() as u32;
+        for rule in learned {
+            self.note(
+                now_ms,
+                &format!(
+                    "{approver} allowed {} {} for the rest of the run",
+                    rule.tool,
+                    if rule.pattern.is_empty() {
+                        "*"
+                    } else {
+                        &rule.pattern
+                    }
+                ),
+            );
+            self.remembered.push(rule);
+        }
         for call_id in &applied {
             let d = ApprovalDecision {
                 call_id: call_id.clone(),
@@ -741,7 +768,7 @@ impl RunState {
             .map(|call| {
                 let disposition = match self.check_call(&call) {
                     Err(content) => Disposition::Refused { content },
-                    Ok(def) => match policy::assess(&call, def, &policy) {
+                    Ok(def) => match policy::assess(&call, def, &policy, &self.remembered) {
                         Assessment::AutoApprove => Disposition::Run { approver: None },
                         Assessment::AskHuman => Disposition::Pending,
                         Assessment::Reject { reason } => Disposition::Refused { content: reason },

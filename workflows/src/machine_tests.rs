@@ -228,6 +228,7 @@ fn one_call_needing_approval_holds_the_whole_batch() {
                 approved: true,
                 approver: "alice".into(),
                 reason: String::new(),
+                remember: false,
             },
             T0,
         )
@@ -276,6 +277,7 @@ fn a_denial_becomes_an_error_observation_and_the_run_goes_on() {
             approved: false,
             approver: "bob".into(),
             reason: "not on main".into(),
+            remember: false,
         },
         T0,
     )
@@ -430,6 +432,7 @@ fn decisions_are_validated() {
         approved: ok,
         approver: "carol".into(),
         reason: "r".into(),
+        remember: false,
     };
     assert_eq!(
         s.validate_decision(&d("s", true)),
@@ -646,4 +649,94 @@ fn context_overflow_with_nothing_to_elide_fails_at_once() {
         expect_finish(&mut s).reason(),
         TerminationReason::ContextOverflow
     );
+}
+
+#[test]
+fn remember_allows_the_same_pattern_for_the_rest_of_the_run() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "shell", r#"{"command":"cargo test --lib"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    s.on_decision(
+        ApprovalDecision {
+            call_id: "a".into(),
+            approved: true,
+            approver: "eve".into(),
+            reason: String::new(),
+            remember: true,
+        },
+        T0,
+    )
+    .unwrap();
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("ok")], T0);
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("b", "shell", r#"{"command":"cargo test -p other"}"#),
+                call("c", "shell", r#"{"command":"cargo publish"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let pending: Vec<String> = s.pending_calls().into_iter().map(|p| p.call_id).collect();
+    assert_eq!(
+        pending,
+        vec!["c".to_string()],
+        "cargo test* is remembered, cargo publish is not"
+    );
+}
+
+#[test]
+fn never_ask_denies_without_blocking() {
+    let mut sp = spec(&["shell"]);
+    sp.approval.as_mut().unwrap().mode = crate::policy::MODE_NEVER_ASK.into();
+    let mut s = RunState::new("run-1", sp, T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "shell", r#"{"command":"make deploy"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert!(
+        expect_tools(&mut s).is_empty(),
+        "nothing runs and nothing waits"
+    );
+    s.on_tool_results(vec![], T0);
+    let r = &tool_results(&s)[0];
+    assert!(
+        r.is_error && r.content.contains("never_ask"),
+        "{}",
+        r.content
+    );
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+}
+
+#[test]
+fn an_invalid_policy_is_refused_at_start() {
+    let mut sp = spec(&[]);
+    sp.approval
+        .as_mut()
+        .unwrap()
+        .rules
+        .push(baton_proto::ToolRule {
+            tool: "shell".into(),
+            pattern: String::new(),
+            action: "perhaps".into(),
+            reason: String::new(),
+        });
+    let err = RunState::new("run-1", sp, T0).unwrap_err();
+    assert!(err.contains("unknown action 'perhaps'"), "{err}");
 }

@@ -1,6 +1,28 @@
 //! The approval policy: a pure decision, per tool call, taken before anything of a batch runs.
+//!
+//! Order of precedence for a call:
+//! 1. rules remembered from approvals with `remember: true` (allow);
+//! 2. the policy's `rules`, in order: the first rule whose tool and pattern match decides;
+//! 3. `require_approval` (tool names, or `*` for every tool that is not read-only): ask;
+//! 4. otherwise allow (read-only tools always end here unless a rule named them).
+//!
+//! In `never_ask` mode (CI), anything that would ask a human is rejected with a reason the
+//! model sees, so the run never blocks.
 
-use baton_proto::{ApprovalPolicy, ToolCall, ToolDefinition};
+use baton_proto::{ApprovalPolicy, ToolCall, ToolDefinition, ToolRule};
+
+use crate::tools;
+
+/// Policy mode: calls that need a human wait for one.
+pub const MODE_SUPERVISED: &str = "supervised";
+/// Policy mode for unattended runs: calls that need a human are denied at once.
+pub const MODE_NEVER_ASK: &str = "never_ask";
+/// Rule actions.
+pub const ALLOW: &str = "allow";
+/// Rule action: ask a human.
+pub const ASK: &str = "ask";
+/// Rule action: refuse.
+pub const DENY: &str = "deny";
 
 /// What the policy says about one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,68 +38,365 @@ pub enum Assessment {
     },
 }
 
+/// Checks a policy's data before a run starts; the error says what to fix.
+pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
+    if !matches!(policy.mode.as_str(), "" | MODE_SUPERVISED | MODE_NEVER_ASK) {
+        return Err(format!(
+            "unknown policy mode '{}'; use \"{MODE_SUPERVISED}\" or \"{MODE_NEVER_ASK}\"",
+            policy.mode
+        ));
+    }
+    for (i, rule) in policy.rules.iter().enumerate() {
+        if !matches!(rule.action.as_str(), ALLOW | ASK | DENY) {
+            return Err(format!(
+                "rule {} ({} {}): unknown action '{}'; use allow, ask or deny",
+                i + 1,
+                rule.tool,
+                rule.pattern,
+                rule.action
+            ));
+        }
+        if rule.tool != "*" && tools::definition(&rule.tool).is_none() {
+            return Err(format!(
+                "rule {}: unknown tool '{}'; use one of {} or *",
+                i + 1,
+                rule.tool,
+                tools::BUILTIN_TOOLS.join(", ")
+            ));
+        }
+    }
+    if let Some(loops) = &policy.loops
+        && !matches!(loops.on_loop.as_str(), "" | "stop" | "ask")
+    {
+        return Err(format!(
+            "unknown loops.on_loop '{}'; use \"stop\" or \"ask\"",
+            loops.on_loop
+        ));
+    }
+    Ok(())
+}
+
 /// Decides whether `call` (to the tool `tool`) may run, must wait for a human, or is refused.
-///
-/// Read-only tools never need approval. Tools named in `require_approval` (or `"*"`, meaning
-/// every tool that is not read-only) ask a human. Everything else runs.
-pub fn assess(_call: &ToolCall, tool: &ToolDefinition, policy: &ApprovalPolicy) -> Assessment {
-    if tool.read_only {
-        return Assessment::AutoApprove;
-    }
-    let listed = policy
-        .require_approval
+pub fn assess(
+    call: &ToolCall,
+    tool: &ToolDefinition,
+    policy: &ApprovalPolicy,
+    remembered: &[ToolRule],
+) -> Assessment {
+    let subject = subject(call);
+    let decided = remembered
         .iter()
-        .any(|name| name == &tool.name || name == "*");
-    if listed {
-        Assessment::AskHuman
-    } else {
-        Assessment::AutoApprove
+        .chain(policy.rules.iter())
+        .find(|r| rule_matches(r, &tool.name, &subject));
+    let assessment = match decided {
+        Some(rule) => match rule.action.as_str() {
+            ALLOW => Assessment::AutoApprove,
+            DENY => Assessment::Reject {
+                reason: if rule.reason.is_empty() {
+                    format!(
+                        "The policy of this run forbids this call (rule: {} {}). It did not \
+                         run; do something else.",
+                        rule.tool,
+                        if rule.pattern.is_empty() {
+                            "*"
+                        } else {
+                            &rule.pattern
+                        }
+                    )
+                } else {
+                    format!("The policy of this run forbids this call: {}", rule.reason)
+                },
+            },
+            _ => Assessment::AskHuman,
+        },
+        None => {
+            let listed = policy
+                .require_approval
+                .iter()
+                .any(|name| (name == &tool.name || name == "*") && !tool.read_only);
+            if listed {
+                Assessment::AskHuman
+            } else {
+                Assessment::AutoApprove
+            }
+        }
+    };
+    if assessment == Assessment::AskHuman && policy.mode == MODE_NEVER_ASK {
+        return Assessment::Reject {
+            reason: format!(
+                "This run cannot ask a human (policy mode never_ask), and '{}' needs approval \
+                 here, so the call was denied without running. Find a way that needs no \
+                 approval, or finish and explain what a human should do.",
+                tool.name
+            ),
+        };
     }
+    assessment
+}
+
+/// The rule to remember after a human approved `call` with `remember: true`: the same tool and
+/// the same command prefix (shell: program and first argument) or the same path.
+pub fn remembered_rule(call: &ToolCall) -> ToolRule {
+    let subject = subject(call);
+    let pattern = if call.name == tools::SHELL {
+        let words: Vec<&str> = subject.split_whitespace().take(2).collect();
+        if words.is_empty() {
+            String::new()
+        } else {
+            format!("{}*", words.join(" "))
+        }
+    } else {
+        subject
+    };
+    ToolRule {
+        tool: call.name.clone(),
+        pattern,
+        action: ALLOW.to_owned(),
+        reason: "remembered approval".to_owned(),
+    }
+}
+
+/// What a rule's pattern is matched against: the shell command, or a file tool's path.
+fn subject(call: &ToolCall) -> String {
+    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap_or_default();
+    let key = if call.name == tools::SHELL {
+        "command"
+    } else {
+        "path"
+    };
+    args.get(key)
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+fn rule_matches(rule: &ToolRule, tool: &str, subject: &str) -> bool {
+    (rule.tool == "*" || rule.tool == tool)
+        && (rule.pattern.is_empty() || wildcard(&rule.pattern, subject))
+}
+
+/// `*` matches any run of characters (including none), `?` exactly one; everything else
+/// literally.
+pub fn wildcard(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools;
 
-    fn call(name: &str) -> ToolCall {
+    fn call(name: &str, args: &str) -> ToolCall {
         ToolCall {
             id: "c1".into(),
             name: name.into(),
-            arguments: "{}".into(),
+            arguments: args.into(),
         }
     }
 
-    fn policy(names: &[&str]) -> ApprovalPolicy {
+    fn shell(cmd: &str) -> ToolCall {
+        call("shell", &serde_json::json!({ "command": cmd }).to_string())
+    }
+
+    fn rule(tool: &str, pattern: &str, action: &str) -> ToolRule {
+        ToolRule {
+            tool: tool.into(),
+            pattern: pattern.into(),
+            action: action.into(),
+            reason: String::new(),
+        }
+    }
+
+    fn policy(names: &[&str], rules: Vec<ToolRule>) -> ApprovalPolicy {
         ApprovalPolicy {
             require_approval: names.iter().map(|s| s.to_string()).collect(),
+            rules,
             ..Default::default()
         }
     }
 
+    fn def(name: &str) -> ToolDefinition {
+        tools::definition(name).unwrap()
+    }
+
     #[test]
     fn listed_tools_ask_a_human() {
-        let shell = tools::definition(tools::SHELL).unwrap();
+        let sh = def(tools::SHELL);
         assert_eq!(
-            assess(&call("shell"), &shell, &policy(&["shell"])),
+            assess(&shell("ls"), &sh, &policy(&["shell"], vec![]), &[]),
             Assessment::AskHuman
         );
         assert_eq!(
-            assess(&call("shell"), &shell, &policy(&[])),
+            assess(&shell("ls"), &sh, &policy(&[], vec![]), &[]),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess(&call("shell"), &shell, &policy(&["*"])),
+            assess(&shell("ls"), &sh, &policy(&["*"], vec![]), &[]),
             Assessment::AskHuman
         );
     }
 
     #[test]
-    fn read_only_tools_never_ask() {
-        let read = tools::definition(tools::READ_FILE).unwrap();
+    fn read_only_tools_are_allowed_unless_a_rule_says_otherwise() {
+        let read = def(tools::READ_FILE);
+        let c = call("read_file", r#"{"path":"secrets/key.pem"}"#);
         assert_eq!(
-            assess(&call("read_file"), &read, &policy(&["read_file", "*"])),
+            assess(&c, &read, &policy(&["*"], vec![]), &[]),
             Assessment::AutoApprove
         );
+        let p = policy(&[], vec![rule("read_file", "secrets/*", "deny")]);
+        assert!(matches!(
+            assess(&c, &read, &p, &[]),
+            Assessment::Reject { .. }
+        ));
+        let other = call("read_file", r#"{"path":"src/main.rs"}"#);
+        assert_eq!(assess(&other, &read, &p, &[]), Assessment::AutoApprove);
+    }
+
+    #[test]
+    fn shell_rules_match_in_order_first_wins() {
+        let sh = def(tools::SHELL);
+        let p = policy(
+            &[],
+            vec![
+                rule("shell", "git status*", "allow"),
+                rule("shell", "cargo test*", "allow"),
+                rule("shell", "rm -rf /*", "deny"),
+                rule("shell", "", "ask"),
+            ],
+        );
+        assert_eq!(
+            assess(&shell("git status --short"), &sh, &p, &[]),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            assess(&shell("cargo test -p x"), &sh, &p, &[]),
+            Assessment::AutoApprove
+        );
+        assert!(matches!(
+            assess(&shell("rm -rf /usr"), &sh, &p, &[]),
+            Assessment::Reject { reason } if reason.contains("rm -rf /*")
+        ));
+        // Near misses fall through to the catch-all.
+        assert_eq!(
+            assess(&shell("git push"), &sh, &p, &[]),
+            Assessment::AskHuman
+        );
+        assert_eq!(
+            assess(&shell("rm -rf build"), &sh, &p, &[]),
+            Assessment::AskHuman
+        );
+        // Order matters: a deny before an allow wins.
+        let p = policy(
+            &[],
+            vec![
+                rule("shell", "git*", "deny"),
+                rule("shell", "git status*", "allow"),
+            ],
+        );
+        assert!(matches!(
+            assess(&shell("git status"), &sh, &p, &[]),
+            Assessment::Reject { .. }
+        ));
+    }
+
+    #[test]
+    fn never_ask_turns_asks_into_rejections_the_model_sees() {
+        let sh = def(tools::SHELL);
+        let mut p = policy(&["shell"], vec![rule("shell", "echo *", "allow")]);
+        p.mode = MODE_NEVER_ASK.into();
+        assert_eq!(
+            assess(&shell("echo hi"), &sh, &p, &[]),
+            Assessment::AutoApprove
+        );
+        match assess(&shell("make deploy"), &sh, &p, &[]) {
+            Assessment::Reject { reason } => assert!(reason.contains("never_ask"), "{reason}"),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn remembered_approvals_allow_the_same_pattern() {
+        let sh = def(tools::SHELL);
+        let p = policy(&["shell", "edit_file"], vec![]);
+        let remembered = vec![remembered_rule(&shell("cargo test --lib"))];
+        assert_eq!(remembered[0].pattern, "cargo test*");
+        assert_eq!(
+            assess(&shell("cargo test -p other"), &sh, &p, &remembered),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            assess(&shell("cargo build"), &sh, &p, &remembered),
+            Assessment::AskHuman
+        );
+        let edit = call(
+            "edit_file",
+            r#"{"path":"src/lib.rs","old_text":"a","new_text":"b"}"#,
+        );
+        let remembered = vec![remembered_rule(&edit)];
+        let edit_def = def(tools::EDIT_FILE);
+        let again = call(
+            "edit_file",
+            r#"{"path":"src/lib.rs","old_text":"c","new_text":"d"}"#,
+        );
+        let other = call(
+            "edit_file",
+            r#"{"path":"src/main.rs","old_text":"c","new_text":"d"}"#,
+        );
+        assert_eq!(
+            assess(&again, &edit_def, &p, &remembered),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            assess(&other, &edit_def, &p, &remembered),
+            Assessment::AskHuman
+        );
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard("git status*", "git status"));
+        assert!(wildcard("git status*", "git status -s"));
+        assert!(!wildcard("git status*", "git statu"));
+        assert!(wildcard("*.rs", "src/main.rs"));
+        assert!(wildcard("a?c", "abc"));
+        assert!(!wildcard("a?c", "ac"));
+        assert!(wildcard("*", ""));
+        assert!(wildcard("rm -rf /*", "rm -rf /"));
+        assert!(!wildcard("rm -rf /*", "rm -rf ./build"));
+    }
+
+    #[test]
+    fn policies_are_validated() {
+        assert!(validate(&policy(&[], vec![rule("shell", "", "allow")])).is_ok());
+        let err = validate(&policy(&[], vec![rule("shell", "", "maybe")])).unwrap_err();
+        assert!(err.contains("unknown action 'maybe'"), "{err}");
+        let err = validate(&policy(&[], vec![rule("sh", "", "allow")])).unwrap_err();
+        assert!(err.contains("unknown tool 'sh'"), "{err}");
+        let mut p = policy(&[], vec![]);
+        p.mode = "yolo".into();
+        assert!(validate(&p).unwrap_err().contains("unknown policy mode"));
     }
 }

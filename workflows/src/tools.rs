@@ -12,9 +12,23 @@ pub const READ_FILE: &str = "read_file";
 pub const WRITE_FILE: &str = "write_file";
 /// Name of the list-files tool.
 pub const LIST_FILES: &str = "list_files";
+/// Name of the edit-file tool (exact string replacement).
+pub const EDIT_FILE: &str = "edit_file";
+/// Name of the regex search tool.
+pub const SEARCH_FILES: &str = "search_files";
+/// Name of the glob tool.
+pub const GLOB: &str = "glob";
 
 /// Every built-in tool's name, in the order the model sees them.
-pub const BUILTIN_TOOLS: [&str; 4] = [SHELL, READ_FILE, WRITE_FILE, LIST_FILES];
+pub const BUILTIN_TOOLS: [&str; 7] = [
+    SHELL,
+    READ_FILE,
+    WRITE_FILE,
+    EDIT_FILE,
+    LIST_FILES,
+    SEARCH_FILES,
+    GLOB,
+];
 
 /// Output sent to the model per tool result is capped at this many bytes.
 pub const OUTPUT_CAP_BYTES: usize = 16 * 1024;
@@ -42,6 +56,25 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
         LIST_FILES => (
             "List the files and directories under a directory of the workspace.",
             r#"{"type":"object","properties":{"path":{"type":"string","description":"Directory relative to the workspace (default: the workspace itself)."},"recursive":{"type":"boolean","description":"List subdirectories too (default false)."}},"additionalProperties":false}"#,
+            true,
+        ),
+        EDIT_FILE => (
+            "Replace an exact piece of text in a workspace file. `old_text` must occur exactly \
+             once (include surrounding lines to make it unique) unless `replace_all` is true. \
+             Fails, changing nothing, when the text is missing or not unique.",
+            r#"{"type":"object","properties":{"path":{"type":"string","description":"Path relative to the workspace."},"old_text":{"type":"string","description":"The exact text to replace, whitespace included."},"new_text":{"type":"string","description":"The replacement."},"replace_all":{"type":"boolean","description":"Replace every occurrence (default false)."}},"required":["path","old_text","new_text"],"additionalProperties":false}"#,
+            false,
+        ),
+        SEARCH_FILES => (
+            "Search the workspace's text files with a regular expression (Rust regex syntax). \
+             Returns `path:line: text` for each matching line, up to `max_results`.",
+            r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the workspace (default: the workspace)."},"glob":{"type":"string","description":"Only search files whose path matches this glob, e.g. *.rs or src/**/*.py."},"case_insensitive":{"type":"boolean","description":"Ignore case (default false)."},"max_results":{"type":"integer","minimum":1,"description":"Stop after this many matching lines (default 200)."}},"required":["pattern"],"additionalProperties":false}"#,
+            true,
+        ),
+        GLOB => (
+            "Find files in the workspace whose relative path matches a glob pattern such as \
+             `**/*.rs` or `src/*.toml`. Returns sorted paths.",
+            r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Glob pattern, relative to the workspace (or to `path`)."},"path":{"type":"string","description":"Directory to search from (default: the workspace)."}},"required":["pattern"],"additionalProperties":false}"#,
             true,
         ),
         _ => return None,
