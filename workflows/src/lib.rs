@@ -13,6 +13,7 @@
 
 pub mod activities;
 pub mod error;
+pub mod guards;
 pub mod machine;
 pub mod policy;
 pub mod tools;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     error::DecisionError,
+    guards,
     policy::{self, Assessment},
     tools,
 };
@@ -37,6 +38,11 @@ pub const MAX_EVENTS: usize = 2_000;
 pub const KEEP_RECENT_TURNS: usize = 2;
 /// Tool outputs shorter than this are never elided (the placeholder would not be smaller).
 pub const ELIDE_MIN_BYTES: usize = 256;
+
+/// Tool name of a question to a human ("continue or abort?") shown as a pending call.
+pub const QUESTION_TOOL: &str = "baton.continue";
+/// Call-id prefix of such a question.
+pub const QUESTION_CALL_PREFIX: &str = "baton_continue_";
 
 /// The hidden message that asks the model to go on after its output was cut off.
 pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
@@ -104,6 +110,10 @@ pub struct Batch {
     pub calls: Vec<PlannedCall>,
     /// When approval was first requested (workflow time, Unix ms).
     pub requested_at_ms: i64,
+    /// Set when this "batch" is a question to a human (continue or abort?) rather than tool
+    /// calls: approving continues the run, denying ends it.
+    #[serde(default)]
+    pub question: Option<String>,
 }
 
 impl Batch {
@@ -168,6 +178,9 @@ pub struct RunState {
     /// Allow rules learned from approvals with `remember: true`.
     #[serde(default)]
     pub remembered: Vec<ToolRule>,
+    /// Consecutive turns in which a tool call failed (circuit breaker).
+    #[serde(default)]
+    pub error_streak: u32,
 }
 
 /// Why an LLM call failed for good, as far as the state machine cares.
@@ -206,6 +219,7 @@ impl RunState {
             elided: BTreeSet::new(),
             overflow_retried: false,
             remembered: Vec::new(),
+            error_streak: 0,
         };
         state.note(now_ms, "run started");
         Ok(state)
@@ -231,6 +245,7 @@ impl RunState {
             elided: BTreeSet::new(),
             overflow_retried: false,
             remembered: Vec::new(),
+            error_streak: 0,
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -364,6 +379,10 @@ impl RunState {
                 let calls = message.tool_calls.clone();
                 let text = message.text.clone();
                 self.conversation.push(assistant_item(message));
+                if let Some(why) = self.loop_check() {
+                    self.on_loop(why, now_ms);
+                    return;
+                }
                 if calls.is_empty() {
                     let answer = std::mem::take(&mut self.partial_text) + &text;
                     self.complete(now_ms, answer);
@@ -534,7 +553,7 @@ impl RunState {
             };
             self.push_event(now_ms, run_event::Kind::ApprovalDecided(d));
         }
-        self.advance_if_decided();
+        self.advance_if_decided(now_ms);
         Ok(ApprovalOutcome {
             call_ids: applied,
             approved: decision.approved,
@@ -572,7 +591,7 @@ impl RunState {
                     }
                 }
                 self.note(now_ms, "approval timed out: undecided calls denied");
-                self.advance_if_decided();
+                self.advance_if_decided(now_ms);
             }
         }
     }
@@ -584,6 +603,7 @@ impl RunState {
             return;
         };
         let mut results = results.into_iter();
+        let mut any_error = false;
         for planned in batch.calls {
             let result = match planned.disposition {
                 Disposition::Run { .. } => {
@@ -609,11 +629,96 @@ impl RunState {
                     is_error: true,
                 },
             };
+            any_error |= result.is_error;
             self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
             self.conversation.push(Item {
                 kind: Some(item::Kind::ToolResult(result)),
             });
         }
+        self.circuit_breaker(any_error, now_ms);
+    }
+
+    fn loops_policy(&self) -> Option<&baton_proto::LoopPolicy> {
+        self.spec.approval.as_ref().and_then(|p| p.loops.as_ref())
+    }
+
+    fn loop_check(&self) -> Option<String> {
+        if self.loops_policy().is_some_and(|l| l.disabled) {
+            return None;
+        }
+        guards::detect_loop(&self.conversation)
+    }
+
+    /// A loop was detected: stop, or ask a human, by policy.
+    fn on_loop(&mut self, why: String, now_ms: i64) {
+        let ask = self.loops_policy().is_some_and(|l| l.on_loop == "ask");
+        if ask {
+            self.ask_question(
+                format!("Loop detected: {why}. Continue the run (approve) or abort it (deny)?"),
+                now_ms,
+            );
+        } else {
+            self.finish(now_ms, TerminationReason::LoopDetected, why);
+        }
+    }
+
+    /// Counts failing turns: alerts the model after the first threshold, then pauses for a
+    /// human after the second.
+    fn circuit_breaker(&mut self, any_error: bool, now_ms: i64) {
+        if !any_error {
+            self.error_streak = 0;
+            return;
+        }
+        self.error_streak += 1;
+        if self.loops_policy().is_some_and(|l| l.disabled) {
+            return;
+        }
+        let (alert_after, pause_after) = guards::breaker_thresholds(self.loops_policy());
+        if self.error_streak == alert_after {
+            self.conversation
+                .push(user(&guards::breaker_alert(self.error_streak), true));
+            self.note(
+                now_ms,
+                &format!(
+                    "circuit breaker: {} failing turns in a row; the model was told to change strategy",
+                    self.error_streak
+                ),
+            );
+        } else if self.error_streak == alert_after + pause_after {
+            self.ask_question(
+                format!(
+                    "The agent's tool calls failed in {} turns in a row, even after it was told                      to change strategy. Continue the run (approve) or abort it (deny)?",
+                    self.error_streak
+                ),
+                now_ms,
+            );
+        }
+    }
+
+    /// Pauses the run with a question for a human, answered like an approval.
+    fn ask_question(&mut self, question: String, now_ms: i64) {
+        let call = ToolCall {
+            id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
+            name: QUESTION_TOOL.to_owned(),
+            arguments: serde_json::json!({ "question": question }).to_string(),
+        };
+        self.push_event(
+            now_ms,
+            run_event::Kind::ApprovalRequested(PendingCall {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                arguments: call.arguments.clone(),
+                requested_at_ms: now_ms,
+            }),
+        );
+        self.phase = Phase::AwaitingApproval(Batch {
+            calls: vec![PlannedCall {
+                call,
+                disposition: Disposition::Pending,
+            }],
+            requested_at_ms: now_ms,
+            question: Some(question),
+        });
     }
 
     /// Workflow cancellation was requested.
@@ -780,6 +885,7 @@ impl RunState {
         let batch = Batch {
             calls: planned,
             requested_at_ms: now_ms,
+            question: None,
         };
         let pending: Vec<PendingCall> = batch
             .pending()
@@ -830,7 +936,7 @@ impl RunState {
         }
     }
 
-    fn advance_if_decided(&mut self) {
+    fn advance_if_decided(&mut self, now_ms: i64) {
         if let Phase::AwaitingApproval(batch) = &self.phase
             && batch.pending().next().is_none()
         {
@@ -839,7 +945,21 @@ impl RunState {
             else {
                 return;
             };
-            self.phase = Phase::Executing(batch);
+            if batch.question.is_none() {
+                self.phase = Phase::Executing(batch);
+                return;
+            }
+            // A question: approved continues (phase stays Thinking), denied ends the run.
+            match batch.calls.first().map(|c| &c.disposition) {
+                Some(Disposition::Refused { content }) => {
+                    let detail = content.replace("The call was denied", "The run was aborted");
+                    self.finish(now_ms, TerminationReason::LoopDetected, detail);
+                }
+                _ => {
+                    self.error_streak = 0;
+                    self.note(now_ms, "a human chose to continue the run");
+                }
+            }
         }
     }
 

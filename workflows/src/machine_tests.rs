@@ -603,7 +603,11 @@ fn context_overflow_elides_old_tool_outputs_and_retries_once() {
         s.on_llm_response(
             reply(
                 "",
-                vec![call(&format!("c{i}"), "list_files", "{}")],
+                vec![call(
+                    &format!("c{i}"),
+                    "list_files",
+                    &format!(r#"{{"path":"d{i}"}}"#),
+                )],
                 FinishReason::ToolCalls,
             ),
             T0,
@@ -739,4 +743,165 @@ fn an_invalid_policy_is_refused_at_start() {
         });
     let err = RunState::new("run-1", sp, T0).unwrap_err();
     assert!(err.contains("unknown action 'perhaps'"), "{err}");
+}
+
+fn err_result(content: &str) -> ToolResult {
+    ToolResult {
+        content: content.into(),
+        is_error: true,
+        ..Default::default()
+    }
+}
+
+/// One turn whose single (distinct) tool call fails or succeeds.
+fn failing_turn(s: &mut RunState, i: u32, fails: bool) {
+    expect_llm(s);
+    s.on_llm_response(
+        reply(
+            &format!("attempt {i}"),
+            vec![call(
+                &format!("t{i}"),
+                "read_file",
+                &format!(r#"{{"path":"f{i}"}}"#),
+            )],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(s);
+    let r = if fails {
+        err_result("not found")
+    } else {
+        ok_result("ok")
+    };
+    s.on_tool_results(vec![r], T0);
+}
+
+fn breaker_alerts(s: &RunState) -> usize {
+    s.conversation
+        .iter()
+        .filter(|i| matches!(&i.kind, Some(item::Kind::User(u)) if u.synthetic && u.text.contains("circuit breaker")))
+        .count()
+}
+
+#[test]
+fn the_breaker_alerts_after_three_failing_turns_and_a_success_resets_it() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    failing_turn(&mut s, 1, true);
+    failing_turn(&mut s, 2, true);
+    assert_eq!(breaker_alerts(&s), 0, "two failing turns are not enough");
+    failing_turn(&mut s, 3, false);
+    assert_eq!(s.error_streak, 0);
+    for i in 4..=6 {
+        failing_turn(&mut s, i, true);
+    }
+    assert_eq!(breaker_alerts(&s), 1);
+    let req = expect_llm(&mut s);
+    assert!(matches!(
+        &req.conversation.last().unwrap().kind,
+        Some(item::Kind::User(u)) if u.text.contains("change strategy")
+    ));
+}
+
+#[test]
+fn the_breaker_pauses_for_a_human_who_can_continue_or_abort() {
+    for approve in [true, false] {
+        let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+        for i in 1..=6 {
+            failing_turn(&mut s, i, true);
+        }
+        assert_eq!(breaker_alerts(&s), 1);
+        let status = s.status();
+        assert_eq!(status.state(), StateName::AwaitingApproval);
+        assert_eq!(status.pending[0].tool, QUESTION_TOOL);
+        assert!(status.pending[0].arguments.contains("Continue the run"));
+        let id = status.pending[0].call_id.clone();
+        s.on_decision(
+            ApprovalDecision {
+                call_id: id,
+                approved: approve,
+                approver: "op".into(),
+                reason: "enough".into(),
+                remember: false,
+            },
+            T0,
+        )
+        .unwrap();
+        if approve {
+            assert_eq!(s.error_streak, 0);
+            assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+        } else {
+            let r = expect_finish(&mut s);
+            assert_eq!(r.reason(), TerminationReason::LoopDetected);
+            assert!(r.detail.contains("aborted by op: enough"), "{}", r.detail);
+        }
+    }
+}
+
+#[test]
+fn repeated_batches_stop_the_run_or_ask_by_policy() {
+    for ask in [false, true] {
+        let mut sp = spec(&[]);
+        if ask {
+            sp.approval.as_mut().unwrap().loops = Some(baton_proto::LoopPolicy {
+                on_loop: "ask".into(),
+                ..Default::default()
+            });
+        }
+        let mut s = RunState::new("run-1", sp, T0).unwrap();
+        for i in 0..2 {
+            expect_llm(&mut s);
+            s.on_llm_response(
+                reply(
+                    "",
+                    vec![call(&format!("x{i}"), "list_files", "{}")],
+                    FinishReason::ToolCalls,
+                ),
+                T0,
+            );
+            expect_tools(&mut s);
+            s.on_tool_results(vec![ok_result("same")], T0);
+        }
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call("x2", "list_files", "{}")],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        if ask {
+            assert_eq!(s.status().pending[0].tool, QUESTION_TOOL);
+        } else {
+            let r = expect_finish(&mut s);
+            assert_eq!(r.reason(), TerminationReason::LoopDetected);
+            assert!(r.detail.contains("same tool calls"));
+        }
+    }
+}
+
+#[test]
+fn loop_guards_can_be_disabled() {
+    let mut sp = spec(&[]);
+    sp.approval.as_mut().unwrap().loops = Some(baton_proto::LoopPolicy {
+        disabled: true,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", sp, T0).unwrap();
+    for i in 0..4 {
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call(&format!("x{i}"), "list_files", "{}")],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        expect_tools(&mut s);
+        s.on_tool_results(vec![err_result("boom")], T0);
+    }
+    assert_eq!(breaker_alerts(&s), 0);
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
 }

@@ -1,0 +1,378 @@
+//! Providers end to end: real worker and dev server against local servers speaking the OpenAI
+//! and Anthropic wire formats, including every class of provider failure.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(60);
+
+fn openai_worker(server: &DevServer, llm: &MockOpenAi, queue: &str) -> Worker {
+    let base = llm.base_url();
+    worker(server, queue, &[("OPENAI_BASE_URL", base.as_str())])
+}
+
+/// Submits with the openai provider and waits for the result with the given exit code.
+fn run_openai(server: &DevServer, queue: &str, name: &str, code: i32) -> (String, Value) {
+    let run = unique(name);
+    let out = baton_with_timeout(
+        server,
+        &[
+            "submit",
+            "--task-queue",
+            queue,
+            "--id",
+            &run,
+            "--provider",
+            "openai",
+            "--no-approval",
+            "--wait",
+            "--json",
+            "go",
+        ],
+        &[],
+        None,
+        Duration::from_secs(150),
+    )
+    .unwrap();
+    assert_eq!(out.code, code, "{out}");
+    (run, out.json().unwrap())
+}
+
+/// Attempts of the `llm_generate` activity recorded in a run's history.
+fn llm_attempts(server: &DevServer, run: &str) -> Vec<u64> {
+    let history = server.workflow_history_json(run, None).unwrap();
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let llm_ids: Vec<String> = events
+        .iter()
+        .filter(|e| {
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "llm_generate"
+        })
+        .map(|e| e["eventId"].to_string().trim_matches('"').to_owned())
+        .collect();
+    events
+        .iter()
+        .filter_map(|e| {
+            let a = &e["activityTaskStartedEventAttributes"];
+            let scheduled = a["scheduledEventId"]
+                .to_string()
+                .trim_matches('"')
+                .to_owned();
+            llm_ids
+                .contains(&scheduled)
+                .then(|| a["attempt"].as_u64().unwrap_or(1))
+        })
+        .collect()
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_ridden_through() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("transient");
+    let _w = openai_worker(&server, &llm, &queue);
+
+    // 429 with Retry-After: 2, then success: the retry waits as asked.
+    llm.push_response(
+        MockResponse::error(429, MockOpenAi::rate_limit_body()).header("retry-after", "2"),
+    );
+    llm.push_text("after the rate limit");
+    let (_, r) = run_openai(&server, &queue, "run-429", 0);
+    assert_eq!(r["answer"], "after the rate limit");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let gap = reqs[1].received_at - reqs[0].received_at;
+    assert!(gap >= Duration::from_secs(2), "retried after {gap:?}");
+
+    // Three 500s, then success.
+    for _ in 0..3 {
+        llm.push_error(
+            500,
+            MockOpenAi::error_body("upstream exploded", "server_error"),
+        );
+    }
+    llm.push_text("after three 500s");
+    let (run, r) = run_openai(&server, &queue, "run-500", 0);
+    assert_eq!(r["answer"], "after three 500s");
+    assert_eq!(llm.request_count(), 2 + 4);
+    assert_eq!(llm_attempts(&server, &run), vec![4]);
+
+    // A stream cut mid-way is retried.
+    llm.push_response(MockResponse::cut_stream(MockOpenAi::text_reply(
+        "this never arrives whole",
+    )));
+    llm.push_text("after the cut");
+    let (_, r) = run_openai(&server, &queue, "run-cut", 0);
+    assert_eq!(r["answer"], "after the cut");
+    assert_eq!(llm.request_count(), 6 + 2);
+    assert_eq!(
+        llm.requests()[6].body["stream"],
+        true,
+        "streaming is the default"
+    );
+}
+
+#[test]
+fn an_auth_error_ends_the_run_at_once_without_retries() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("auth");
+    let _w = openai_worker(&server, &llm, &queue);
+    llm.push_error(
+        401,
+        json!({"error": {"message": "Incorrect API key provided: sk-***", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+    );
+    let started = Instant::now();
+    let (run, r) = run_openai(&server, &queue, "run-401", 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r["reason"], "provider_error");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key provided"),
+        "{r}"
+    );
+    assert_eq!(llm.request_count(), 1);
+    assert_eq!(
+        llm_attempts(&server, &run),
+        vec![1],
+        "no retries in the history"
+    );
+}
+
+#[test]
+fn a_context_overflow_trims_old_tool_outputs_and_retries_once() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("overflow");
+    let _w = openai_worker(&server, &llm, &queue);
+    let big = |i: usize| {
+        json!({ "command": format!("head -c 3000 /dev/zero | tr '\\0' x # {i}") }).to_string()
+    };
+    for i in 0..3 {
+        llm.push_tool_calls(&[(&format!("c{i}"), "shell", &big(i))]);
+    }
+    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}});
+    llm.push_error(400, overflow.clone());
+    llm.push_text("fits now");
+    let (run, r) = run_openai(&server, &queue, "run-overflow", 0);
+    assert_eq!(r["answer"], "fits now");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 5);
+    let tool_contents = |req: &CapturedRequest| -> Vec<String> {
+        req.messages()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let failed = tool_contents(&reqs[3]);
+    let retried = tool_contents(&reqs[4]);
+    assert!(failed[0].contains("xxxxxxxx"));
+    assert!(
+        retried[0].contains("were removed to fit the context window"),
+        "{}",
+        retried[0]
+    );
+    assert_eq!(retried[1], failed[1], "recent outputs stay intact");
+    assert_eq!(retried[2], failed[2]);
+    assert!(history_text(&server, &run).contains("context overflow: removed 1 old tool outputs"));
+
+    // Overflowing again after the trim ends the run with context_overflow.
+    for i in 0..3 {
+        llm.push_tool_calls(&[(&format!("d{i}"), "shell", &big(i))]);
+    }
+    llm.push_error(400, overflow.clone());
+    llm.push_error(400, overflow);
+    let (_, r) = run_openai(&server, &queue, "run-overflow-2", 1);
+    assert_eq!(r["reason"], "context_overflow");
+}
+
+#[test]
+fn killing_the_worker_during_a_streaming_call_moves_it_to_another_worker() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("stream-kill");
+    let base = llm.base_url();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|_| {
+            let mut w = Worker::spawn_with_workspace(
+                &server,
+                &queue,
+                workspace.path(),
+                &[("OPENAI_BASE_URL", base.as_str())],
+            )
+            .unwrap();
+            w.wait_ready_blocking(T).unwrap();
+            w
+        })
+        .collect();
+    llm.push_response(MockResponse::slow_stream(
+        MockOpenAi::text_reply("too slow to matter"),
+        Duration::from_secs(120),
+    ));
+    llm.push_text("answered by the survivor");
+    let run = unique("run-stream-kill");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "openai", "--no-approval"],
+        "go",
+    );
+    let needle = format!("llm call started run_id=\"{run}\"");
+    let victim = wait_until_blocking(T, "a worker to open the stream", || {
+        Ok(workers.iter().position(|w| w.log().contains(&needle)))
+    })
+    .unwrap();
+    workers[victim].kill9();
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "answered by the survivor");
+    assert!(workers[1 - victim].log().contains(&needle));
+    assert_eq!(llm.request_count(), 2);
+}
+
+#[test]
+fn anthropic_approval_flow_and_wire_format() {
+    const KEY: &str = "sk-ant-test-4c1d-never-in-history";
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let queue = unique("anthropic");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", KEY),
+        ],
+    );
+    llm.push_tool_use(&[
+        ("toolu_01", "list_files", "{}"),
+        ("toolu_02", "shell", r#"{"command":"echo from-anthropic"}"#),
+        ("toolu_03", "shell", r#"{"command":"touch denied.txt"}"#),
+    ]);
+    llm.push_text("Listed, echoed, and respected the denial.");
+    let run = unique("run-anthropic");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-test",
+            "--require-approval",
+            "shell",
+        ],
+        "Use the tools.",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let pending: Vec<&str> = status["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, vec!["toolu_02", "toolu_03"]);
+    assert_eq!(
+        baton(&server, &["approve", &run, "toolu_02"]).unwrap().code,
+        0
+    );
+    assert_eq!(
+        baton(
+            &server,
+            &[
+                "deny",
+                &run,
+                "toolu_03",
+                "--reason",
+                "no files",
+                "--approver",
+                "ann"
+            ]
+        )
+        .unwrap()
+        .code,
+        0
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Listed, echoed, and respected the denial.");
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    for req in &reqs {
+        assert_eq!(req.path, "/v1/messages");
+        assert_eq!(req.headers.get("x-api-key").map(String::as_str), Some(KEY));
+        assert!(req.headers.contains_key("anthropic-version"));
+        assert_eq!(req.body["model"], "claude-test");
+        assert!(
+            req.body["max_tokens"].as_u64().unwrap() > 0,
+            "max_tokens is always sent"
+        );
+        assert!(req.body["system"].as_str().unwrap().contains("baton"));
+        let names: Vec<&str> = req.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["shell", "read_file", "write_file", "list_files"]
+        );
+        assert_eq!(req.body["tools"][0]["input_schema"]["type"], "object");
+        let roles: Vec<&str> = req.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert!(!roles.contains(&"system"), "system is top-level");
+    }
+    let messages = reqs[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(
+        messages.len(),
+        3,
+        "user, assistant, user(tool results): {messages:?}"
+    );
+    let uses: Vec<&Value> = messages[1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .collect();
+    assert_eq!(uses.len(), 3);
+    assert_eq!(uses[1]["input"], json!({"command": "echo from-anthropic"}));
+    let results: Vec<&Value> = messages[2]["content"].as_array().unwrap().iter().collect();
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[1]["tool_use_id"], "toolu_02");
+    assert!(
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("from-anthropic")
+    );
+    assert!(results[1].get("is_error").is_none_or(|e| e == false));
+    assert_eq!(results[2]["tool_use_id"], "toolu_03");
+    assert_eq!(results[2]["is_error"], true);
+    assert!(
+        results[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("denied by ann: no files")
+    );
+    assert!(!history_text(&server, &run).contains(KEY));
+}
