@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use baton_proto::{RunEvent, RunResult, RunStatus, run_event};
+use baton_proto::{RunEvent, RunResult, RunStatus, TerminationReason, run_event};
 use serde_json::Value;
 
 /// JSON of a proto message with extra top-level fields.
@@ -22,6 +22,38 @@ pub(crate) fn result_json(result: &RunResult) -> Value {
     json_with(result, &[])
 }
 
+/// One line explaining a termination reason, and what to do about it.
+pub(crate) fn explain(reason: TerminationReason) -> &'static str {
+    match reason {
+        TerminationReason::Completed => "the agent finished and gave its answer",
+        TerminationReason::Cancelled => "the run was cancelled (or terminated) before it finished",
+        TerminationReason::MaxTurnsExceeded => {
+            "the agent used all its turns without a final answer; raise --max-turns or narrow the task"
+        }
+        TerminationReason::BudgetExceeded => {
+            "the run hit its token budget or deadline; raise --max-tokens / the deadline or narrow the task"
+        }
+        TerminationReason::ContextOverflow => {
+            "the conversation no longer fits the model's context window, even after trimming old tool outputs"
+        }
+        TerminationReason::OutputTruncated => {
+            "the model's replies kept hitting the output token limit; raise the model's max output tokens"
+        }
+        TerminationReason::ContentFiltered => "the provider's content filter stopped the reply",
+        TerminationReason::LoopDetected => {
+            "the agent was repeating itself (or kept failing) and was stopped; rephrase the task or give guidance"
+        }
+        TerminationReason::ApprovalTimedOut => {
+            "nobody approved or denied a pending tool call in time, and the policy says to fail"
+        }
+        TerminationReason::ProviderError => {
+            "the model provider refused the request (bad key, bad request, unknown model); see the detail"
+        }
+        TerminationReason::InternalError => "baton failed internally; see the detail and the worker logs",
+        TerminationReason::Unspecified => "the run has not ended",
+    }
+}
+
 /// One or two lines about a finished run, then the answer.
 pub(crate) fn result_human(result: &RunResult) -> String {
     let usage = result.usage.unwrap_or_default();
@@ -33,8 +65,11 @@ pub(crate) fn result_human(result: &RunResult) -> String {
         result.turns,
         usage.total_tokens
     );
+    if result.reason() != TerminationReason::Completed {
+        out.push_str(&format!("why:    {}\n", explain(result.reason())));
+    }
     if !result.detail.is_empty() {
-        out.push_str(&format!("reason: {}\n", result.detail));
+        out.push_str(&format!("detail: {}\n", result.detail));
     }
     if !result.answer.is_empty() {
         out.push('\n');

@@ -221,13 +221,22 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
     let is_toml = path.extension().is_some_and(|e| e == "toml");
     let value: Value = if is_toml {
         toml::from_str::<toml::Value>(&text)
-            .map_err(|e| Exit::usage(format!("policy file {} is not valid TOML: {e}", path.display())))
+            .map_err(|e| {
+                Exit::usage(format!(
+                    "policy file {} is not valid TOML: {e}",
+                    path.display()
+                ))
+            })
             .and_then(|v| {
-                serde_json::to_value(v).map_err(|e| Exit::usage(format!("policy file {}: {e}", path.display())))
+                serde_json::to_value(v)
+                    .map_err(|e| Exit::usage(format!("policy file {}: {e}", path.display())))
             })?
     } else {
         serde_json::from_str(&text).map_err(|e| {
-            Exit::usage(format!("policy file {} is not valid JSON: {e}", path.display()))
+            Exit::usage(format!(
+                "policy file {} is not valid JSON: {e}",
+                path.display()
+            ))
         })?
     };
     serde_json::from_value(value).map_err(|e| {

@@ -227,7 +227,15 @@ fn openai_provider_round_trip_and_no_key_in_history() {
             .collect();
         assert_eq!(
             tools,
-            vec!["shell", "read_file", "write_file", "list_files"]
+            vec![
+                "shell",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "search_files",
+                "glob"
+            ]
         );
         let shell = &req.body["tools"][0]["function"];
         assert_eq!(shell["parameters"]["type"], "object");

@@ -1,5 +1,6 @@
-//! The built-in tools (`shell`, `read_file`, `write_file`, `list_files`) as plain async
-//! functions, free of any Temporal code; the `run_tool` activity wraps [`execute`].
+//! The built-in tools (`shell`, `read_file`, `write_file`, `edit_file`, `list_files`,
+//! `search_files`, `glob`) as plain async functions, free of any Temporal code; the `run_tool`
+//! activity wraps [`execute`].
 //!
 //! Every tool is confined to the run's workspace directory (see [`workspace::resolve`]) and
 //! every result sent back to the model is capped at
@@ -13,16 +14,22 @@
 //! - infrastructure failures (cannot create the workspace, cannot start `sh`) and cancellation:
 //!   [`execute`] returns them as [`ToolError`], for the activity to fail or retry.
 
+pub mod edit;
 pub mod files;
+pub mod glob;
 pub mod output;
+pub mod search;
 pub mod shell;
+mod walk;
 pub mod workspace;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_proto::{ToolCall, ToolResult};
-use baton_workflows::tools::{BUILTIN_TOOLS, LIST_FILES, READ_FILE, SHELL, WRITE_FILE};
+use baton_workflows::tools::{
+    BUILTIN_TOOLS, EDIT_FILE, GLOB, LIST_FILES, READ_FILE, SEARCH_FILES, SHELL, WRITE_FILE,
+};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -139,8 +146,20 @@ pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, T
             Ok(args) => cancellable(ctx, files::write_file(ctx, args)).await?,
             Err(outcome) => outcome,
         },
+        EDIT_FILE => match parse_arguments(EDIT_FILE, &call.arguments) {
+            Ok(args) => cancellable(ctx, edit::edit_file(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
         LIST_FILES => match parse_arguments(LIST_FILES, &call.arguments) {
             Ok(args) => cancellable(ctx, files::list_files(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
+        SEARCH_FILES => match parse_arguments(SEARCH_FILES, &call.arguments) {
+            Ok(args) => cancellable(ctx, search::search_files(ctx, args)).await?,
+            Err(outcome) => outcome,
+        },
+        GLOB => match parse_arguments(GLOB, &call.arguments) {
+            Ok(args) => cancellable(ctx, glob::glob(ctx, args)).await?,
             Err(outcome) => outcome,
         },
         other => Outcome::error(format!(
@@ -249,10 +268,28 @@ mod tests {
             result.content
         );
         assert!(
-            result
-                .content
-                .contains("shell, read_file, write_file, list_files")
+            result.content.contains(
+                "shell, read_file, write_file, edit_file, list_files, search_files, glob"
+            )
         );
+    }
+
+    #[tokio::test]
+    async fn every_builtin_tool_is_dispatched() {
+        let dir = TempDir::new().unwrap();
+        for name in BUILTIN_TOOLS {
+            let result = execute(&context(&dir), &call(name, serde_json::json!({"bogus": 1})))
+                .await
+                .unwrap();
+            assert!(result.is_error);
+            assert!(
+                result
+                    .content
+                    .starts_with(&format!("invalid arguments for tool '{name}'")),
+                "{name}: {}",
+                result.content
+            );
+        }
     }
 
     #[tokio::test]

@@ -1,0 +1,209 @@
+//! Walking a directory of the workspace for `search_files` and `glob`: depth first, siblings
+//! sorted by name (so files come out sorted by path), never following symbolic links to
+//! directories.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+/// A file (anything but a directory or a link to one) met by [`walk_files`].
+pub(crate) struct Entry<'a> {
+    /// Absolute path, below the canonical workspace root. For a symbolic link, the link
+    /// itself: its target may lie outside the workspace.
+    pub(crate) path: &'a Path,
+    /// Path relative to the workspace root.
+    pub(crate) from_root: &'a str,
+    /// Path relative to the directory the walk started from.
+    pub(crate) from_base: &'a str,
+    /// The file name.
+    pub(crate) name: &'a str,
+    /// The entry is a symbolic link (to a file, or dangling).
+    pub(crate) is_symlink: bool,
+}
+
+/// How a walk went.
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    /// Subdirectories that could not be read (and were skipped).
+    pub(crate) unreadable_dirs: usize,
+}
+
+/// Calls `visit` for every file below `base` (a canonical directory inside the canonical
+/// `root`), in path order, until it returns [`ControlFlow::Break`] or `cancel` is cancelled.
+/// Directories named in `skip_dirs` are not entered (`base` itself always is); symbolic links
+/// to directories are neither entered nor visited; devices, sockets and pipes are skipped.
+///
+/// Only an unreadable `base` is an error; unreadable subdirectories are counted in the
+/// [`Summary`].
+pub(crate) fn walk_files(
+    root: &Path,
+    base: &Path,
+    skip_dirs: &[&str],
+    cancel: &CancellationToken,
+    mut visit: impl FnMut(&Entry<'_>) -> ControlFlow<()>,
+) -> std::io::Result<Summary> {
+    let mut summary = Summary::default();
+    let mut stack = vec![read_sorted(base)?.into_iter()];
+    while let Some(level) = stack.last_mut() {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let Some((path, kind)) = level.next() else {
+            stack.pop();
+            continue;
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        match kind {
+            Kind::Dir => {
+                if !skip_dirs.contains(&name.as_ref()) {
+                    match read_sorted(&path) {
+                        Ok(children) => stack.push(children.into_iter()),
+                        Err(_) => summary.unreadable_dirs += 1,
+                    }
+                }
+            }
+            Kind::File | Kind::Symlink => {
+                let from_root = path.strip_prefix(root).unwrap_or(&path).to_string_lossy();
+                let from_base = path.strip_prefix(base).unwrap_or(&path).to_string_lossy();
+                let entry = Entry {
+                    path: &path,
+                    from_root: &from_root,
+                    from_base: &from_base,
+                    name: &name,
+                    is_symlink: kind == Kind::Symlink,
+                };
+                if visit(&entry).is_break() {
+                    break;
+                }
+            }
+            Kind::Skipped => {}
+        }
+    }
+    Ok(summary)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    /// A symbolic link to a file, or a dangling one.
+    Symlink,
+    /// A symbolic link to a directory, a device, a socket or a pipe.
+    Skipped,
+}
+
+/// The entries of `dir`, sorted by name.
+fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_dir() => Kind::Dir,
+            Ok(t) if t.is_file() => Kind::File,
+            Ok(t) if t.is_symlink() => {
+                if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+                    Kind::Skipped
+                } else {
+                    Kind::Symlink
+                }
+            }
+            _ => Kind::Skipped,
+        };
+        entries.push((path, kind));
+    }
+    entries.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::os::unix::fs::symlink;
+    use tempfile::TempDir;
+
+    fn collect(root: &Path, base: &Path, skip: &[&str]) -> Vec<(String, String, bool)> {
+        let mut out = Vec::new();
+        walk_files(root, base, skip, &CancellationToken::new(), |e| {
+            out.push((e.from_root.to_owned(), e.from_base.to_owned(), e.is_symlink));
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn walks_files_in_path_order_skipping_and_not_following() {
+        let dir = TempDir::new().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("src/bin")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/HEAD"), "").unwrap();
+        std::fs::write(root.join("src/bin/main.rs"), "").unwrap();
+        std::fs::write(root.join("src/lib.rs"), "").unwrap();
+        std::fs::write(root.join("src-notes.txt"), "").unwrap();
+        symlink("src", root.join("src-link")).unwrap();
+        symlink("src/lib.rs", root.join("lib-link.rs")).unwrap();
+        let names: Vec<(String, bool)> = collect(&root, &root, &[".git"])
+            .into_iter()
+            .map(|(r, _, l)| (r, l))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("lib-link.rs".to_owned(), true),
+                ("src/bin/main.rs".to_owned(), false),
+                ("src/lib.rs".to_owned(), false),
+                ("src-notes.txt".to_owned(), false),
+            ]
+        );
+        let from_src = collect(&root, &root.join("src"), &[]);
+        assert_eq!(
+            from_src,
+            vec![
+                (
+                    "src/bin/main.rs".to_owned(),
+                    "bin/main.rs".to_owned(),
+                    false
+                ),
+                ("src/lib.rs".to_owned(), "lib.rs".to_owned(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn stops_when_told_or_cancelled() {
+        let dir = TempDir::new().unwrap();
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let mut seen = 0;
+        walk_files(
+            dir.path(),
+            dir.path(),
+            &[],
+            &CancellationToken::new(),
+            |_| {
+                seen += 1;
+                if seen == 2 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, 2);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        walk_files(dir.path(), dir.path(), &[], &cancel, |_| {
+            panic!("visited after cancellation")
+        })
+        .unwrap();
+    }
+}

@@ -1,0 +1,166 @@
+//! The agent loop end to end with scripted models: policies, remembered approvals, CI mode,
+//! the circuit breaker and loop detection.
+
+mod common;
+
+use std::time::Duration;
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+fn wait_json(server: &DevServer, queue: &str, extra: &[&str], code: i32) -> serde_json::Value {
+    let mut args = vec!["submit", "--task-queue", queue, "--wait", "--wait-timeout", "90s", "--json"];
+    args.extend_from_slice(extra);
+    args.push("task");
+    let out = baton(server, &args).unwrap();
+    assert_eq!(out.code, code, "{out}");
+    out.json().unwrap()
+}
+
+#[test]
+fn breaker_alerts_the_model_which_recovers_and_loops_are_stopped() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("loop");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    let failing = |i: u32| {
+        json!({"text": format!("Trying file {i}."), "tool_calls": [{"name": "read_file", "arguments": {"path": format!("missing-{i}.txt")}}]})
+    };
+    let s = script(
+        dir.path(),
+        "breaker",
+        json!([
+            failing(1), failing(2), failing(3),
+            {"text": "Changing strategy: listing first.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Recovered."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let r = wait_json(&server, &queue, &["--script", &s], 0);
+    assert_eq!(r["answer"], "Recovered.");
+    let run = r["run_id"].as_str().unwrap();
+    let text = history_text(&server, run);
+    assert!(text.contains("[baton circuit breaker] The last 3 turns each had a failing tool call"));
+
+    let same = json!({"tool_calls": [{"name": "list_files", "arguments": {"recursive": true}}]});
+    let s = script(dir.path(), "loop", json!([same, same, same, {"text": "unreachable"}]))
+        .display()
+        .to_string();
+    let r = wait_json(&server, &queue, &["--script", &s], 1);
+    assert_eq!(r["reason"], "loop_detected");
+    assert_eq!(r["turns"], 3);
+    assert!(r["detail"].as_str().unwrap().contains("same tool calls (list_files) 3 times"));
+    let out = baton(&server, &["result", r["run_id"].as_str().unwrap()]).unwrap();
+    assert!(out.stdout.contains("the agent was repeating itself"), "{out}");
+}
+
+#[test]
+fn remembered_approval_and_ci_mode_and_policy_files() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("policy");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    // edit_file needs approval; approving with --remember covers later edits of that file.
+    let edit = |old: &str, new: &str| {
+        json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "notes.txt", "old_text": old, "new_text": new}}]})
+    };
+    let s = script(
+        dir.path(),
+        "remember",
+        json!([
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "alpha beta\n"}}]},
+            edit("alpha", "ALPHA"),
+            edit("beta", "BETA"),
+            {"text": "Both edits done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = unique("run-remember");
+    submit(&server, &queue, &run, &["--script", &s, "--require-approval", "edit_file"], "edit");
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"][0]["tool"], "edit_file");
+    let out = baton(&server, &["approve", &run, "--all", "--remember"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Both edits done.");
+    assert_eq!(
+        std::fs::read_to_string(w.workspace_root().join(&run).join("notes.txt")).unwrap(),
+        "ALPHA BETA\n"
+    );
+    let events = baton(&server, &["watch", &run, "--json"]).unwrap().json_lines().unwrap();
+    let asked = events.iter().filter(|e| !e["approval_requested"].is_null()).count();
+    assert_eq!(asked, 1, "the second edit of the same file was not asked again");
+
+    // CI mode: an `ask` call is denied at once, the run does not block.
+    let s = script(
+        dir.path(),
+        "ci",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "make deploy"}}]},
+            {"text": "Could not deploy without approval."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let r = wait_json(&server, &queue, &["--script", &s, "--never-ask"], 0);
+    assert_eq!(r["answer"], "Could not deploy without approval.");
+    assert!(history_text(&server, r["run_id"].as_str().unwrap()).contains("policy mode never_ask"));
+
+    // A TOML policy file: ordered rules, first match wins.
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        r#"
+mode = "never_ask"
+[[rules]]
+tool = "shell"
+pattern = "echo *"
+action = "allow"
+[[rules]]
+tool = "shell"
+pattern = "rm *"
+action = "deny"
+reason = "no deleting here"
+[[rules]]
+tool = "shell"
+action = "ask"
+"#,
+    )
+    .unwrap();
+    let s = script(
+        dir.path(),
+        "rules",
+        json!([
+            {"tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo allowed-by-rule"}},
+                {"name": "shell", "arguments": {"command": "rm -rf important"}},
+                {"name": "shell", "arguments": {"command": "curl example.com"}}
+            ]},
+            {"text": "done"}
+        ]),
+    )
+    .display()
+    .to_string();
+    let policy = policy.display().to_string();
+    let r = wait_json(&server, &queue, &["--script", &s, "--policy", &policy], 0);
+    let text = history_text(&server, r["run_id"].as_str().unwrap());
+    assert!(text.contains("allowed-by-rule"));
+    assert!(text.contains("forbids this call: no deleting here"));
+    assert!(text.contains("policy mode never_ask"));
+
+    // A bad policy file is refused before anything starts.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"rules": [{"tool": "shell", "action": "sometimes"}]}"#).unwrap();
+    let bad = bad.display().to_string();
+    let out = baton(&server, &["submit", "--task-queue", &queue, "--script", &s, "--policy", &bad, "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("unknown action 'sometimes'"), "{out}");
+}
