@@ -20,6 +20,7 @@ pub(crate) struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub(crate) enum Command {
     /// Start a run.
     Submit(SubmitArgs),
@@ -58,6 +59,13 @@ pub(crate) struct SubmitArgs {
     /// Model name (default: the provider's default).
     #[arg(long)]
     pub(crate) model: Option<String>,
+    /// The model's context window in tokens; with it, baton compacts the conversation before
+    /// it overflows (old tool outputs first, then a summary of older turns).
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) context_window: Option<u32>,
+    /// Maximum output tokens per model call.
+    #[arg(long, value_name = "TOKENS")]
+    pub(crate) max_output_tokens: Option<u32>,
     /// JSON script of assistant turns for the scripted provider.
     #[arg(long, value_name = "FILE")]
     pub(crate) script: Option<PathBuf>,

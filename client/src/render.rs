@@ -49,7 +49,9 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
         TerminationReason::ProviderError => {
             "the model provider refused the request (bad key, bad request, unknown model); see the detail"
         }
-        TerminationReason::InternalError => "baton failed internally; see the detail and the worker logs",
+        TerminationReason::InternalError => {
+            "baton failed internally; see the detail and the worker logs"
+        }
         TerminationReason::Unspecified => "the run has not ended",
     }
 }

@@ -144,6 +144,8 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         model: Some(ModelConfig {
             provider,
             model: args.model.clone().unwrap_or_default(),
+            context_window: args.context_window.unwrap_or(0),
+            max_output_tokens: args.max_output_tokens.unwrap_or(0),
             script,
             ..Default::default()
         }),

@@ -3,8 +3,10 @@
 //! Everything here drives *real processes*: a Temporal dev server
 //! ([`DevServer`], the `temporal` CLI from `PATH` or `$TEMPORAL_BIN`), the
 //! `baton-worker` binary ([`Worker`]) and the `baton` CLI ([`baton`],
-//! [`baton_with`], [`baton_at`], [`baton_spawn`]), plus an in-process
-//! [`MockOpenAi`] server that plays the LLM.
+//! [`baton_with`], [`baton_at`], [`baton_spawn`]), plus in-process
+//! [`MockOpenAi`] / [`MockAnthropic`] servers that play the LLM (scripted
+//! with [`MockResponse`]s: extra headers, delays, cut / slow streams,
+//! in-stream errors).
 //!
 //! The baton binaries are looked up next to the test executable
 //! ([`bin_path`]); `cargo test` does not build them, so run
@@ -39,6 +41,8 @@
 
 mod cli;
 mod history;
+mod mock_anthropic;
+mod mock_http;
 mod mock_openai;
 mod process;
 mod server;
@@ -47,7 +51,9 @@ mod worker;
 
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
 pub use history::{decode_history_payloads, history_search_text};
-pub use mock_openai::{CHAT_COMPLETIONS_PATH, CapturedRequest, MockOpenAi, MockResponse};
+pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
+pub use mock_http::{CapturedRequest, MockResponse, ResponseMode};
+pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
 pub use process::{
     CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_PREFIXES, bin_path, clean_command,
     describe_status, pids_matching, process_exists_matching, run_cmd, send_signal, temporal_bin,

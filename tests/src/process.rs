@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 /// shell configuration (a real `OPENAI_API_KEY`, a `TEMPORAL_ADDRESS` pointing
 /// at a real cluster, ...) can never leak into a test. The harness sets the
 /// variables it needs explicitly; tests pass anything else via `env`.
-pub const SCRUBBED_ENV_PREFIXES: &[&str] = &["TEMPORAL_", "BATON_", "OPENAI_"];
+pub const SCRUBBED_ENV_PREFIXES: &[&str] = &["TEMPORAL_", "BATON_", "OPENAI_", "ANTHROPIC_"];
 
 /// Default timeout of [`crate::baton`] / [`crate::baton_with`] /
 /// [`crate::baton_at`] invocations.

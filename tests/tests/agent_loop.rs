@@ -1,6 +1,8 @@
 //! The agent loop end to end with scripted models: policies, remembered approvals, CI mode,
 //! the circuit breaker and loop detection.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;
@@ -13,7 +15,15 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(60);
 
 fn wait_json(server: &DevServer, queue: &str, extra: &[&str], code: i32) -> serde_json::Value {
-    let mut args = vec!["submit", "--task-queue", queue, "--wait", "--wait-timeout", "90s", "--json"];
+    let mut args = vec![
+        "submit",
+        "--task-queue",
+        queue,
+        "--wait",
+        "--wait-timeout",
+        "90s",
+        "--json",
+    ];
     args.extend_from_slice(extra);
     args.push("task");
     let out = baton(server, &args).unwrap();
@@ -28,9 +38,7 @@ fn breaker_alerts_the_model_which_recovers_and_loops_are_stopped() {
     let _w = worker(&server, &queue, &[]);
     let dir = tempfile::tempdir().unwrap();
 
-    let failing = |i: u32| {
-        json!({"text": format!("Trying file {i}."), "tool_calls": [{"name": "read_file", "arguments": {"path": format!("missing-{i}.txt")}}]})
-    };
+    let failing = |i: u32| json!({"text": format!("Trying file {i}."), "tool_calls": [{"name": "read_file", "arguments": {"path": format!("missing-{i}.txt")}}]});
     let s = script(
         dir.path(),
         "breaker",
@@ -49,15 +57,27 @@ fn breaker_alerts_the_model_which_recovers_and_loops_are_stopped() {
     assert!(text.contains("[baton circuit breaker] The last 3 turns each had a failing tool call"));
 
     let same = json!({"tool_calls": [{"name": "list_files", "arguments": {"recursive": true}}]});
-    let s = script(dir.path(), "loop", json!([same, same, same, {"text": "unreachable"}]))
-        .display()
-        .to_string();
+    let s = script(
+        dir.path(),
+        "loop",
+        json!([same, same, same, {"text": "unreachable"}]),
+    )
+    .display()
+    .to_string();
     let r = wait_json(&server, &queue, &["--script", &s], 1);
     assert_eq!(r["reason"], "loop_detected");
     assert_eq!(r["turns"], 3);
-    assert!(r["detail"].as_str().unwrap().contains("same tool calls (list_files) 3 times"));
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("same tool calls (list_files) 3 times")
+    );
     let out = baton(&server, &["result", r["run_id"].as_str().unwrap()]).unwrap();
-    assert!(out.stdout.contains("the agent was repeating itself"), "{out}");
+    assert!(
+        out.stdout.contains("the agent was repeating itself"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -68,9 +88,7 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
     let dir = tempfile::tempdir().unwrap();
 
     // edit_file needs approval; approving with --remember covers later edits of that file.
-    let edit = |old: &str, new: &str| {
-        json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "notes.txt", "old_text": old, "new_text": new}}]})
-    };
+    let edit = |old: &str, new: &str| json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "notes.txt", "old_text": old, "new_text": new}}]});
     let s = script(
         dir.path(),
         "remember",
@@ -84,7 +102,13 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
     .display()
     .to_string();
     let run = unique("run-remember");
-    submit(&server, &queue, &run, &["--script", &s, "--require-approval", "edit_file"], "edit");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--script", &s, "--require-approval", "edit_file"],
+        "edit",
+    );
     let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
     assert_eq!(status["pending"][0]["tool"], "edit_file");
     let out = baton(&server, &["approve", &run, "--all", "--remember"]).unwrap();
@@ -95,9 +119,18 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
         std::fs::read_to_string(w.workspace_root().join(&run).join("notes.txt")).unwrap(),
         "ALPHA BETA\n"
     );
-    let events = baton(&server, &["watch", &run, "--json"]).unwrap().json_lines().unwrap();
-    let asked = events.iter().filter(|e| !e["approval_requested"].is_null()).count();
-    assert_eq!(asked, 1, "the second edit of the same file was not asked again");
+    let events = baton(&server, &["watch", &run, "--json"])
+        .unwrap()
+        .json_lines()
+        .unwrap();
+    let asked = events
+        .iter()
+        .filter(|e| !e["approval_requested"].is_null())
+        .count();
+    assert_eq!(
+        asked, 1,
+        "the second edit of the same file was not asked again"
+    );
 
     // CI mode: an `ask` call is denied at once, the run does not block.
     let s = script(
@@ -158,9 +191,26 @@ action = "ask"
 
     // A bad policy file is refused before anything starts.
     let bad = dir.path().join("bad.json");
-    std::fs::write(&bad, r#"{"rules": [{"tool": "shell", "action": "sometimes"}]}"#).unwrap();
+    std::fs::write(
+        &bad,
+        r#"{"rules": [{"tool": "shell", "action": "sometimes"}]}"#,
+    )
+    .unwrap();
     let bad = bad.display().to_string();
-    let out = baton(&server, &["submit", "--task-queue", &queue, "--script", &s, "--policy", &bad, "x"]).unwrap();
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--script",
+            &s,
+            "--policy",
+            &bad,
+            "x",
+        ],
+    )
+    .unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("unknown action 'sometimes'"), "{out}");
 }

@@ -1,5 +1,7 @@
 //! End-to-end: real dev server, real `baton-worker` processes, real `baton` CLI.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -2,6 +2,8 @@
 //! background children. Kept in their own test binary so their timing is not disturbed by the
 //! other end-to-end tests.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};

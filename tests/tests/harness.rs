@@ -397,3 +397,376 @@ async fn wait_until_accepts_plain_closures_returning_async_blocks() {
     .unwrap();
     assert_eq!(v, 5);
 }
+
+/// Reads a body chunk by chunk: the text received, and whether the body ended
+/// cleanly (`Err` when the connection was cut).
+async fn read_body(mut resp: reqwest::Response) -> (String, Result<(), reqwest::Error>) {
+    let mut buf = Vec::new();
+    let end = loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => buf.extend_from_slice(&c),
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    (String::from_utf8_lossy(&buf).into_owned(), end)
+}
+
+/// SSE records as `(event name or "", data)` (comments are skipped).
+fn sse_records(text: &str) -> Vec<(String, String)> {
+    text.split("\n\n")
+        .filter(|r| !r.trim().is_empty())
+        .filter_map(|record| {
+            let mut event = String::new();
+            let mut data = None;
+            for line in record.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = e.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = Some(d.to_owned());
+                }
+            }
+            data.map(|d| (event, d))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_anthropic_replies_streams_and_cuts() {
+    let mock = MockAnthropic::start().unwrap();
+    assert!(mock.base_url().starts_with("http://127.0.0.1:"));
+    assert!(!mock.base_url().ends_with("/v1"));
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/messages", mock.base_url());
+    let post = |body: serde_json::Value| {
+        client
+            .post(&url)
+            .header("x-api-key", "sk-ant-test")
+            .header("anthropic-version", "2023-06-01")
+            .json(&body)
+            .send()
+    };
+    let req = json!({"model": "claude-test", "max_tokens": 100,
+                     "messages": [{"role": "user", "content": "hi"}]});
+    let stream_req = {
+        let mut r = req.clone();
+        r["stream"] = json!(true);
+        r
+    };
+
+    // Non-streaming text reply, exact shape.
+    mock.push_text("hello from claude");
+    let before = std::time::Instant::now();
+    let r = post(req.clone()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert!(b["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(b["type"], "message");
+    assert_eq!(b["role"], "assistant");
+    assert_eq!(
+        b["content"],
+        json!([{"type": "text", "text": "hello from claude"}])
+    );
+    assert_eq!(b["stop_reason"], "end_turn");
+    assert_eq!(b["stop_sequence"], serde_json::Value::Null);
+    assert!(b["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(b["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].path, MESSAGES_PATH);
+    assert_eq!(reqs[0].header("X-Api-Key"), Some("sk-ant-test"));
+    assert_eq!(reqs[0].body, req);
+    assert_eq!(reqs[0].messages().len(), 1);
+    assert!(!reqs[0].is_stream());
+    assert!(reqs[0].received_at >= before && reqs[0].received_at <= std::time::Instant::now());
+
+    // Non-streaming tool use.
+    mock.push_tool_use(&[("toolu_1", "read_file", r#"{"path":"a.txt"}"#)]);
+    let b: serde_json::Value = post(req.clone()).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        b["content"],
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "read_file",
+                "input": {"path": "a.txt"}}])
+    );
+    assert_eq!(b["stop_reason"], "tool_use");
+
+    // Errors: scripted, exhausted queue, unknown endpoint.
+    mock.push_response(
+        MockResponse::error(529, MockAnthropic::overloaded_body()).header("retry-after", "1"),
+    );
+    let r = post(req.clone()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 529);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    );
+    let r = post(req.clone()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        MockAnthropic::error_body("api_error", "mock: no scripted response left")
+    );
+    let r = client
+        .post(format!("{}/v1/complete", mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["error"]["type"],
+        "not_found_error"
+    );
+
+    // Streaming: the real event sequence.
+    let input = r#"{"path":"src/main.rs","limit":200,"note":"ünïcode"}"#;
+    mock.push(MockAnthropic::tool_use_reply_with_text(
+        Some("Let me look at that file."),
+        &[("toolu_2", "read_file", input)],
+    ));
+    let r = post(stream_req.clone()).await.unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let (text, end) = read_body(r).await;
+    end.unwrap();
+    let records = sse_records(&text);
+    let events: Vec<&str> = records.iter().map(|(e, _)| e.as_str()).collect();
+    let text_deltas = events
+        .iter()
+        .filter(|e| **e == "content_block_delta")
+        .count();
+    assert!(text_deltas >= 2 + 5, "{events:?}");
+    let mut expected = vec!["message_start", "content_block_start", "ping"];
+    for (e, _) in &records[3..] {
+        if e != "content_block_delta" {
+            break;
+        }
+        expected.push("content_block_delta");
+    }
+    expected.extend(["content_block_stop", "content_block_start"]);
+    let n_json = records
+        .iter()
+        .filter(|(_, d)| d.contains("input_json_delta"))
+        .count();
+    assert!(n_json >= 2, "{text}");
+    expected.extend(std::iter::repeat_n("content_block_delta", n_json));
+    expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(events, expected);
+    let data: Vec<serde_json::Value> = records
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    for ((event, _), d) in records.iter().zip(&data) {
+        assert_eq!(d["type"], event.as_str());
+    }
+    let start = &data[0]["message"];
+    assert_eq!(start["content"], json!([]));
+    assert_eq!(start["role"], "assistant");
+    assert!(start["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        data[1]["content_block"],
+        json!({"type": "text", "text": ""})
+    );
+    let streamed_text: String = data
+        .iter()
+        .filter(|d| d["delta"]["type"] == "text_delta")
+        .map(|d| d["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed_text, "Let me look at that file.");
+    let tool_start = data
+        .iter()
+        .find(|d| d["content_block"]["type"] == "tool_use")
+        .unwrap();
+    assert_eq!(
+        tool_start,
+        &json!({"type": "content_block_start", "index": 1, "content_block":
+                {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {}}})
+    );
+    let partial: String = data
+        .iter()
+        .filter(|d| d["delta"]["type"] == "input_json_delta")
+        .map(|d| d["delta"]["partial_json"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&partial).unwrap(),
+        serde_json::from_str::<serde_json::Value>(input).unwrap()
+    );
+    let message_delta = &data[data.len() - 2];
+    assert_eq!(
+        message_delta["delta"],
+        json!({"stop_reason": "tool_use", "stop_sequence": null})
+    );
+    assert!(message_delta["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+
+    // Cut stream: some deltas, then the connection drops.
+    mock.push_response(MockResponse::cut_stream(MockAnthropic::text_reply(
+        "one two three four five six",
+    )));
+    let (text, end) = read_body(post(stream_req.clone()).await.unwrap()).await;
+    assert!(end.is_err(), "cut stream ended cleanly: {text}");
+    assert!(text.contains("event: content_block_delta"), "{text}");
+    assert!(text.contains("one "), "{text}");
+    assert!(!text.contains("six"), "{text}");
+    assert!(!text.contains("message_delta") && !text.contains("message_stop"));
+
+    // Cut non-streaming answer: truncated JSON, then the connection drops.
+    mock.push_response(MockResponse::cut_stream(MockAnthropic::text_reply("x")));
+    let r = post(req.clone()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.bytes().await.is_err());
+
+    // In-stream overloaded error.
+    mock.push_response(MockAnthropic::overloaded_stream(MockAnthropic::text_reply(
+        "a b c d",
+    )));
+    let (text, end) = read_body(post(stream_req.clone()).await.unwrap()).await;
+    end.unwrap();
+    let records = sse_records(&text);
+    let (last_event, last_data) = records.last().unwrap();
+    assert_eq!(last_event, "error");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(last_data).unwrap(),
+        MockAnthropic::overloaded_body()
+    );
+    assert!(!text.contains("message_stop"));
+    // …and as a plain 529 when the request does not stream.
+    mock.push_response(MockAnthropic::overloaded_stream(MockAnthropic::text_reply(
+        "a",
+    )));
+    assert_eq!(post(req.clone()).await.unwrap().status().as_u16(), 529);
+    assert_eq!(mock.pending(), 0);
+    assert_eq!(mock.request_count(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_openai_streams_tool_calls_headers_cuts_and_slow_streams() {
+    let mock = MockOpenAi::start().unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", mock.base_url());
+    let post = |body: serde_json::Value| client.post(&url).json(&body).send();
+    let stream_req = json!({"model": "m", "messages": [], "stream": true,
+                            "stream_options": {"include_usage": true}});
+
+    // Streamed tool calls arrive as OpenAI sends them.
+    let args0 = r#"{"path":"src/lib.rs","start":1,"end":40}"#;
+    let args1 = r#"{"cmd":"ls"}"#;
+    mock.push_tool_calls(&[("call_a", "read_file", args0), ("call_b", "shell", args1)]);
+    let (text, end) = read_body(post(stream_req.clone()).await.unwrap()).await;
+    end.unwrap();
+    let records = sse_records(&text);
+    assert_eq!(records.last().unwrap().1, "[DONE]");
+    let chunks: Vec<serde_json::Value> = records[..records.len() - 1]
+        .iter()
+        .map(|(_, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(finish["choices"][0]["delta"], json!({}));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    for (index, (id, name, args)) in [("call_a", "read_file", args0), ("call_b", "shell", args1)]
+        .into_iter()
+        .enumerate()
+    {
+        let parts: Vec<&serde_json::Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0))
+            .filter(|tc| tc["index"] == index)
+            .collect();
+        assert!(parts.len() >= 3, "{parts:?}");
+        assert_eq!(parts[0]["id"], id);
+        assert_eq!(parts[0]["type"], "function");
+        assert_eq!(parts[0]["function"]["name"], name);
+        assert_eq!(parts[0]["function"]["arguments"], "");
+        for p in &parts[1..] {
+            assert_eq!(p.as_object().unwrap().len(), 2, "{p}");
+            assert_eq!(p["function"].as_object().unwrap().len(), 1, "{p}");
+        }
+        let joined: String = parts
+            .iter()
+            .map(|p| p["function"]["arguments"].as_str().unwrap())
+            .collect();
+        assert_eq!(joined, args);
+    }
+    for c in &chunks[..chunks.len() - 2] {
+        assert_eq!(c["choices"][0]["finish_reason"], serde_json::Value::Null);
+    }
+
+    // Extra headers, and arrival times.
+    mock.push_response(
+        MockResponse::error(429, MockOpenAi::rate_limit_body()).header("retry-after", "2"),
+    );
+    mock.push_text("after the retry");
+    let r = post(json!({"model": "m", "messages": []})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["retry-after"], "2");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = post(json!({"model": "m", "messages": []})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let reqs = mock
+        .wait_for_requests(3, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs[0].is_stream() && !reqs[1].is_stream());
+    assert!(reqs[0].received_at <= reqs[1].received_at);
+    assert!(reqs[2].received_at.duration_since(reqs[1].received_at) >= Duration::from_millis(200));
+
+    // Cut stream: role + some content, no finish_reason, no [DONE], an error.
+    mock.push_response(MockResponse::cut_stream(MockOpenAi::text_reply(
+        "alpha beta gamma delta epsilon",
+    )));
+    let (text, end) = read_body(post(stream_req.clone()).await.unwrap()).await;
+    assert!(end.is_err(), "cut stream ended cleanly: {text}");
+    assert!(
+        text.contains("\"role\":\"assistant\"") && text.contains("alpha"),
+        "{text}"
+    );
+    assert!(!text.contains("epsilon"), "{text}");
+    assert!(!text.contains("[DONE]") && !text.contains("\"finish_reason\":\"stop\""));
+
+    // Cut non-streaming answer.
+    mock.push_response(MockResponse::cut_stream(MockOpenAi::text_reply("x")));
+    assert!(
+        post(json!({"model": "m", "messages": []}))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .is_err()
+    );
+
+    // In-stream error.
+    mock.push_response(MockResponse::stream_error(
+        MockOpenAi::text_reply("a b c"),
+        MockOpenAi::error_body("server overloaded", "server_error"),
+    ));
+    let (text, end) = read_body(post(stream_req.clone()).await.unwrap()).await;
+    end.unwrap();
+    let last = sse_records(&text).pop().unwrap().1;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&last).unwrap()["error"]["message"],
+        "server overloaded"
+    );
+    assert!(!text.contains("[DONE]"));
+
+    // Slow stream: keep-alive comments, then the whole stream.
+    mock.push_response(MockResponse::slow_stream(
+        MockOpenAi::text_reply("finally"),
+        Duration::from_millis(1200),
+    ));
+    let t = std::time::Instant::now();
+    let r = post(stream_req.clone()).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "headers came late"
+    );
+    let (text, end) = read_body(r).await;
+    end.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(1200));
+    assert!(text.starts_with(": ping\n\n: ping\n\n"), "{text}");
+    assert!(text.contains("\"finally\"") && text.ends_with("data: [DONE]\n\n"));
+    assert_eq!(mock.pending(), 0);
+}

@@ -1,6 +1,8 @@
 //! Providers end to end: real worker and dev server against local servers speaking the OpenAI
 //! and Anthropic wire formats, including every class of provider failure.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -331,7 +333,15 @@ fn anthropic_approval_flow_and_wire_format() {
             .collect();
         assert_eq!(
             names,
-            vec!["shell", "read_file", "write_file", "list_files"]
+            vec![
+                "shell",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "search_files",
+                "glob"
+            ]
         );
         assert_eq!(req.body["tools"][0]["input_schema"]["type"], "object");
         let roles: Vec<&str> = req.body["messages"]

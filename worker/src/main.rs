@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use baton_activities::{
-    llm::{LlmService, ProviderSettings, Providers},
+    llm::{LlmService, Providers},
     tool_activity::ToolService,
 };
 use baton_workflows::AgentRun;
@@ -78,11 +78,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
     std::fs::create_dir_all(&workspace_root)
         .with_context(|| format!("cannot create workspace root {}", workspace_root.display()))?;
-    let providers = Providers::new(&ProviderSettings {
-        openai_base_url: settings.openai_base_url(),
-        openai_api_key: settings.openai_api_key(),
-        request_timeout: Duration::from_secs(settings.openai.request_timeout_secs),
-    })?;
+    let providers = Providers::new(&settings.providers())?;
 
     let runtime = Runtime::from_current_tokio(Default::default())
         .map_err(|e| anyhow::anyhow!("cannot start the Temporal runtime: {e}"))?;

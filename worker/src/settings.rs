@@ -29,20 +29,85 @@ pub(crate) struct Settings {
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
     pub(crate) identity: Option<String>,
     /// OpenAI-compatible provider.
-    pub(crate) openai: OpenAiSettings,
+    pub(crate) openai: ProviderSection,
+    /// Anthropic Messages provider.
+    pub(crate) anthropic: ProviderSection,
 }
 
-/// The `[openai]` table.
-#[derive(Debug, Clone, Deserialize)]
+/// A provider table (`[openai]`, `[anthropic]`). Unset keys take the provider's defaults.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(crate) struct OpenAiSettings {
-    /// Base URL (`OPENAI_BASE_URL` overrides it).
-    pub(crate) base_url: String,
-    /// Name of the environment variable holding the API key (the key itself never goes in a
-    /// file or a workflow input).
-    pub(crate) api_key_env: String,
-    /// Timeout of one HTTP request, in seconds.
-    pub(crate) request_timeout_secs: u64,
+pub(crate) struct ProviderSection {
+    /// Base URL (`OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` override it).
+    pub(crate) base_url: Option<String>,
+    /// Name of the environment variable holding the API key (default `OPENAI_API_KEY` /
+    /// `ANTHROPIC_API_KEY`).
+    pub(crate) api_key_env: Option<String>,
+    /// The key itself, for a settings file mounted from a secret store; the environment
+    /// variable wins. Never logged, never part of a workflow input.
+    pub(crate) api_key: Option<String>,
+    /// Stream responses over SSE (default true).
+    pub(crate) stream: Option<bool>,
+    /// Timeout of one HTTP request, in seconds (default 280).
+    pub(crate) request_timeout_secs: Option<u64>,
+    /// `anthropic-version` header (Anthropic only; default `2023-06-01`).
+    pub(crate) version: Option<String>,
+}
+
+impl std::fmt::Debug for ProviderSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSection")
+            .field("base_url", &self.base_url)
+            .field("api_key_env", &self.api_key_env)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("stream", &self.stream)
+            .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+/// The built-in defaults of a provider.
+struct ProviderDefaults {
+    base_url: &'static str,
+    base_url_env: &'static str,
+    api_key_env: &'static str,
+}
+
+const OPENAI: ProviderDefaults = ProviderDefaults {
+    base_url: baton_activities::llm::openai::DEFAULT_BASE_URL,
+    base_url_env: "OPENAI_BASE_URL",
+    api_key_env: "OPENAI_API_KEY",
+};
+
+const ANTHROPIC: ProviderDefaults = ProviderDefaults {
+    base_url: "https://api.anthropic.com",
+    base_url_env: "ANTHROPIC_BASE_URL",
+    api_key_env: "ANTHROPIC_API_KEY",
+};
+
+impl ProviderSection {
+    /// The base URL: the environment override, else the file, else the default.
+    fn base_url(&self, d: &ProviderDefaults) -> String {
+        std::env::var(d.base_url_env)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.base_url.clone())
+            .unwrap_or_else(|| d.base_url.to_owned())
+    }
+
+    /// The API key: the environment variable named by `api_key_env`, else `api_key`.
+    fn api_key(&self, d: &ProviderDefaults) -> Option<String> {
+        let env = self.api_key_env.as_deref().unwrap_or(d.api_key_env);
+        std::env::var(env)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| self.api_key.clone().filter(|k| !k.is_empty()))
+    }
+
+    fn timeout(&self) -> u64 {
+        self.request_timeout_secs.unwrap_or(280)
+    }
 }
 
 impl Default for Settings {
@@ -56,17 +121,8 @@ impl Default for Settings {
             max_cached_workflows: 1000,
             log_format: "text".to_owned(),
             identity: None,
-            openai: OpenAiSettings::default(),
-        }
-    }
-}
-
-impl Default for OpenAiSettings {
-    fn default() -> Self {
-        Self {
-            base_url: baton_activities::llm::openai::DEFAULT_BASE_URL.to_owned(),
-            api_key_env: "OPENAI_API_KEY".to_owned(),
-            request_timeout_secs: 280,
+            openai: ProviderSection::default(),
+            anthropic: ProviderSection::default(),
         }
     }
 }
@@ -98,19 +154,24 @@ impl Settings {
         Ok(settings)
     }
 
-    /// The OpenAI base URL: `OPENAI_BASE_URL` wins over the file.
-    pub(crate) fn openai_base_url(&self) -> String {
-        std::env::var("OPENAI_BASE_URL")
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| self.openai.base_url.clone())
-    }
-
-    /// The OpenAI API key, from the environment variable the settings name.
-    pub(crate) fn openai_api_key(&self) -> Option<String> {
-        std::env::var(&self.openai.api_key_env)
-            .ok()
-            .filter(|v| !v.is_empty())
+    /// Provider settings for the activities.
+    pub(crate) fn providers(&self) -> baton_activities::llm::ProviderSettings {
+        baton_activities::llm::ProviderSettings {
+            openai_base_url: self.openai.base_url(&OPENAI),
+            openai_api_key: self.openai.api_key(&OPENAI),
+            openai_stream: self.openai.stream.unwrap_or(true),
+            anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
+            anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
+            anthropic_version: self
+                .anthropic
+                .version
+                .clone()
+                .unwrap_or_else(|| "2023-06-01".to_owned()),
+            anthropic_stream: self.anthropic.stream.unwrap_or(true),
+            request_timeout: Duration::from_secs(
+                self.openai.timeout().max(self.anthropic.timeout()),
+            ),
+        }
     }
 
     /// Grace period on shutdown.

@@ -3,7 +3,9 @@
 
 #![allow(unused_variables, clippy::unimplemented)]
 
-use baton_proto::{LlmRequest, LlmResponse, ToolRequest, ToolResult};
+use baton_proto::{
+    CompactRequest, CompactResponse, LlmRequest, LlmResponse, ToolRequest, ToolResult,
+};
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
 
@@ -15,6 +17,12 @@ impl LlmActivities {
     /// Calls the model named in the request's model config and returns its reply.
     #[activity(name = "llm_generate")]
     pub fn llm_generate(request: LlmRequest) -> Result<LlmResponse, ActivityError> {
+        unimplemented!()
+    }
+
+    /// Summarizes the older part of a conversation with the run's model (compaction).
+    #[activity(name = "compact_context")]
+    pub fn compact_context(request: CompactRequest) -> Result<CompactResponse, ActivityError> {
         unimplemented!()
     }
 }
@@ -32,6 +40,8 @@ impl ToolActivities {
     }
 }
 
+/// Marker of the `compact_context` activity, for implementations.
+pub use llm_activities::CompactContext;
 /// Marker of the `llm_generate` activity, for implementations (`#[activity(definition = ..)]`).
 pub use llm_activities::LlmGenerate;
 /// Marker of the `run_tool` activity, for implementations.

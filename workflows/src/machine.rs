@@ -8,10 +8,10 @@
 use std::collections::BTreeSet;
 
 use baton_proto::{
-    ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, EventsPage,
-    FinishReason, Item, LlmRequest, LlmResponse, PendingCall, RunEvent, RunResult, RunSpec,
-    RunState as StateName, RunStatus, TerminationReason, ToolCall, ToolDefinition, ToolRequest,
-    ToolResult, ToolRule, Usage, UserMessage, item, run_event,
+    ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, CompactRequest,
+    CompactResponse, EventsPage, FinishReason, Item, LlmRequest, LlmResponse, PendingCall,
+    RunEvent, RunResult, RunSpec, RunState as StateName, RunStatus, TerminationReason, ToolCall,
+    ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage, UserMessage, item, run_event,
 };
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +36,9 @@ pub const MAX_EVENTS: usize = 2_000;
 /// On a context overflow, tool outputs older than this many assistant turns are elided from
 /// the model's view before the turn is retried.
 pub const KEEP_RECENT_TURNS: usize = 2;
+/// Compaction starts this many tokens below the context window (or a quarter of the window,
+/// if that is smaller).
+pub const COMPACTION_BUFFER_TOKENS: u32 = 13_000;
 /// Tool outputs shorter than this are never elided (the placeholder would not be smaller).
 pub const ELIDE_MIN_BYTES: usize = 256;
 
@@ -73,6 +76,9 @@ pub enum Step {
         /// Concurrency limit.
         max_parallel: u32,
     },
+    /// Summarize the older part of the conversation (activity `compact_context`), then report
+    /// with [`RunState::on_compacted`] or [`RunState::on_compaction_failed`].
+    Compact(CompactRequest),
     /// The run is over.
     Finish(RunResult),
 }
@@ -133,6 +139,13 @@ pub enum Phase {
     AwaitingApproval(Batch),
     /// A batch is decided; its runnable calls execute next.
     Executing(Batch),
+    /// The older conversation up to (not including) item `upto` is being summarized.
+    Compacting {
+        /// First conversation index that stays verbatim.
+        upto: usize,
+        /// Estimated tokens before.
+        tokens_before: u32,
+    },
     /// Over.
     Finished(RunResult),
 }
@@ -181,6 +194,25 @@ pub struct RunState {
     /// Consecutive turns in which a tool call failed (circuit breaker).
     #[serde(default)]
     pub error_streak: u32,
+    /// Summary that replaces the older conversation in the model's view.
+    #[serde(default)]
+    pub summary: Option<Summary>,
+    /// Tokens the last LLM call reported (input + output) and the conversation length then;
+    /// cleared when the model's view changes (elision, compaction).
+    #[serde(default)]
+    pub calibration: Option<(u32, usize)>,
+    /// Turn in which compaction last failed (not retried in the same turn).
+    #[serde(default)]
+    pub compaction_failed_turn: Option<u32>,
+}
+
+/// A compaction summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The summary text.
+    pub text: String,
+    /// Conversation items before this index are replaced by the summary in the model's view.
+    pub upto: usize,
 }
 
 /// Why an LLM call failed for good, as far as the state machine cares.
@@ -220,6 +252,9 @@ impl RunState {
             overflow_retried: false,
             remembered: Vec::new(),
             error_streak: 0,
+            summary: None,
+            calibration: None,
+            compaction_failed_turn: None,
         };
         state.note(now_ms, "run started");
         Ok(state)
@@ -246,6 +281,9 @@ impl RunState {
             overflow_retried: false,
             remembered: Vec::new(),
             error_streak: 0,
+            summary: None,
+            calibration: None,
+            compaction_failed_turn: None,
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -259,6 +297,7 @@ impl RunState {
             Phase::AwaitingApproval(_) => Step::AwaitApproval {
                 timeout_seconds: self.approval_timeout(),
             },
+            Phase::Compacting { upto, .. } => Step::Compact(self.compact_request(*upto)),
             Phase::Executing(batch) => {
                 let requests: Vec<ToolRequest> = batch
                     .calls
@@ -287,6 +326,9 @@ impl RunState {
                 for text in std::mem::take(&mut self.inbox) {
                     self.conversation.push(user(&text, false));
                 }
+                if let Some(step) = self.context_hygiene(now_ms) {
+                    return step;
+                }
                 Step::CallLlm(self.llm_request())
             }
         }
@@ -295,24 +337,44 @@ impl RunState {
     /// The request for the next LLM call: the model's view of the conversation (elided tool
     /// outputs replaced by placeholders) and the enabled tools.
     pub fn llm_request(&self) -> LlmRequest {
-        let system_prompt = if self.spec.system_prompt.is_empty() {
-            DEFAULT_SYSTEM_PROMPT.to_owned()
-        } else {
-            self.spec.system_prompt.clone()
-        };
         LlmRequest {
             model: self.spec.model.clone(),
-            system_prompt,
+            system_prompt: self.system_prompt(),
             conversation: self.model_view(),
             tools: self.tools.clone(),
         }
     }
 
-    /// The conversation as the model sees it.
+    /// The conversation as the model sees it: the task, the summary of older turns (after a
+    /// compaction), then the recent items with old tool outputs elided.
     pub fn model_view(&self) -> Vec<Item> {
+        let mut view = Vec::new();
+        let start = match &self.summary {
+            Some(summary) => {
+                view.extend(self.conversation.first().cloned());
+                view.push(user(
+                    &format!(
+                        "[baton] Older turns of this run were summarized to fit the context \
+                         window. Summary:\n{}",
+                        summary.text
+                    ),
+                    true,
+                ));
+                summary.upto
+            }
+            None => 0,
+        };
+        view.extend(self.view_items(start, self.conversation.len()));
+        view
+    }
+
+    /// Conversation items `from..to` as the model sees them (elided outputs replaced).
+    fn view_items(&self, from: usize, to: usize) -> Vec<Item> {
         self.conversation
             .iter()
             .enumerate()
+            .take(to)
+            .skip(from)
             .map(|(i, item)| match &item.kind {
                 Some(item::Kind::ToolResult(r)) if self.elided.contains(&i) => Item {
                     kind: Some(item::Kind::ToolResult(ToolResult {
@@ -330,12 +392,24 @@ impl RunState {
             .collect()
     }
 
+    /// The system prompt of the run.
+    pub fn system_prompt(&self) -> String {
+        if self.spec.system_prompt.is_empty() {
+            DEFAULT_SYSTEM_PROMPT.to_owned()
+        } else {
+            self.spec.system_prompt.clone()
+        }
+    }
+
     /// The model answered.
     pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
         self.turn += 1;
         self.overflow_retried = false;
         if let Some(u) = &response.usage {
             add_usage(&mut self.usage, u);
+            let tokens = u.input_tokens.saturating_add(u.output_tokens);
+            // The reply is pushed below; count it through the reported output tokens.
+            self.calibration = (tokens > 0).then_some((tokens, self.conversation.len() + 1));
         }
         self.usage.llm_calls += 1;
         let mut message = response.message.unwrap_or_default();
@@ -441,7 +515,8 @@ impl RunState {
         };
         let mut count = 0;
         let mut bytes = 0;
-        for (n, entry) in self.conversation.iter().enumerate().take(cutoff) {
+        let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(0);
+        for (n, entry) in self.conversation.iter().enumerate().take(cutoff).skip(from) {
             if let Some(item::Kind::ToolResult(r)) = &entry.kind
                 && r.content.len() >= ELIDE_MIN_BYTES
                 && self.elided.insert(n)
@@ -450,7 +525,142 @@ impl RunState {
                 bytes += r.content.len();
             }
         }
+        if count > 0 {
+            self.calibration = None;
+        }
         (count, bytes)
+    }
+
+    /// Estimated tokens of the next request: the last call's reported usage plus an estimate of
+    /// what was added since, or (after the view changed) an estimate of the whole view.
+    pub fn estimate_tokens(&self) -> u32 {
+        let chars = |items: &[Item]| -> usize { items.iter().map(item_chars).sum() };
+        let estimate = match self.calibration {
+            Some((tokens, len)) if len <= self.conversation.len() => {
+                let added = self.view_items(len, self.conversation.len());
+                u64::from(tokens) + (chars(&added) / 4) as u64
+            }
+            _ => {
+                let overhead = self.system_prompt().len()
+                    + self
+                        .tools
+                        .iter()
+                        .map(|t| t.description.len() + t.parameters.len() + t.name.len())
+                        .sum::<usize>();
+                ((chars(&self.model_view()) + overhead) / 4) as u64
+            }
+        };
+        estimate.min(u64::from(u32::MAX)) as u32
+    }
+
+    /// The token count above which the context is compacted (`None`: window unknown).
+    pub fn compaction_threshold(&self) -> Option<u32> {
+        let window = self.spec.model.as_ref().map(|m| m.context_window)?;
+        if window == 0 {
+            return None;
+        }
+        let buffer = COMPACTION_BUFFER_TOKENS.min(window / 4);
+        Some(window - buffer)
+    }
+
+    /// Before an LLM call: when the estimate passes the threshold, elide old tool outputs,
+    /// then, if still over, ask for a summary of the older turns.
+    fn context_hygiene(&mut self, now_ms: i64) -> Option<Step> {
+        let limit = self.compaction_threshold()?;
+        let before = self.estimate_tokens();
+        if before <= limit {
+            return None;
+        }
+        let (count, _) = self.elide_old_tool_outputs();
+        let after = self.estimate_tokens();
+        if count > 0 {
+            self.note(
+                now_ms,
+                &format!(
+                    "compaction: removed {count} old tool outputs from the model's view \
+                     (~{before} -> ~{after} tokens)"
+                ),
+            );
+        }
+        if after <= limit || self.compaction_failed_turn == Some(self.turn) {
+            return None;
+        }
+        let upto = self.compaction_cut()?;
+        self.phase = Phase::Compacting {
+            upto,
+            tokens_before: after,
+        };
+        Some(Step::Compact(self.compact_request(upto)))
+    }
+
+    /// Where the verbatim part of the conversation starts after a compaction: the first item
+    /// of the last [`KEEP_RECENT_TURNS`] assistant turns (so tool results keep their calls).
+    fn compaction_cut(&self) -> Option<usize> {
+        let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(1);
+        let assistants: Vec<usize> = self
+            .conversation
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, i)| matches!(i.kind, Some(item::Kind::Assistant(_))))
+            .map(|(n, _)| n)
+            .collect();
+        let k = assistants.len().checked_sub(KEEP_RECENT_TURNS)?;
+        let cut = *assistants.get(k)?;
+        (cut > from).then_some(cut)
+    }
+
+    fn compact_request(&self, upto: usize) -> CompactRequest {
+        let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(1);
+        let mut items = Vec::new();
+        if let Some(summary) = &self.summary {
+            items.push(user(&format!("Summary so far:\n{}", summary.text), true));
+        }
+        items.extend(self.view_items(from, upto));
+        CompactRequest {
+            model: self.spec.model.clone(),
+            task: self.spec.task.clone(),
+            items,
+        }
+    }
+
+    /// The summary arrived: it replaces the older turns in the model's view.
+    pub fn on_compacted(&mut self, response: CompactResponse, now_ms: i64) {
+        let Phase::Compacting {
+            upto,
+            tokens_before,
+        } = self.phase
+        else {
+            return;
+        };
+        if let Some(u) = &response.usage {
+            add_usage(&mut self.usage, u);
+        }
+        self.summary = Some(Summary {
+            text: response.summary,
+            upto,
+        });
+        self.calibration = None;
+        self.phase = Phase::Thinking;
+        let after = self.estimate_tokens();
+        self.note(
+            now_ms,
+            &format!(
+                "compaction: summarized the conversation before item {upto} (~{tokens_before} -> ~{after} tokens)"
+            ),
+        );
+    }
+
+    /// The summary could not be made: go on without it (not retried this turn).
+    pub fn on_compaction_failed(&mut self, detail: &str, now_ms: i64) {
+        if matches!(self.phase, Phase::Compacting { .. }) {
+            self.phase = Phase::Thinking;
+        }
+        self.compaction_failed_turn = Some(self.turn);
+        self.note(
+            now_ms,
+            &format!("compaction failed, continuing without it: {detail}"),
+        );
     }
 
     /// Checks a decision without applying it (update validator).
@@ -750,6 +960,7 @@ impl RunState {
                 (StateName::AwaitingApproval, TerminationReason::Unspecified)
             }
             Phase::Executing(_) => (StateName::Executing, TerminationReason::Unspecified),
+            Phase::Compacting { .. } => (StateName::Compacting, TerminationReason::Unspecified),
             Phase::Finished(r) => (r.status(), r.reason()),
         };
         RunStatus {
@@ -1057,6 +1268,21 @@ fn user(text: &str, synthetic: bool) -> Item {
 fn assistant_item(message: AssistantMessage) -> Item {
     Item {
         kind: Some(item::Kind::Assistant(message)),
+    }
+}
+
+fn item_chars(i: &Item) -> usize {
+    match &i.kind {
+        Some(item::Kind::User(u)) => u.text.len(),
+        Some(item::Kind::Assistant(a)) => {
+            a.text.len()
+                + a.tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len() + c.id.len())
+                    .sum::<usize>()
+        }
+        Some(item::Kind::ToolResult(r)) => r.content.len() + r.call_id.len(),
+        None => 0,
     }
 }
 

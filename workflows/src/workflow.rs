@@ -73,7 +73,11 @@ impl AgentRun {
                 }
                 Step::CallLlm(request) => {
                     let outcome = ctx
-                        .execute_activity(LlmActivities::llm_generate, request, llm_options())
+                        .execute_activity(
+                            LlmActivities::llm_generate,
+                            request,
+                            llm_options("llm_generate"),
+                        )
                         .await;
                     let now = now_ms(ctx.workflow_time());
                     if let Some(reason) = cancel_reason(ctx) {
@@ -90,6 +94,27 @@ impl AgentRun {
                                 LlmFailure::Fatal
                             };
                             ctx.state_mut(|s| s.run.on_llm_failure(kind, detail, now));
+                        }
+                    }
+                }
+                Step::Compact(request) => {
+                    let outcome = ctx
+                        .execute_activity(
+                            LlmActivities::compact_context,
+                            request,
+                            llm_options("compact_context"),
+                        )
+                        .await;
+                    let now = now_ms(ctx.workflow_time());
+                    if let Some(reason) = cancel_reason(ctx) {
+                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                        continue;
+                    }
+                    match outcome {
+                        Ok(response) => ctx.state_mut(|s| s.run.on_compacted(response, now)),
+                        Err(e) => {
+                            let detail = failure_message(&e);
+                            ctx.state_mut(|s| s.run.on_compaction_failed(&detail, now));
                         }
                     }
                 }
@@ -265,7 +290,7 @@ async fn run_tools(
     results
 }
 
-fn llm_options() -> ActivityOptions {
+fn llm_options(summary: &str) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(LLM_START_TO_CLOSE)
         .heartbeat_timeout(LLM_HEARTBEAT)
         .retry_policy(
@@ -278,7 +303,7 @@ fn llm_options() -> ActivityOptions {
                 .build(),
         )
         .cancellation_type(ActivityCancellationType::TryCancel)
-        .summary("llm_generate".to_owned())
+        .summary(summary.to_owned())
         .build()
 }
 

@@ -109,6 +109,234 @@ impl LlmError {
     }
 }
 
+impl LlmError {
+    /// A transport failure of `provider` at `url` (timeout, refused or reset connection,
+    /// unreadable body), with the whole error chain in the message.
+    pub fn transport(provider: &str, url: &str, e: &reqwest::Error) -> Self {
+        let kind = if e.is_timeout() {
+            "timed out"
+        } else if e.is_connect() {
+            "connection failed"
+        } else {
+            "request failed"
+        };
+        Self::Transport {
+            provider: provider.to_owned(),
+            url: url.to_owned(),
+            message: format!("{kind}: {}", error_chain(e)),
+        }
+    }
+
+    /// A stream that ended (or broke, `cause`) before the provider said it was complete.
+    pub fn cut_stream(
+        provider: &str,
+        url: &str,
+        bytes: u64,
+        cause: Option<&reqwest::Error>,
+    ) -> Self {
+        let mut message = format!("the stream was cut after {bytes} bytes");
+        if let Some(e) = cause {
+            if e.is_timeout() {
+                message.push_str(" (timed out)");
+            }
+            message.push_str(": ");
+            message.push_str(&error_chain(e));
+        }
+        Self::Transport {
+            provider: provider.to_owned(),
+            url: url.to_owned(),
+            message,
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message = format!("{message}: {s}");
+        source = s.source();
+    }
+    message
+}
+
+/// What a provider said about an error: from an HTTP error body or an error event inside a
+/// stream. Understands both OpenAI-style (`{"error": {"message", "type", "code"}}`) and
+/// Anthropic-style (`{"type": "error", "error": {"type", "message"}}`) bodies.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ErrorDetail {
+    /// The human-readable message (or a snippet of the body when there is none).
+    pub message: String,
+    /// `error.type` (e.g. `invalid_request_error`, `overloaded_error`).
+    pub kind: Option<String>,
+    /// `error.code` when it is a string (e.g. `context_length_exceeded`).
+    pub code: Option<String>,
+    /// `error.code` when it is an HTTP-like number (OpenRouter puts the status there).
+    pub status: Option<u16>,
+}
+
+impl ErrorDetail {
+    /// Reads an error body; anything unreadable becomes the message as a snippet.
+    pub fn from_body(body: &str) -> Self {
+        match serde_json::from_str::<serde_json::Value>(body) {
+            Ok(v) => Self::from_value(&v).unwrap_or_else(|| Self {
+                message: snippet(body),
+                ..Default::default()
+            }),
+            Err(_) => Self {
+                message: snippet(body),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Reads an error value (the whole body, or the `error` object itself); `None` when it
+    /// carries no message.
+    pub fn from_value(v: &serde_json::Value) -> Option<Self> {
+        use serde_json::Value;
+        let err = v.get("error").unwrap_or(v);
+        let message = err
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| err.as_str().map(str::to_owned))?;
+        let kind = err.get("type").and_then(Value::as_str).map(str::to_owned);
+        let code_value = err.get("code");
+        let code = code_value.and_then(Value::as_str).map(str::to_owned);
+        let status = code_value
+            .and_then(|c| {
+                c.as_u64()
+                    .or_else(|| c.as_str().and_then(|s| s.parse::<u64>().ok()))
+            })
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| (400..=599).contains(n));
+        Some(Self {
+            message,
+            kind,
+            code,
+            status,
+        })
+    }
+
+    /// The HTTP status this error stands for when it arrived without one (inside a stream):
+    /// from a numeric code, else from the error type, else 500 (a server-side failure).
+    pub fn implied_status(&self) -> u16 {
+        if let Some(status) = self.status {
+            return status;
+        }
+        let names = [self.code.as_deref(), self.kind.as_deref()];
+        for name in names.into_iter().flatten() {
+            let status = match name {
+                "invalid_request_error" | "context_length_exceeded" | "invalid_request" => 400,
+                "authentication_error" | "invalid_api_key" => 401,
+                "permission_error" | "permission_denied" => 403,
+                "not_found_error" | "model_not_found" => 404,
+                "request_too_large" => 413,
+                "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => 429,
+                "overloaded_error" | "overloaded" => 529,
+                "api_error" | "server_error" | "internal_error" => 500,
+                _ => continue,
+            };
+            return status;
+        }
+        500
+    }
+}
+
+/// Classifies a provider error: an HTTP error `status` with its `detail` (for an error event
+/// inside a stream, pass [`ErrorDetail::implied_status`]) and the delay the provider asked for.
+///
+/// - 413, a `context_length_exceeded` code, or a 400 whose message says the prompt does not
+///   fit the context: [`LlmError::ContextOverflow`].
+/// - 429: [`LlmError::RateLimited`] (except an exhausted quota: [`LlmError::Rejected`]).
+/// - 408, 409, 5xx, 529 and `overloaded_error`: [`LlmError::Unavailable`].
+/// - Anything else (401, 403, 404, other 400s): [`LlmError::Rejected`].
+pub fn classify(
+    provider: &str,
+    status: u16,
+    retry_after: Option<Duration>,
+    detail: ErrorDetail,
+) -> LlmError {
+    let lower = detail.message.to_lowercase();
+    let says_too_long = [
+        "context length",
+        "context_length",
+        "context window",
+        "context limit",
+        "maximum context",
+        "prompt is too long",
+        "prompt too long",
+        "input is too long",
+        "too many input tokens",
+    ]
+    .iter()
+    .any(|p| lower.contains(p));
+    let context_overflow = status == 413
+        || detail.code.as_deref() == Some("context_length_exceeded")
+        || (status == 400 && says_too_long);
+    let provider = provider.to_owned();
+    let message = detail.message;
+    if context_overflow {
+        return LlmError::ContextOverflow { message };
+    }
+    let overloaded = detail.kind.as_deref() == Some("overloaded_error");
+    let quota =
+        [detail.code.as_deref(), detail.kind.as_deref()].contains(&Some("insufficient_quota"));
+    match status {
+        429 if quota => LlmError::Rejected {
+            provider,
+            status,
+            message,
+        },
+        429 => LlmError::RateLimited {
+            provider,
+            message,
+            retry_after,
+        },
+        408 | 409 | 500..=599 => LlmError::Unavailable {
+            provider,
+            status,
+            message,
+            retry_after,
+        },
+        _ if overloaded => LlmError::Unavailable {
+            provider,
+            status: 529,
+            message,
+            retry_after,
+        },
+        _ => LlmError::Rejected {
+            provider,
+            status,
+            message,
+        },
+    }
+}
+
+/// Classifies a non-2xx HTTP answer of `provider`.
+pub fn classify_http(
+    provider: &str,
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: &str,
+) -> LlmError {
+    classify(
+        provider,
+        status,
+        retry_after(headers),
+        ErrorDetail::from_body(body),
+    )
+}
+
+/// The first 500 bytes of a body (on a character boundary), for error messages.
+pub fn snippet(body: &str) -> String {
+    let mut end = body.len().min(500);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    body[..end].to_owned()
+}
+
 /// Parses `retry-after-ms` (milliseconds) or `Retry-After` (seconds; HTTP dates are ignored).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -156,5 +384,92 @@ mod tests {
             }
             .is_retryable()
         );
+    }
+
+    #[test]
+    fn error_details_from_both_body_styles() {
+        let openai = ErrorDetail::from_body(
+            r#"{"error":{"message":"m","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        );
+        assert_eq!(
+            openai,
+            ErrorDetail {
+                message: "m".into(),
+                kind: Some("invalid_request_error".into()),
+                code: Some("context_length_exceeded".into()),
+                status: None,
+            }
+        );
+        assert_eq!(openai.implied_status(), 400);
+        let anthropic = ErrorDetail::from_body(
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+        assert_eq!(anthropic.kind.as_deref(), Some("overloaded_error"));
+        assert_eq!(anthropic.implied_status(), 529);
+        let openrouter = ErrorDetail::from_body(r#"{"error":{"code":502,"message":"upstream"}}"#);
+        assert_eq!(openrouter.implied_status(), 502);
+        let plain = ErrorDetail::from_body("<html>Bad Gateway</html>");
+        assert_eq!(plain.message, "<html>Bad Gateway</html>");
+        assert_eq!(plain.implied_status(), 500);
+        let long = "é".repeat(400);
+        assert_eq!(ErrorDetail::from_body(&long).message.len(), 500);
+    }
+
+    #[test]
+    fn classification_table() {
+        let d = |message: &str| ErrorDetail {
+            message: message.into(),
+            ..Default::default()
+        };
+        let wait = Some(Duration::from_secs(3));
+        assert!(matches!(
+            classify("p", 429, wait, d("slow")),
+            LlmError::RateLimited { retry_after, .. } if retry_after == wait
+        ));
+        assert!(matches!(
+            classify("p", 529, wait, d("Overloaded")),
+            LlmError::Unavailable { status: 529, retry_after, .. } if retry_after == wait
+        ));
+        for status in [408, 409, 500, 502, 503, 504] {
+            assert!(
+                classify("p", status, None, d("x")).is_retryable(),
+                "{status}"
+            );
+        }
+        assert!(matches!(
+            classify("p", 413, None, d("too large")),
+            LlmError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            classify(
+                "p",
+                400,
+                None,
+                d("prompt is too long: 5 tokens > 4 maximum")
+            ),
+            LlmError::ContextOverflow { .. }
+        ));
+        for status in [400, 401, 403, 404, 422] {
+            let e = classify("p", status, None, d("no"));
+            assert!(matches!(e, LlmError::Rejected { .. }), "{status}");
+            assert!(!e.is_retryable());
+        }
+        // A context message on a non-400 status is not an overflow (e.g. a 500 mentioning it).
+        assert!(classify("p", 500, None, d("context window service down")).is_retryable());
+        let failure = |e: LlmError| match e.into_activity_error() {
+            ActivityError::Application(f) => f,
+            _ => panic!("not an application failure"),
+        };
+        let f = failure(classify("p", 429, wait, d("slow")));
+        assert_eq!(f.next_retry_delay(), wait);
+        assert!(!f.is_non_retryable());
+        let f = failure(classify("p", 401, None, d("bad key")));
+        assert!(f.is_non_retryable());
+        assert_eq!(f.type_name(), Some(PROVIDER_FATAL));
+        let f = failure(classify("p", 413, None, d("big")));
+        assert_eq!(f.type_name(), Some(CONTEXT_OVERFLOW));
+        let f = failure(LlmError::cut_stream("p", "http://u", 42, None));
+        assert!(!f.is_non_retryable());
+        assert_eq!(f.type_name(), Some("ProviderUnreachable"));
     }
 }

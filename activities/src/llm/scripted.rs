@@ -4,7 +4,24 @@
 
 use baton_proto::{AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage, item};
 
-use super::LlmError;
+use super::{
+    LlmError,
+    provider::{GenerateFuture, Provider},
+};
+
+/// The scripted provider, as a [`Provider`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Scripted;
+
+impl Provider for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a> {
+        Box::pin(std::future::ready(generate(request)))
+    }
+}
 
 /// Answers from the script in the request.
 pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {

@@ -1,0 +1,303 @@
+//! A scripted mock of the Anthropic Messages HTTP API.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::mock_http::{
+    CapturedRequest, Flavor, MockResponse, MockServer, Transcript, fragments, sse_event,
+    text_pieces,
+};
+
+/// The endpoint the mock scripts.
+pub const MESSAGES_PATH: &str = "/v1/messages";
+
+/// Input tokens reported by every scripted reply.
+const INPUT_TOKENS: u64 = 42;
+
+/// A local HTTP server speaking the Anthropic Messages wire format.
+///
+/// `POST /v1/messages` answers with the next queued [`MockResponse`] (FIFO);
+/// when the queue is empty it answers 500 with
+/// `{"type":"error","error":{"type":"api_error","message":"mock: no scripted response left"}}`.
+/// Any other path answers 404 (`not_found_error`). Every request is captured
+/// ([`MockAnthropic::requests`]) with its arrival time.
+///
+/// If the request has `"stream": true` and the scripted answer is a 2xx
+/// `message`, it is sent as the real SSE event sequence (each record
+/// `event: <type>\ndata: <json>\n\n`): `message_start` (empty `content`,
+/// `usage.input_tokens`); per content block `content_block_start` (text with
+/// `text: ""` / tool_use with `id`, `name`, `input: {}`), its deltas
+/// (word-sized `text_delta`s / >= 2 `input_json_delta` `partial_json`
+/// fragments of the input) and `content_block_stop`; one `ping` (after the
+/// first `content_block_start`); `message_delta` (`stop_reason`,
+/// `stop_sequence: null`, `usage.output_tokens`); `message_stop`.
+/// [`MockResponse::cut_stream`], [`MockResponse::slow_stream`] and
+/// [`MockResponse::stream_error`] (e.g. [`MockAnthropic::overloaded_stream`])
+/// alter the delivery (see [`crate::ResponseMode`]).
+///
+/// Runs on its own thread and tokio runtime like [`crate::MockOpenAi`]; drop
+/// stops it.
+pub struct MockAnthropic {
+    server: MockServer,
+}
+
+impl MockAnthropic {
+    /// Starts the server on `127.0.0.1:<free port>`.
+    pub fn start() -> anyhow::Result<MockAnthropic> {
+        Ok(MockAnthropic {
+            server: MockServer::start(Flavor::Anthropic)?,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>` (no `/v1`: clients append `/v1/messages`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.server.addr())
+    }
+
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// Queues a 200 answer with `body` (e.g. [`MockAnthropic::text_reply`]).
+    pub fn push(&self, body: Value) {
+        self.push_response(MockResponse::ok(body));
+    }
+
+    /// Queues `text_reply(text)`.
+    pub fn push_text(&self, text: &str) {
+        self.push(Self::text_reply(text));
+    }
+
+    /// Queues `tool_use_reply(calls)`.
+    pub fn push_tool_use(&self, calls: &[(&str, &str, &str)]) {
+        self.push(Self::tool_use_reply(calls));
+    }
+
+    /// Queues an error answer with `status` and `body` (e.g.
+    /// [`MockAnthropic::overloaded_body`] with 529).
+    pub fn push_error(&self, status: u16, body: Value) {
+        self.push_response(MockResponse::error(status, body));
+    }
+
+    /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
+    /// slow / in-stream-error delivery).
+    pub fn push_response(&self, response: MockResponse) {
+        self.server.push_response(response);
+    }
+
+    /// Number of scripted answers not yet consumed.
+    pub fn pending(&self) -> usize {
+        self.server.pending()
+    }
+
+    /// Drops all scripted answers not yet consumed.
+    pub fn clear_queue(&self) {
+        self.server.clear_queue();
+    }
+
+    /// All requests received so far, in arrival order.
+    pub fn requests(&self) -> Vec<CapturedRequest> {
+        self.server.requests()
+    }
+
+    /// Number of requests received so far.
+    pub fn request_count(&self) -> usize {
+        self.server.request_count()
+    }
+
+    /// Waits until at least `n` requests were received and returns them all.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<CapturedRequest>> {
+        self.server.wait_for_requests(n, timeout).await
+    }
+
+    /// A `message` body whose only content block is the text `text`
+    /// (`stop_reason: "end_turn"`).
+    pub fn text_reply(text: &str) -> Value {
+        let output_tokens = text.split_whitespace().count().max(1);
+        message(
+            vec![json!({"type": "text", "text": text})],
+            "end_turn",
+            output_tokens,
+        )
+    }
+
+    /// A `message` body calling tools: `calls` = `[(tool_use_id, name,
+    /// input_json_text)]` become `tool_use` blocks (`input` parsed into a JSON
+    /// object); `stop_reason: "tool_use"`.
+    ///
+    /// # Panics
+    /// If an `input_json_text` is not valid JSON.
+    pub fn tool_use_reply(calls: &[(&str, &str, &str)]) -> Value {
+        Self::tool_use_reply_with_text(None, calls)
+    }
+
+    /// Like [`MockAnthropic::tool_use_reply`], with a leading text block when
+    /// `text` is `Some`.
+    ///
+    /// # Panics
+    /// If an `input_json_text` is not valid JSON.
+    pub fn tool_use_reply_with_text(text: Option<&str>, calls: &[(&str, &str, &str)]) -> Value {
+        let mut content = Vec::new();
+        if let Some(text) = text {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        for (id, name, input) in calls {
+            let input: Value = serde_json::from_str(input).unwrap_or_else(|e| {
+                panic!("MockAnthropic::tool_use_reply: input of {name} is not JSON ({e}): {input}")
+            });
+            content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+        }
+        message(content, "tool_use", 10 * calls.len().max(1))
+    }
+
+    /// An Anthropic error body:
+    /// `{"type":"error","error":{"type":…,"message":…}}`.
+    pub fn error_body(error_type: &str, message: &str) -> Value {
+        json!({"type": "error", "error": {"type": error_type, "message": message}})
+    }
+
+    /// The body of a real 529 answer (`overloaded_error`, `"Overloaded"`),
+    /// also the payload of the in-stream `event: error`.
+    pub fn overloaded_body() -> Value {
+        Self::error_body("overloaded_error", "Overloaded")
+    }
+
+    /// The body of a 429 answer (`rate_limit_error`).
+    pub fn rate_limit_body() -> Value {
+        Self::error_body(
+            "rate_limit_error",
+            "This request would exceed the rate limit (mock)",
+        )
+    }
+
+    /// `reply` streamed up to the middle of its first content block, then an
+    /// in-stream `event: error` with [`MockAnthropic::overloaded_body`]
+    /// (non-streaming requests get 529 with that body).
+    pub fn overloaded_stream(reply: Value) -> MockResponse {
+        MockResponse::stream_error(reply, Self::overloaded_body())
+    }
+}
+
+fn message(content: Vec<Value>, stop_reason: &str, output_tokens: usize) -> Value {
+    json!({
+        "id": format!("msg_mock{}", uuid::Uuid::new_v4().simple()),
+        "type": "message",
+        "role": "assistant",
+        "model": "mock",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+        "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": output_tokens}
+    })
+}
+
+/// Converts a `message` body into the equivalent Messages SSE records.
+pub(crate) fn sse_transcript(message: &Value) -> Transcript {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["stop_sequence"] = Value::Null;
+    start["usage"] = json!({
+        "input_tokens": message
+            .pointer("/usage/input_tokens")
+            .cloned()
+            .unwrap_or(json!(INPUT_TOKENS)),
+        "output_tokens": 1
+    });
+    let mut records = vec![sse_event(
+        "message_start",
+        &json!({"type": "message_start", "message": start}),
+    )];
+    let ping = sse_event("ping", &json!({"type": "ping"}));
+    let mut cut_at = None;
+    let blocks = message
+        .get("content")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        let kind = block
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let (start_block, deltas): (Value, Vec<Value>) = match kind {
+            "text" => (
+                json!({"type": "text", "text": ""}),
+                text_pieces(
+                    block
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                )
+                .into_iter()
+                .map(|t| json!({"type": "text_delta", "text": t}))
+                .collect(),
+            ),
+            "tool_use" => {
+                let input = block.get("input").cloned().unwrap_or(json!({}));
+                (
+                    json!({
+                        "type": "tool_use",
+                        "id": block.get("id"),
+                        "name": block.get("name"),
+                        "input": {}
+                    }),
+                    fragments(&input.to_string())
+                        .into_iter()
+                        .map(|p| json!({"type": "input_json_delta", "partial_json": p}))
+                        .collect(),
+                )
+            }
+            // Other block types are sent whole in their start event.
+            _ => (block.clone(), Vec::new()),
+        };
+        records.push(sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": start_block}),
+        ));
+        if index == 0 {
+            records.push(ping.clone());
+        }
+        let n = deltas.len();
+        for (i, delta) in deltas.into_iter().enumerate() {
+            records.push(sse_event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+            // A cut stream stops after about half of the first block's deltas.
+            if cut_at.is_none() && i + 1 >= n.div_ceil(2) {
+                cut_at = Some(records.len());
+            }
+        }
+        records.push(sse_event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    if blocks.is_empty() {
+        records.push(ping);
+    }
+    let cut_at = cut_at.unwrap_or(records.len());
+    records.push(sse_event(
+        "message_delta",
+        &json!({
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": message.get("stop_reason").cloned().unwrap_or(json!("end_turn")),
+                "stop_sequence": message.get("stop_sequence").cloned().unwrap_or(Value::Null)
+            },
+            "usage": {
+                "output_tokens": message.pointer("/usage/output_tokens").cloned().unwrap_or(json!(1))
+            }
+        }),
+    ));
+    records.push(sse_event("message_stop", &json!({"type": "message_stop"})));
+    Transcript { records, cut_at }
+}
