@@ -214,3 +214,75 @@ action = "ask"
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("unknown action 'sometimes'"), "{out}");
 }
+
+#[test]
+fn a_run_over_its_context_window_is_compacted_and_completes() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("compact");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    // Replies report realistic usage; the third puts the run past 4,500 of its 6,000 tokens.
+    for (i, (args, prompt_tokens)) in [
+        ("{}", 1_000),
+        (r#"{"path":"."}"#, 3_000),
+        (r#"{"recursive":true}"#, 5_200),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut reply = MockOpenAi::tool_calls_reply(&[(&format!("call_{i}"), "list_files", args)]);
+        reply["usage"] = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 20, "total_tokens": prompt_tokens + 20});
+        llm.push(reply);
+    }
+    llm.push_text("SUMMARY: listed the empty workspace once.");
+    llm.push_text("Done after compaction.");
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--provider",
+            "openai",
+            "--no-approval",
+            "--context-window",
+            "6000",
+            "--wait",
+            "--json",
+            "inspect the workspace",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["answer"], "Done after compaction.");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 5);
+    // The summary request: the summarizer's instructions, no tools, the older turns quoted.
+    let summary_req = &reqs[3];
+    assert!(summary_req.body.get("tools").is_none());
+    let msgs = summary_req.messages();
+    assert!(
+        msgs[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("You compress the history")
+    );
+    let quoted = msgs[1]["content"].as_str().unwrap();
+    assert!(
+        quoted.contains("inspect the workspace") && quoted.contains("call_0"),
+        "{quoted}"
+    );
+    // The next call sees the summary instead of the oldest turn.
+    let last = reqs[4].messages();
+    let text = serde_json::to_string(&last).unwrap();
+    assert!(text.contains("SUMMARY: listed the empty workspace once."));
+    assert!(
+        !text.contains("call_0"),
+        "the summarized turn is gone from the model's view"
+    );
+    assert!(text.contains("call_1") && text.contains("call_2"));
+    let history = history_text(&server, r["run_id"].as_str().unwrap());
+    assert!(history.contains("compaction: summarized the conversation"));
+}
