@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use baton_proto::{ToolRequest, ToolResult};
+use baton_proto::{InstructionsRequest, ToolRequest, ToolResult, WorkspaceInstructions};
 use baton_workflows::activities::BAD_INPUT;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
@@ -48,8 +48,48 @@ impl ToolService {
     }
 }
 
+/// AGENTS.md beyond this is cut.
+pub const MAX_AGENTS_MD: usize = 32 * 1024;
+
 #[activities]
 impl ToolService {
+    /// The workspace path and its AGENTS.md (capped), for the system prompt.
+    #[activity(definition = baton_workflows::activities::ReadInstructions)]
+    pub async fn read_instructions(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        _request: InstructionsRequest,
+    ) -> Result<WorkspaceInstructions, ActivityError> {
+        let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
+        let workspace = self.workspace_of(&run_id);
+        tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
+            ActivityError::application(ApplicationFailure::new(format!(
+                "cannot create the workspace {}: {e}",
+                workspace.display()
+            )))
+        })?;
+        let (agents_md, truncated) = match tokio::fs::read(workspace.join("AGENTS.md")).await {
+            Ok(bytes) => {
+                let truncated = bytes.len() > MAX_AGENTS_MD;
+                let mut end = bytes.len().min(MAX_AGENTS_MD);
+                // Cut on a character boundary.
+                while end > 0 && std::str::from_utf8(&bytes[..end]).is_err() {
+                    end -= 1;
+                }
+                (
+                    String::from_utf8_lossy(&bytes[..end]).into_owned(),
+                    truncated,
+                )
+            }
+            Err(_) => (String::new(), false),
+        };
+        Ok(WorkspaceInstructions {
+            workspace: workspace.display().to_string(),
+            agents_md,
+            truncated,
+        })
+    }
+
     /// Runs the call; ordinary failures are `is_error` results, not activity failures.
     #[activity(definition = baton_workflows::activities::RunTool)]
     pub async fn run_tool(

@@ -102,6 +102,10 @@ pub(crate) struct SubmitArgs {
     /// Default timeout of a tool call, e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) tool_timeout: Option<std::time::Duration>,
+    /// Extra instructions for the agent, appended to its system prompt (after the workspace's
+    /// AGENTS.md).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) instructions: Option<String>,
     /// Label the run (repeatable), e.g. --label repo=acme/api.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,

@@ -161,7 +161,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             ..Default::default()
         }),
         labels: args.labels.iter().cloned().collect(),
-        system_prompt: String::new(),
+        system_prompt: args.instructions.clone().unwrap_or_default(),
     })
 }
 

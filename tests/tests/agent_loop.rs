@@ -286,3 +286,66 @@ fn a_run_over_its_context_window_is_compacted_and_completes() {
     let history = history_text(&server, r["run_id"].as_str().unwrap());
     assert!(history.contains("compaction: summarized the conversation"));
 }
+
+#[test]
+fn the_system_prompt_carries_workspace_agents_md_and_run_instructions() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("prompt");
+    let base = llm.base_url();
+    let workspace = tempfile::tempdir().unwrap();
+    let mut w = Worker::spawn_with_workspace(
+        &server,
+        &queue,
+        workspace.path(),
+        &[("OPENAI_BASE_URL", base.as_str())],
+    )
+    .unwrap();
+    w.wait_ready_blocking(T).unwrap();
+    let run = unique("run-prompt");
+    std::fs::create_dir_all(workspace.path().join(&run)).unwrap();
+    std::fs::write(
+        workspace.path().join(&run).join("AGENTS.md"),
+        "# House rules\nAlways run `make check` before finishing.\n",
+    )
+    .unwrap();
+    llm.push_text("ok");
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--provider",
+            "openai",
+            "--instructions",
+            "Only touch files under docs/.",
+            "--wait",
+            "--json",
+            "go",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let system = llm.requests()[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let agents = system
+        .find("Always run `make check` before finishing.")
+        .expect("AGENTS.md");
+    let extra = system
+        .find("Only touch files under docs/.")
+        .expect("instructions");
+    assert!(agents < extra, "{system}");
+    assert!(
+        system.contains(&format!(
+            "Your workspace is {};",
+            workspace.path().join(&run).display()
+        )),
+        "{system}"
+    );
+    assert!(system.contains("Today's date is 20"), "{system}");
+}

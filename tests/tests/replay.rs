@@ -19,6 +19,9 @@ use temporalio_client::{
 };
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
+/// File the recorder writes; older recordings stay and must keep replaying.
+const RECORD_AS: &str = "approval-run-v2.json";
+
 fn histories_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("histories")
 }
@@ -65,7 +68,7 @@ async fn a_tampered_history_is_detected() {
     assert!(replayer().replay_workflow(history).await.is_err());
 }
 
-/// Records `tests/histories/approval-run.json`: a run with a batch of two shell calls, one
+/// Records `tests/histories/<RECORD_AS>`: a run with a batch of two shell calls, one
 /// approved (update) and one denied (signal), then the answer.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "records a history; run by hand after an intended workflow change"]
@@ -118,5 +121,5 @@ async fn record_approval_history() {
         .to_json()
         .await
         .unwrap();
-    std::fs::write(histories_dir().join("approval-run.json"), json).unwrap();
+    std::fs::write(histories_dir().join(RECORD_AS), json).unwrap();
 }

@@ -4,7 +4,8 @@
 #![allow(unused_variables, clippy::unimplemented)]
 
 use baton_proto::{
-    CompactRequest, CompactResponse, LlmRequest, LlmResponse, ToolRequest, ToolResult,
+    CompactRequest, CompactResponse, InstructionsRequest, LlmRequest, LlmResponse, ToolRequest,
+    ToolResult, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -38,12 +39,22 @@ impl ToolActivities {
     pub fn run_tool(request: ToolRequest) -> Result<ToolResult, ActivityError> {
         unimplemented!()
     }
+
+    /// Reads what the system prompt needs from the run's workspace (its path, AGENTS.md).
+    #[activity(name = "read_instructions")]
+    pub fn read_instructions(
+        request: InstructionsRequest,
+    ) -> Result<WorkspaceInstructions, ActivityError> {
+        unimplemented!()
+    }
 }
 
 /// Marker of the `compact_context` activity, for implementations.
 pub use llm_activities::CompactContext;
 /// Marker of the `llm_generate` activity, for implementations (`#[activity(definition = ..)]`).
 pub use llm_activities::LlmGenerate;
+/// Marker of the `read_instructions` activity, for implementations.
+pub use tool_activities::ReadInstructions;
 /// Marker of the `run_tool` activity, for implementations.
 pub use tool_activities::RunTool;
 

@@ -3,6 +3,8 @@
 //! - [`machine`]: [`machine::RunState`] and its pure transitions (guards, finish reasons,
 //!   approval gating, tool results, termination reasons).
 //! - [`policy`]: the approval policy, `assess(call, tool, policy)`.
+//! - [`guards`]: loop guards (circuit breaker thresholds, loop detection).
+//! - [`prompt`]: the system prompt builder.
 //! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
 //! - [`activities`]: activity contracts (names and payloads); bodies live in `baton-activities`.
 //! - [`workflow`]: the `AgentRun` workflow, its signals, update and queries.
@@ -16,6 +18,7 @@ pub mod error;
 pub mod guards;
 pub mod machine;
 pub mod policy;
+pub mod prompt;
 pub mod tools;
 pub mod workflow;
 

@@ -11,7 +11,8 @@ use baton_proto::{
     ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, CompactRequest,
     CompactResponse, EventsPage, FinishReason, Item, LlmRequest, LlmResponse, PendingCall,
     RunEvent, RunResult, RunSpec, RunState as StateName, RunStatus, TerminationReason, ToolCall,
-    ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage, UserMessage, item, run_event,
+    ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage, UserMessage, WorkspaceInstructions,
+    item, run_event,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,7 @@ use crate::{
     error::DecisionError,
     guards,
     policy::{self, Assessment},
-    tools,
+    prompt, tools,
 };
 
 /// Default maximum number of LLM calls in a run.
@@ -50,13 +51,6 @@ pub const QUESTION_CALL_PREFIX: &str = "baton_continue_";
 /// The hidden message that asks the model to go on after its output was cut off.
 pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
 Continue exactly where you left off: no apology, no repetition, no preamble.";
-
-/// The system prompt used when the run spec does not set one.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are baton, an autonomous software agent. You work \
-in a private workspace directory through the tools you are given: inspect before you change, \
-keep changes small, and check your work. Some tool calls wait for a human's approval; if one \
-is denied, respect the reason and find another way. When the task is done, reply with a short \
-summary of what you did and found, without calling tools.";
 
 /// What the workflow must do next.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,6 +198,9 @@ pub struct RunState {
     /// Turn in which compaction last failed (not retried in the same turn).
     #[serde(default)]
     pub compaction_failed_turn: Option<u32>,
+    /// What the workspace contributes to the system prompt (read once, at the start).
+    #[serde(default)]
+    pub instructions: Option<WorkspaceInstructions>,
 }
 
 /// A compaction summary.
@@ -255,6 +252,7 @@ impl RunState {
             summary: None,
             calibration: None,
             compaction_failed_turn: None,
+            instructions: None,
         };
         state.note(now_ms, "run started");
         Ok(state)
@@ -284,6 +282,7 @@ impl RunState {
             summary: None,
             calibration: None,
             compaction_failed_turn: None,
+            instructions: None,
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -392,13 +391,34 @@ impl RunState {
             .collect()
     }
 
-    /// The system prompt of the run.
+    /// The system prompt of the run (see [`crate::prompt`]).
     pub fn system_prompt(&self) -> String {
-        if self.spec.system_prompt.is_empty() {
-            DEFAULT_SYSTEM_PROMPT.to_owned()
-        } else {
-            self.spec.system_prompt.clone()
+        prompt::build(
+            self.started_at_ms,
+            self.instructions.as_ref(),
+            &self.spec.system_prompt,
+        )
+    }
+
+    /// The workspace's contribution to the system prompt arrived (`None`: it could not be
+    /// read; the run goes on without it).
+    pub fn on_instructions(&mut self, instructions: Option<WorkspaceInstructions>, now_ms: i64) {
+        match &instructions {
+            Some(i) if !i.agents_md.is_empty() => self.note(
+                now_ms,
+                &format!(
+                    "AGENTS.md found ({} bytes){}",
+                    i.agents_md.len(),
+                    if i.truncated { ", cut at 32 KiB" } else { "" }
+                ),
+            ),
+            Some(_) => {}
+            None => self.note(
+                now_ms,
+                "could not read the workspace's instructions; going on without them",
+            ),
         }
+        self.instructions = instructions;
     }
 
     /// The model answered.

@@ -92,7 +92,8 @@ fn two_tool_turns_then_a_final_answer() {
     let req = expect_llm(&mut s);
     assert_eq!(req.conversation.len(), 1);
     assert_eq!(req.tools.len(), tools::BUILTIN_TOOLS.len());
-    assert_eq!(req.system_prompt, DEFAULT_SYSTEM_PROMPT);
+    assert!(req.system_prompt.starts_with(crate::prompt::BASE_PROMPT));
+    assert!(req.system_prompt.contains("Today's date is 2023-11-14"));
 
     s.on_llm_response(
         reply(

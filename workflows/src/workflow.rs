@@ -4,8 +4,8 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use baton_proto::{
-    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
-    ToolRequest, ToolResult,
+    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, InstructionsRequest, RunResult,
+    RunSpec, RunStatus, ToolRequest, ToolResult,
 };
 use temporalio_common::{RetryPolicy, error::IncomingError};
 use temporalio_macros::{workflow, workflow_methods};
@@ -19,6 +19,10 @@ use crate::{
     activities::{BAD_INPUT, CONTEXT_OVERFLOW, LlmActivities, PROVIDER_FATAL, ToolActivities},
     machine::{LlmFailure, RunState, Step},
 };
+
+/// Patch marker: the run reads its workspace's instructions (AGENTS.md) before the first
+/// turn. Histories recorded before it replay without that activity.
+pub const PATCH_READ_INSTRUCTIONS: &str = "read-instructions-v1";
 
 /// Workflow type name.
 pub const WORKFLOW_TYPE: &str = "AgentRun";
@@ -60,6 +64,18 @@ impl AgentRun {
     /// Runs the agent loop until it finishes, fails or is cancelled.
     #[run(name = "AgentRun")]
     pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
+        // Runs recorded before the prompt builder existed did not read the workspace.
+        if ctx.patched(PATCH_READ_INSTRUCTIONS) && ctx.state(|s| s.run.result().is_none()) {
+            let outcome = ctx
+                .execute_activity(
+                    ToolActivities::read_instructions,
+                    InstructionsRequest {},
+                    instructions_options(),
+                )
+                .await;
+            let now = now_ms(ctx.workflow_time());
+            ctx.state_mut(|s| s.run.on_instructions(outcome.ok(), now));
+        }
         loop {
             let now = now_ms(ctx.workflow_time());
             let step = ctx.state_mut(|s| s.run.next_step(now));
@@ -333,6 +349,18 @@ fn tool_options(request: &ToolRequest) -> ActivityOptions {
         )
         .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
         .summary(summary)
+        .build()
+}
+
+fn instructions_options() -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_millis(500))
+                .maximum_attempts(3)
+                .build(),
+        )
+        .summary("read_instructions".to_owned())
         .build()
 }
 
