@@ -41,6 +41,14 @@ pub(crate) enum Command {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Exhausted {
+    /// End the run with the matching reason.
+    Stop,
+    /// Pause until a human extends the limit (approve) or ends the run (deny).
+    Ask,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum TimeoutAction {
     /// Deny the undecided calls; the run goes on.
     Deny,
@@ -93,6 +101,13 @@ pub(crate) struct SubmitArgs {
     /// Stop after this many tokens in total.
     #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
+    /// Wall-clock limit for the whole run, e.g. 2h (a durable timer: it stops work in flight).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) deadline: Option<std::time::Duration>,
+    /// When a limit (turns, tokens, deadline) is reached: end the run (stop) or pause for a
+    /// human to extend it (ask).
+    #[arg(long, value_enum, default_value = "stop")]
+    pub(crate) on_exhausted: Exhausted,
     /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) approval_timeout: Option<std::time::Duration>,

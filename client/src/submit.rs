@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
-    cli::{SubmitArgs, TimeoutAction},
+    cli::{Exhausted, SubmitArgs, TimeoutAction},
     connect::{connect, short},
     exit::{self, Exit},
     inspect, render,
@@ -154,6 +154,14 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         limits: Some(Limits {
             max_turns: args.max_turns.unwrap_or(0),
             max_total_tokens: args.max_tokens.unwrap_or(0),
+            deadline_seconds: args
+                .deadline
+                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
+                .unwrap_or(0),
+            on_exhausted: match args.on_exhausted {
+                Exhausted::Stop => String::new(),
+                Exhausted::Ask => "ask".to_owned(),
+            },
             tool_timeout_seconds: args
                 .tool_timeout
                 .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)

@@ -349,3 +349,70 @@ fn the_system_prompt_carries_workspace_agents_md_and_run_instructions() {
     );
     assert!(system.contains("Today's date is 20"), "{system}");
 }
+
+#[test]
+fn the_deadline_is_a_durable_timer_that_stops_work_in_flight() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("deadline");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = format!("{}", 90 + (std::process::id() % 9));
+    let sleep_arg = format!("{marker}.{}", std::process::id());
+    let s = script(
+        dir.path(),
+        "deadline",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": format!("sleep {sleep_arg}")}}]},
+            {"text": "never"}
+        ]),
+    )
+    .display()
+    .to_string();
+    let started = std::time::Instant::now();
+    let r = wait_json(
+        &server,
+        &queue,
+        &["--script", &s, "--no-approval", "--deadline", "4s"],
+        1,
+    );
+    assert_eq!(r["reason"], "budget_exceeded");
+    assert!(
+        r["detail"].as_str().unwrap().contains("deadline of 4 s"),
+        "{r}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let gone = wait_until_blocking(Duration::from_secs(20), "the tool to be stopped", || {
+        Ok(pids_matching(&sleep_arg).is_empty().then_some(()))
+    });
+    for pid in pids_matching(&sleep_arg) {
+        let _ = send_signal(pid, Signal::SIGKILL);
+    }
+    gone.unwrap();
+}
+
+#[test]
+fn baton_send_adds_guidance_to_the_next_turn() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("send");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    llm.push_tool_calls(&[("c1", "shell", r#"{"command":"make all"}"#)]);
+    llm.push_text("Listed instead.");
+    let run = unique("run-send");
+    submit(&server, &queue, &run, &["--provider", "openai"], "build it");
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let out = baton(&server, &["send", &run, "Do not build; just list the files."]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(baton(&server, &["deny", &run, "--all", "--reason", "see my message"]).unwrap().code, 0);
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Listed instead.");
+    let msgs = llm.requests()[1].messages();
+    let last = msgs.last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"], "Do not build; just list the files.");
+}

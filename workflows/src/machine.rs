@@ -114,6 +114,10 @@ pub struct Batch {
     /// calls: approving continues the run, denying ends it.
     #[serde(default)]
     pub question: Option<String>,
+    /// For a question about an exhausted limit: the termination reason it would end with.
+    /// Approving extends the limit.
+    #[serde(default)]
+    pub extend: Option<i32>,
 }
 
 impl Batch {
@@ -201,6 +205,9 @@ pub struct RunState {
     /// What the workspace contributes to the system prompt (read once, at the start).
     #[serde(default)]
     pub instructions: Option<WorkspaceInstructions>,
+    /// The limits the run started with; an extension adds them again.
+    #[serde(default)]
+    pub base_limits: Option<baton_proto::Limits>,
 }
 
 /// A compaction summary.
@@ -253,7 +260,9 @@ impl RunState {
             calibration: None,
             compaction_failed_turn: None,
             instructions: None,
+            base_limits: None,
         };
+        state.base_limits = state.spec.limits.clone();
         state.note(now_ms, "run started");
         Ok(state)
     }
@@ -283,6 +292,7 @@ impl RunState {
             calibration: None,
             compaction_failed_turn: None,
             instructions: None,
+            base_limits: None,
         };
         state.finish(now_ms, TerminationReason::InternalError, detail);
         state
@@ -319,7 +329,17 @@ impl RunState {
             }
             Phase::Thinking => {
                 if let Some((reason, detail)) = self.guard(now_ms) {
-                    self.finish(now_ms, reason, detail);
+                    if self.ask_on_exhausted() {
+                        self.ask_question(
+                            format!("{detail}. Extend the limit (approve) or end the run (deny)?"),
+                            now_ms,
+                        );
+                        if let Phase::AwaitingApproval(batch) = &mut self.phase {
+                            batch.extend = Some(reason as i32);
+                        }
+                    } else {
+                        self.finish(now_ms, reason, detail);
+                    }
                     return self.next_step(now_ms);
                 }
                 for text in std::mem::take(&mut self.inbox) {
@@ -948,7 +968,63 @@ impl RunState {
             }],
             requested_at_ms: now_ms,
             question: Some(question),
+            extend: None,
         });
+    }
+
+    /// Whether limits pause for a human instead of ending the run.
+    fn ask_on_exhausted(&self) -> bool {
+        self.limits().on_exhausted == "ask"
+    }
+
+    /// Adds the starting limit again to the one that was reached.
+    fn extend_limits(&mut self, reason: TerminationReason, now_ms: i64) {
+        let base = self.base_limits.clone().unwrap_or_default();
+        let turn = self.turn;
+        let used = self.usage.total_tokens;
+        let elapsed_s = ((now_ms - self.started_at_ms).max(0) / 1000) as u32;
+        let limits = self.spec.limits.get_or_insert_with(Default::default);
+        let what = match reason {
+            TerminationReason::MaxTurnsExceeded => {
+                limits.max_turns = turn + base.max_turns.max(1);
+                format!("turns extended to {}", limits.max_turns)
+            }
+            _ if limits.max_total_tokens > 0 && used >= limits.max_total_tokens => {
+                limits.max_total_tokens = used.saturating_add(base.max_total_tokens.max(1));
+                format!("token budget extended to {}", limits.max_total_tokens)
+            }
+            _ => {
+                limits.deadline_seconds = elapsed_s.saturating_add(base.deadline_seconds.max(60));
+                format!("deadline extended to {} s", limits.deadline_seconds)
+            }
+        };
+        self.note(now_ms, &what);
+    }
+
+    /// The run's deadline in workflow time (Unix ms), if it has one.
+    pub fn deadline_ms(&self) -> Option<i64> {
+        let secs = self.limits().deadline_seconds;
+        (secs > 0).then(|| self.started_at_ms + i64::from(secs) * 1000)
+    }
+
+    /// Whether the workflow should stop work in flight when the deadline passes (limits that
+    /// ask a human are checked between turns instead).
+    pub fn deadline_interrupts(&self) -> bool {
+        self.deadline_ms().is_some() && !self.ask_on_exhausted()
+    }
+
+    /// The deadline passed while an activity or approval wait was in flight (which the
+    /// workflow cancelled).
+    pub fn on_deadline_passed(&mut self, now_ms: i64) {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        let secs = self.limits().deadline_seconds;
+        self.finish(
+            now_ms,
+            TerminationReason::BudgetExceeded,
+            format!("the run passed its deadline of {secs} s; work in flight was stopped"),
+        );
     }
 
     /// Workflow cancellation was requested.
@@ -1036,7 +1112,7 @@ impl RunState {
     }
 
     fn limits(&self) -> baton_proto::Limits {
-        self.spec.limits.unwrap_or_default()
+        self.spec.limits.clone().unwrap_or_default()
     }
 
     fn approval_timeout(&self) -> Option<u32> {
@@ -1117,6 +1193,7 @@ impl RunState {
             calls: planned,
             requested_at_ms: now_ms,
             question: None,
+            extend: None,
         };
         let pending: Vec<PendingCall> = batch
             .pending()
@@ -1181,11 +1258,16 @@ impl RunState {
                 return;
             }
             // A question: approved continues (phase stays Thinking), denied ends the run.
+            let reason = batch
+                .extend
+                .and_then(|r| TerminationReason::try_from(r).ok())
+                .unwrap_or(TerminationReason::LoopDetected);
             match batch.calls.first().map(|c| &c.disposition) {
                 Some(Disposition::Refused { content }) => {
-                    let detail = content.replace("The call was denied", "The run was aborted");
-                    self.finish(now_ms, TerminationReason::LoopDetected, detail);
+                    let detail = content.replace("The call was denied", "The run was ended");
+                    self.finish(now_ms, reason, detail);
                 }
+                _ if batch.extend.is_some() => self.extend_limits(reason, now_ms),
                 _ => {
                     self.error_streak = 0;
                     self.note(now_ms, "a human chose to continue the run");

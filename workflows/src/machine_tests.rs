@@ -834,7 +834,7 @@ fn the_breaker_pauses_for_a_human_who_can_continue_or_abort() {
         } else {
             let r = expect_finish(&mut s);
             assert_eq!(r.reason(), TerminationReason::LoopDetected);
-            assert!(r.detail.contains("aborted by op: enough"), "{}", r.detail);
+            assert!(r.detail.contains("ended by op: enough"), "{}", r.detail);
         }
     }
 }
@@ -1053,4 +1053,105 @@ fn a_failed_compaction_is_not_retried_in_the_same_turn() {
     assert!(matches!(s.next_step(T0), Step::Compact(_)));
     s.on_compaction_failed("provider down", T0);
     assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+}
+
+fn decide(s: &mut RunState, approved: bool) {
+    let id = s.status().pending[0].call_id.clone();
+    s.on_decision(
+        ApprovalDecision {
+            call_id: id,
+            approved,
+            approver: "boss".into(),
+            reason: "budget".into(),
+            remember: false,
+        },
+        T0,
+    )
+    .unwrap();
+}
+
+#[test]
+fn exhausted_limits_can_ask_for_an_extension() {
+    for approve in [true, false] {
+        let mut sp = spec(&[]);
+        sp.limits = Some(Limits {
+            max_turns: 2,
+            on_exhausted: "ask".into(),
+            ..Default::default()
+        });
+        let mut s = RunState::new("run-1", sp, T0).unwrap();
+        for i in 0..2 {
+            failing_turn(&mut s, i, false);
+        }
+        assert_eq!(
+            s.next_step(T0),
+            Step::AwaitApproval {
+                timeout_seconds: None
+            }
+        );
+        assert!(s.status().pending[0].arguments.contains("Extend the limit"));
+        decide(&mut s, approve);
+        if approve {
+            // Two more turns.
+            failing_turn(&mut s, 2, false);
+            failing_turn(&mut s, 3, false);
+            assert!(matches!(s.next_step(T0), Step::AwaitApproval { .. }));
+        } else {
+            let r = expect_finish(&mut s);
+            assert_eq!(r.reason(), TerminationReason::MaxTurnsExceeded);
+            assert!(r.detail.contains("ended by boss: budget"), "{}", r.detail);
+        }
+    }
+}
+
+#[test]
+fn token_budget_extension_and_deadline_interruption() {
+    let mut sp = spec(&[]);
+    sp.limits = Some(Limits {
+        max_total_tokens: 20,
+        on_exhausted: "ask".into(),
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", sp, T0).unwrap();
+    // Each reply reports 15 tokens: after two, 30 >= 20.
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("b", "glob", r#"{"pattern":"*"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    assert!(matches!(s.next_step(T0), Step::AwaitApproval { .. }));
+    decide(&mut s, true);
+    assert_eq!(s.spec.limits.as_ref().unwrap().max_total_tokens, 50);
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+
+    let mut sp = spec(&[]);
+    sp.limits = Some(Limits {
+        deadline_seconds: 30,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-2", sp, T0).unwrap();
+    assert_eq!(s.deadline_ms(), Some(T0 + 30_000));
+    assert!(s.deadline_interrupts());
+    expect_llm(&mut s);
+    s.on_deadline_passed(T0 + 30_000);
+    let r = expect_finish(&mut s);
+    assert_eq!(r.reason(), TerminationReason::BudgetExceeded);
+    assert!(r.detail.contains("deadline of 30 s"));
 }

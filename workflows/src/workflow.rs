@@ -7,12 +7,13 @@ use baton_proto::{
     ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, InstructionsRequest, RunResult,
     RunSpec, RunStatus, ToolRequest, ToolResult,
 };
+use futures::FutureExt;
 use temporalio_common::{RetryPolicy, error::IncomingError};
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, MemoValue,
-    SyncWorkflowContext, TimerResult, WorkflowContext, WorkflowContextView, WorkflowResult,
-    WorkflowTermination,
+    SyncWorkflowContext, TimerResult, WorkflowCancellationToken, WorkflowContext,
+    WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 
 use crate::{
@@ -88,18 +89,17 @@ impl AgentRun {
                     return Ok(result);
                 }
                 Step::CallLlm(request) => {
-                    let outcome = ctx
-                        .execute_activity(
-                            LlmActivities::llm_generate,
-                            request,
-                            llm_options("llm_generate"),
-                        )
-                        .await;
-                    let now = now_ms(ctx.workflow_time());
-                    if let Some(reason) = cancel_reason(ctx) {
-                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                    let token = ctx.cancellation_token().child_token();
+                    let call = ctx.execute_activity(
+                        LlmActivities::llm_generate,
+                        request,
+                        llm_options("llm_generate", &token),
+                    );
+                    let (outcome, late) = until_deadline(ctx, &token, call, true).await;
+                    let Some(outcome) = settle(ctx, late, outcome) else {
                         continue;
-                    }
+                    };
+                    let now = now_ms(ctx.workflow_time());
                     match outcome {
                         Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
                         Err(e) => {
@@ -114,18 +114,17 @@ impl AgentRun {
                     }
                 }
                 Step::Compact(request) => {
-                    let outcome = ctx
-                        .execute_activity(
-                            LlmActivities::compact_context,
-                            request,
-                            llm_options("compact_context"),
-                        )
-                        .await;
-                    let now = now_ms(ctx.workflow_time());
-                    if let Some(reason) = cancel_reason(ctx) {
-                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                    let token = ctx.cancellation_token().child_token();
+                    let call = ctx.execute_activity(
+                        LlmActivities::compact_context,
+                        request,
+                        llm_options("compact_context", &token),
+                    );
+                    let (outcome, late) = until_deadline(ctx, &token, call, true).await;
+                    let Some(outcome) = settle(ctx, late, outcome) else {
                         continue;
-                    }
+                    };
+                    let now = now_ms(ctx.workflow_time());
                     match outcome {
                         Ok(response) => ctx.state_mut(|s| s.run.on_compacted(response, now)),
                         Err(e) => {
@@ -135,25 +134,30 @@ impl AgentRun {
                     }
                 }
                 Step::AwaitApproval { timeout_seconds } => {
-                    let timed_out = match timeout_seconds {
-                        None => {
-                            let _ = ctx
-                                .wait_condition(|s: &Self| s.run.approvals_settled())
-                                .await;
-                            false
-                        }
-                        Some(secs) => {
-                            let mut timer = ctx.timer(Duration::from_secs(u64::from(secs)));
-                            temporalio_workflow::select! {
-                                _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()) => false,
-                                fired = timer => matches!(fired, TimerResult::Fired),
+                    let token = ctx.cancellation_token().child_token();
+                    let wait = async {
+                        match timeout_seconds {
+                            None => {
+                                let _ = ctx
+                                    .wait_condition(|s: &Self| s.run.approvals_settled())
+                                    .await;
+                                false
+                            }
+                            Some(secs) => {
+                                let mut timer = ctx.timer(Duration::from_secs(u64::from(secs)));
+                                temporalio_workflow::select! {
+                                    _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()) => false,
+                                    fired = timer => matches!(fired, TimerResult::Fired),
+                                }
                             }
                         }
                     };
-                    let now = now_ms(ctx.workflow_time());
-                    if let Some(reason) = cancel_reason(ctx) {
-                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
-                    } else if timed_out {
+                    let (timed_out, late) = until_deadline(ctx, &token, wait, false).await;
+                    let Some(timed_out) = settle(ctx, late, timed_out) else {
+                        continue;
+                    };
+                    if timed_out {
+                        let now = now_ms(ctx.workflow_time());
                         ctx.state_mut(|s| s.run.on_approval_timeout(now));
                     }
                 }
@@ -161,12 +165,13 @@ impl AgentRun {
                     requests,
                     max_parallel,
                 } => {
-                    let results = run_tools(ctx, requests, max_parallel).await;
-                    let now = now_ms(ctx.workflow_time());
-                    if let Some(reason) = cancel_reason(ctx) {
-                        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+                    let token = ctx.cancellation_token().child_token();
+                    let work = run_tools(ctx, requests, max_parallel, &token);
+                    let (results, late) = until_deadline(ctx, &token, work, true).await;
+                    let Some(results) = settle(ctx, late, results) else {
                         continue;
-                    }
+                    };
+                    let now = now_ms(ctx.workflow_time());
                     ctx.state_mut(|s| s.run.on_tool_results(results, now));
                 }
             }
@@ -272,9 +277,10 @@ fn parse_decision(value: serde_json::Value) -> Result<ApprovalDecision, String> 
 /// Runs approved calls as activities, at most `max_parallel` at once, results in call order.
 /// A call whose activity fails for good (after retries) becomes an error observation.
 async fn run_tools(
-    ctx: &mut WorkflowContext<AgentRun>,
+    ctx: &WorkflowContext<AgentRun>,
     requests: Vec<ToolRequest>,
     max_parallel: u32,
+    token: &WorkflowCancellationToken,
 ) -> Vec<ToolResult> {
     let mut results = Vec::with_capacity(requests.len());
     let chunk = max_parallel.max(1) as usize;
@@ -282,7 +288,7 @@ async fn run_tools(
         let futures: Vec<_> = group
             .iter()
             .map(|r| {
-                let opts = tool_options(r);
+                let opts = tool_options(r, token);
                 ctx.execute_activity(ToolActivities::run_tool, r.clone(), opts)
             })
             .collect();
@@ -299,14 +305,65 @@ async fn run_tools(
                 },
             });
         }
-        if ctx.cancellation_token().is_cancelled() {
+        if token.is_cancelled() {
             break;
         }
     }
     results
 }
 
-fn llm_options(summary: &str) -> ActivityOptions {
+/// Awaits `work`, racing the run's deadline (a durable timer) when the deadline interrupts
+/// work in flight. When it passes first, `token` is cancelled (stopping the activities that
+/// carry it) and, if `drain`, the work is awaited to its cancelled end. Returns the work's
+/// output (`None` if it was abandoned) and whether the deadline passed.
+async fn until_deadline<T>(
+    ctx: &WorkflowContext<AgentRun>,
+    token: &WorkflowCancellationToken,
+    work: impl Future<Output = T>,
+    drain: bool,
+) -> (Option<T>, bool) {
+    let deadline = ctx.state(|s| {
+        s.run
+            .deadline_interrupts()
+            .then(|| s.run.deadline_ms())
+            .flatten()
+    });
+    let Some(deadline) = deadline else {
+        return (Some(work.await), false);
+    };
+    let left = (deadline - now_ms(ctx.workflow_time())).max(0) as u64;
+    let mut work = std::pin::pin!(work.fuse());
+    let mut timer = ctx.timer(Duration::from_millis(left.max(1)));
+    temporalio_workflow::select! {
+        out = work => (Some(out), false),
+        fired = timer => {
+            let late = matches!(fired, TimerResult::Fired);
+            token.cancel();
+            if drain {
+                (Some((&mut work).await), late)
+            } else {
+                (None, late)
+            }
+        }
+    }
+}
+
+/// After a step's work: applies workflow cancellation or a passed deadline to the machine.
+/// Returns the work's output when the step should be reported normally.
+fn settle<T>(ctx: &mut WorkflowContext<AgentRun>, late: bool, output: Option<T>) -> Option<T> {
+    let now = now_ms(ctx.workflow_time());
+    if let Some(reason) = cancel_reason(ctx) {
+        ctx.state_mut(|s| s.run.on_cancelled(reason, now));
+        return None;
+    }
+    if late {
+        ctx.state_mut(|s| s.run.on_deadline_passed(now));
+        return None;
+    }
+    output
+}
+
+fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(LLM_START_TO_CLOSE)
         .heartbeat_timeout(LLM_HEARTBEAT)
         .retry_policy(
@@ -319,11 +376,12 @@ fn llm_options(summary: &str) -> ActivityOptions {
                 .build(),
         )
         .cancellation_type(ActivityCancellationType::TryCancel)
+        .cancellation_token(token.clone())
         .summary(summary.to_owned())
         .build()
 }
 
-fn tool_options(request: &ToolRequest) -> ActivityOptions {
+fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> ActivityOptions {
     let call = request.call.clone().unwrap_or_default();
     let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
     let mut summary = format!("{}: {}", call.name, call.arguments);
@@ -348,6 +406,7 @@ fn tool_options(request: &ToolRequest) -> ActivityOptions {
                 .build(),
         )
         .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+        .cancellation_token(token.clone())
         .summary(summary)
         .build()
 }
