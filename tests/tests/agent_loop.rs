@@ -406,9 +406,21 @@ fn baton_send_adds_guidance_to_the_next_turn() {
     let run = unique("run-send");
     submit(&server, &queue, &run, &["--provider", "openai"], "build it");
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
-    let out = baton(&server, &["send", &run, "Do not build; just list the files."]).unwrap();
+    let out = baton(
+        &server,
+        &["send", &run, "Do not build; just list the files."],
+    )
+    .unwrap();
     assert_eq!(out.code, 0, "{out}");
-    assert_eq!(baton(&server, &["deny", &run, "--all", "--reason", "see my message"]).unwrap().code, 0);
+    assert_eq!(
+        baton(
+            &server,
+            &["deny", &run, "--all", "--reason", "see my message"]
+        )
+        .unwrap()
+        .code,
+        0
+    );
     let r = result(&server, &run, 0);
     assert_eq!(r["answer"], "Listed instead.");
     let msgs = llm.requests()[1].messages();
