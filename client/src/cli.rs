@@ -38,6 +38,8 @@ pub(crate) enum Command {
     Cancel(CancelArgs),
     /// Send guidance to a running agent; it sees it before its next model call.
     Send(SendArgs),
+    /// Print the whole conversation, with full tool outputs (needs a worker to answer).
+    Transcript(RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

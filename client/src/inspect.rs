@@ -265,3 +265,37 @@ pub(crate) async fn follow(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// `baton transcript RUN`: the conversation as the run keeps it (full tool outputs included).
+pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let h = handle(&client, &args.run);
+    // Fails fast with "not found" before waiting on a query.
+    h.describe(WorkflowDescribeOptions::default())
+        .await
+        .map_err(|e| interaction_error(&args.run, e))?;
+    let query = h.query(AgentRun::transcript, (), WorkflowQueryOptions::default());
+    let items = match tokio::time::timeout(Duration::from_secs(10), query).await {
+        Ok(Ok(items)) => items,
+        Ok(Err(e)) => {
+            return Err(Exit::infra(format!(
+                "cannot read the transcript of {}: {}",
+                args.run,
+                short(&e.to_string())
+            )));
+        }
+        Err(_) => {
+            return Err(Exit::infra(format!(
+                "no worker answered for {} within 10 s; the transcript is read from a worker: \
+                 start one (baton-worker) on the run's task queue and retry",
+                args.run
+            )));
+        }
+    };
+    if args.json {
+        println!("{}", json!({"run_id": args.run, "items": items}));
+    } else {
+        print!("{}", render::transcript_human(&items));
+    }
+    Ok(exit::COMPLETED)
+}

@@ -36,6 +36,7 @@ async fn main() {
         Command::Watch(a) => inspect::watch(a).await,
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
+        Command::Transcript(a) => inspect::transcript(a).await,
     };
     let code = match outcome {
         Ok(code) => code,

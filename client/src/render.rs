@@ -189,3 +189,46 @@ fn ago(at_ms: i64) -> String {
         _ => format!("{}h {}m", secs / 3600, (secs % 3600) / 60),
     }
 }
+
+/// The whole conversation for people: every message and the full tool outputs.
+pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
+    use baton_proto::item::Kind;
+    let mut out = String::new();
+    let mut turn = 0;
+    for entry in items {
+        match &entry.kind {
+            Some(Kind::User(u)) => {
+                let who = if u.synthetic { "baton" } else { "user" };
+                out.push_str(&format!("── {who} ──\n{}\n", u.text.trim_end()));
+            }
+            Some(Kind::Assistant(a)) => {
+                turn += 1;
+                out.push_str(&format!("── assistant (turn {turn}) ──\n"));
+                if !a.text.trim().is_empty() {
+                    out.push_str(a.text.trim_end());
+                    out.push('\n');
+                }
+                for c in &a.tool_calls {
+                    out.push_str(&format!("→ {} {} [{}]\n", c.name, c.arguments, c.id));
+                }
+            }
+            Some(Kind::ToolResult(r)) => {
+                out.push_str(&format!(
+                    "── {} [{}]{} ──\n",
+                    r.name,
+                    r.call_id,
+                    if r.is_error { " error" } else { "" }
+                ));
+                let body = if r.full_output.is_empty() {
+                    &r.content
+                } else {
+                    &r.full_output
+                };
+                out.push_str(body.trim_end());
+                out.push('\n');
+            }
+            None => {}
+        }
+    }
+    out
+}

@@ -428,3 +428,54 @@ fn baton_send_adds_guidance_to_the_next_turn() {
     assert_eq!(last["role"], "user");
     assert_eq!(last["content"], "Do not build; just list the files.");
 }
+
+#[test]
+fn big_tool_outputs_reach_the_model_as_a_preview_and_the_transcript_in_full() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("transcript");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    llm.push_tool_calls(&[(
+        "c1",
+        "shell",
+        r#"{"command":"head -c 60000 /dev/zero | tr '\\0' q; echo; echo END-OF-OUTPUT"}"#,
+    )]);
+    llm.push_text("Printed a lot.");
+    let run = unique("run-transcript");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "openai", "--no-approval"],
+        "print a lot",
+    );
+    result(&server, &run, 0);
+    let sent = llm.requests()[1].messages();
+    let tool = sent.iter().find(|m| m["role"] == "tool").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(tool.len() <= 16 * 1024, "{}", tool.len());
+    assert!(
+        tool.contains("bytes cut from the middle"),
+        "the model is told what was cut"
+    );
+    let out = baton(&server, &["transcript", &run]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("END-OF-OUTPUT"));
+    assert!(
+        out.stdout.matches('q').count() >= 60_000,
+        "the full output is in the transcript"
+    );
+    let json = baton(&server, &["transcript", &run, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    let items = json["items"].as_array().unwrap();
+    assert!(items.iter().any(|i| {
+        i["tool_result"]["full_output"]
+            .as_str()
+            .is_some_and(|f| f.len() > 60_000)
+    }));
+}

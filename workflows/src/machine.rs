@@ -403,6 +403,13 @@ impl RunState {
                             r.content.len(),
                             r.name
                         ),
+                        full_output: String::new(),
+                        ..r.clone()
+                    })),
+                },
+                Some(item::Kind::ToolResult(r)) if !r.full_output.is_empty() => Item {
+                    kind: Some(item::Kind::ToolResult(ToolResult {
+                        full_output: String::new(),
                         ..r.clone()
                     })),
                 },
@@ -871,12 +878,14 @@ impl RunState {
                     name: planned.call.name.clone(),
                     content,
                     is_error: true,
+                    full_output: String::new(),
                 },
                 Disposition::Pending => ToolResult {
                     call_id: planned.call.id.clone(),
                     name: planned.call.name.clone(),
                     content: "internal error: the call was never decided".to_owned(),
                     is_error: true,
+                    full_output: String::new(),
                 },
             };
             any_error |= result.is_error;

@@ -1155,3 +1155,38 @@ fn token_budget_extension_and_deadline_interruption() {
     assert_eq!(r.reason(), TerminationReason::BudgetExceeded);
     assert!(r.detail.contains("deadline of 30 s"));
 }
+
+#[test]
+fn full_outputs_are_kept_in_the_conversation_but_not_sent_to_the_model() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "shell", r#"{"command":"x"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tool_results(
+        vec![ToolResult {
+            content: "preview".into(),
+            full_output: "the whole thing".into(),
+            ..Default::default()
+        }],
+        T0,
+    );
+    let req = expect_llm(&mut s);
+    let sent = req
+        .conversation
+        .iter()
+        .find_map(|i| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => Some(r.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sent.content, "preview");
+    assert!(sent.full_output.is_empty());
+    assert_eq!(tool_results(&s)[0].full_output, "the whole thing");
+}

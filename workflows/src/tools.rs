@@ -32,6 +32,8 @@ pub const BUILTIN_TOOLS: [&str; 7] = [
 
 /// Output sent to the model per tool result is capped at this many bytes.
 pub const OUTPUT_CAP_BYTES: usize = 16 * 1024;
+/// The fuller output kept for the transcript (beyond the model's preview) is capped at this.
+pub const FULL_OUTPUT_CAP_BYTES: usize = 192 * 1024;
 
 /// The definition of a built-in tool, or `None` if no tool has that name.
 pub fn definition(name: &str) -> Option<ToolDefinition> {

@@ -302,6 +302,7 @@ async fn run_tools(
                     name: call.name,
                     content: format!("The tool could not be run: {}", failure_message(&e)),
                     is_error: true,
+                    full_output: String::new(),
                 },
             });
         }

@@ -594,6 +594,7 @@ mod tests {
                 name: "tool".into(),
                 content: content.into(),
                 is_error,
+                full_output: String::new(),
             })),
         }
     }

@@ -133,6 +133,7 @@ mod tests {
                     name: "read_file".into(),
                     content: "port = 8080".into(),
                     is_error: false,
+                    full_output: String::new(),
                 })),
             },
         ]

@@ -604,6 +604,7 @@ mod tests {
                         name: "shell".into(),
                         content: "denied".into(),
                         is_error: true,
+                        full_output: String::new(),
                     })),
                 },
             ],

@@ -81,10 +81,12 @@ impl ToolError {
 /// (the [`ToolResult`] without the call's id and name).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// The text for the model.
+    /// The text for the model (a preview of at most 16 KiB).
     pub content: String,
     /// The tool failed in the ordinary way; `content` says why and what to do.
     pub is_error: bool,
+    /// When `content` is a cut preview: the fuller output for the transcript.
+    pub full: Option<String>,
 }
 
 impl Outcome {
@@ -93,6 +95,7 @@ impl Outcome {
         Self {
             content: content.into(),
             is_error: false,
+            full: None,
         }
     }
 
@@ -101,6 +104,7 @@ impl Outcome {
         Self {
             content: content.into(),
             is_error: true,
+            full: None,
         }
     }
 }
@@ -173,6 +177,7 @@ pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, T
         name: call.name.clone(),
         content: outcome.content,
         is_error: outcome.is_error,
+        full_output: outcome.full.unwrap_or_default(),
     })
 }
 
@@ -250,6 +255,7 @@ mod tests {
                 name: WRITE_FILE.into(),
                 content: "wrote 1 bytes to a.txt".into(),
                 is_error: false,
+                full_output: String::new(),
             }
         );
     }

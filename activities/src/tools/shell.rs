@@ -14,7 +14,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use baton_workflows::tools::OUTPUT_CAP_BYTES;
+use baton_workflows::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -169,16 +169,18 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     let is_error = !matches!(ended, Ended::Exited(Ok(status)) if status.success());
     let stdout = lock(&stdout);
     let stderr = lock(&stderr);
-    let mut content = render(&status_line, &stdout, &stderr);
-    if !complete {
-        content.push_str(
-            "\n[output may be incomplete: a process that left the command's process group kept \
-             the output open]",
-        );
-    }
+    let incomplete = if complete {
+        ""
+    } else {
+        "\n[output may be incomplete: a process that left the command's process group kept \
+         the output open]"
+    };
+    let preview = render(&status_line, &stdout, &stderr, OUTPUT_CAP_BYTES) + incomplete;
+    let full = render(&status_line, &stdout, &stderr, FULL_OUTPUT_CAP_BYTES) + incomplete;
     Ok(Outcome {
-        content: output::cap(&content, OUTPUT_CAP_BYTES),
         is_error,
+        full: (full != preview).then(|| output::cap(&full, FULL_OUTPUT_CAP_BYTES)),
+        content: output::cap(&preview, OUTPUT_CAP_BYTES),
     })
 }
 
@@ -202,11 +204,10 @@ fn describe(status: ExitStatus) -> String {
 }
 
 /// `status_line`, then the non-empty streams in sections, sharing the output cap.
-fn render(status_line: &str, stdout: &Capture, stderr: &Capture) -> String {
+fn render(status_line: &str, stdout: &Capture, stderr: &Capture, cap: usize) -> String {
     const STDOUT: &str = "\n--- stdout ---\n";
     const STDERR: &str = "\n--- stderr ---\n";
-    let available =
-        OUTPUT_CAP_BYTES.saturating_sub(status_line.len() + STDOUT.len() + STDERR.len());
+    let available = cap.saturating_sub(status_line.len() + STDOUT.len() + STDERR.len());
     let (out_len, err_len) = (stdout.total, stderr.total);
     let (out_budget, err_budget) = if out_len + err_len <= available {
         (available - err_len, available - out_len)
@@ -555,6 +556,29 @@ mod tests {
         assert_eq!(
             result.content,
             "exit code: 0\n--- stdout ---\nhello world|2|path-set"
+        );
+    }
+
+    #[tokio::test]
+    async fn big_output_keeps_a_preview_for_the_model_and_more_for_the_transcript() {
+        let dir = TempDir::new().unwrap();
+        let result = sh(
+            &context(&dir),
+            "head -c 100000 /dev/zero | tr '\\0' a; echo; echo THE-END",
+        )
+        .await;
+        assert!(result.content.len() <= OUTPUT_CAP_BYTES);
+        assert!(
+            result.full_output.len() > 100_000,
+            "{}",
+            result.full_output.len()
+        );
+        assert!(result.full_output.len() <= FULL_OUTPUT_CAP_BYTES);
+        assert!(result.full_output.ends_with("THE-END"));
+        let small = sh(&context(&dir), "echo hi").await;
+        assert!(
+            small.full_output.is_empty(),
+            "nothing was cut, nothing extra is kept"
         );
     }
 
