@@ -137,7 +137,19 @@ impl ToolService {
             }
         };
         match outcome {
-            Ok(result) => {
+            Ok(mut result) => {
+                let read_only =
+                    baton_workflows::tools::definition(&call.name).is_some_and(|d| d.read_only);
+                if attempt > 1 && !read_only {
+                    // The model (and the transcript) must know side effects may have happened
+                    // twice; the idempotency key lets scripts deduplicate.
+                    result.content = format!(
+                        "[baton: this call ran again (attempt {attempt}) after its worker failed; \
+                         an earlier attempt may already have had effects. Idempotency key: \
+                         {run_id}/{}]\n{}",
+                        call.id, result.content
+                    );
+                }
                 info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
                 Ok(result)
             }

@@ -40,6 +40,11 @@ pub(crate) enum Command {
     Send(SendArgs),
     /// Print the whole conversation, with full tool outputs (needs a worker to answer).
     Transcript(RunArgs),
+    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

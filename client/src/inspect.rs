@@ -200,15 +200,17 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
 pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    follow(&h, &args.run, args.since, args.json).await
+    follow(&h, &args.run, args.since, args.json, true).await
 }
 
-/// Follows a run's events from `since`; returns the final exit code.
+/// Follows a run's events from `since`; returns the final exit code. With `show_end`, the
+/// run's end is printed too.
 pub(crate) async fn follow(
     h: &WorkflowHandle<Client, AgentRun>,
     run: &str,
     since: u32,
     as_json: bool,
+    show_end: bool,
 ) -> Result<i32, Exit> {
     let mut next = since;
     let mut said_waiting = false;
@@ -227,6 +229,11 @@ pub(crate) async fn follow(
                 said_waiting = false;
                 for e in &events {
                     next = next.max(e.seq + 1);
+                    if !show_end
+                        && matches!(e.kind, Some(baton_proto::run_event::Kind::Finished(_)))
+                    {
+                        continue;
+                    }
                     if as_json {
                         println!("{}", render::json_with(e, &[("run_id", json!(run))]));
                     } else {
@@ -243,6 +250,9 @@ pub(crate) async fn follow(
                 let snap = snapshot(h, run).await?;
                 if snap.temporal_status != WorkflowExecutionStatus::Running {
                     let r = wait_result(h, run).await?;
+                    if !show_end {
+                        return Ok(exit::for_result(&r));
+                    }
                     if as_json {
                         println!(
                             "{}",

@@ -37,6 +37,11 @@ async fn main() {
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "baton", &mut std::io::stdout());
+            Ok(exit::COMPLETED)
+        }
     };
     let code = match outcome {
         Ok(code) => code,

@@ -57,11 +57,18 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
         }
         return Ok(exit::COMPLETED);
     }
+    // On a terminal (and without --json), show the live view of `baton watch` while waiting.
+    let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let wait = async {
+        if live {
+            eprintln!("run {run_id} submitted; following it (Ctrl-C detaches, the run goes on)");
+            inspect::follow(&h, &run_id, 0, false, false).await?;
+        }
+        inspect::wait_result(&h, &run_id).await
+    };
     let waited = match args.wait_timeout {
-        Some(limit) => tokio::time::timeout(limit, inspect::wait_result(&h, &run_id))
-            .await
-            .ok(),
-        None => Some(inspect::wait_result(&h, &run_id).await),
+        Some(limit) => tokio::time::timeout(limit, wait).await.ok(),
+        None => Some(wait.await),
     };
     match waited {
         Some(result) => Ok(inspect::print_result(&result?, args.json)),

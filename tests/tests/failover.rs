@@ -89,7 +89,12 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
         "the surviving worker retried the tool:\n{}",
         survivor.log()
     );
-    assert!(history_text(&server, &run).contains(&format!("finished-{m}")));
+    let text = history_text(&server, &run);
+    assert!(text.contains(&format!("finished-{m}")));
+    assert!(
+        text.contains("this call ran again (attempt 2) after its worker failed"),
+        "the retried side-effecting call is marked for the model"
+    );
     let limit = Duration::from_secs(SLEEP) + TOOL_HEARTBEAT + Duration::from_secs(15);
     eprintln!("killed after {killed_at:?}; run finished after {elapsed:?} (limit {limit:?})");
     assert!(elapsed < limit, "took {elapsed:?}, limit {limit:?}");
@@ -162,4 +167,78 @@ fn cancelling_a_run_stops_its_tool_and_all_its_children() {
     });
     kill_leftovers(&sleep_arg);
     gone.unwrap();
+}
+
+#[test]
+fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sigterm-handoff");
+    let workspace = tempfile::tempdir().unwrap();
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|_| {
+            let mut w = Worker::spawn_with_workspace(
+                &server,
+                &queue,
+                workspace.path(),
+                &[("BATON_GRACEFUL_SHUTDOWN_SECS", "2")],
+            )
+            .unwrap();
+            w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+            w
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker();
+    let sleep_arg = format!("12.{m}");
+    let s = script(
+        dir.path(),
+        "sigterm",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": format!("sleep {sleep_arg}; echo rested-{m}")}}]},
+            {"text": "Handed over."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-sigterm"),
+        &["--script", &s, "--no-approval"],
+        "sleep",
+    );
+    let needle = format!("tool started run_id=\"{run}\" tool=shell");
+    let victim = wait_until_blocking(
+        Duration::from_secs(30),
+        "a worker to start the tool",
+        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
+    )
+    .unwrap();
+    let sent = Instant::now();
+    let status = workers[victim]
+        .terminate_timeout(Duration::from_secs(20))
+        .unwrap();
+    let exited = sent.elapsed();
+    let survivor = 1 - victim;
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "the survivor to start the tool",
+        || Ok(workers[survivor].log().contains(&needle).then_some(())),
+    )
+    .unwrap();
+    let handed_over = sent.elapsed();
+    let r = result(&server, &run, 0);
+    kill_leftovers(&sleep_arg);
+    assert_eq!(r["answer"], "Handed over.");
+    eprintln!(
+        "SIGTERM: worker exited after {exited:?} ({status:?}); tool restarted elsewhere after {handed_over:?}"
+    );
+    assert!(
+        exited < Duration::from_secs(10),
+        "graceful shutdown took {exited:?}"
+    );
+    assert!(
+        handed_over < Duration::from_secs(2) + TOOL_HEARTBEAT,
+        "the tool moved after {handed_over:?}, not faster than a heartbeat timeout"
+    );
 }
