@@ -29,9 +29,15 @@ BATON=target/debug/baton
 
 if temporal operator namespace describe --namespace default --address "$ADDRESS" >/dev/null 2>&1; then
   echo "== using the Temporal server already running at $ADDRESS"
+  for sa in BatonState=Keyword BatonAwaitingApproval=Bool BatonTurns=Int BatonSubmitter=Keyword BatonLabels=KeywordList; do
+    temporal operator search-attribute create --address "$ADDRESS" --name "${sa%%=*}" --type "${sa##*=}" >/dev/null 2>&1 || true
+  done
 else
   echo "== starting the Temporal dev server at $ADDRESS (UI http://127.0.0.1:8233, data .baton/temporal.db)"
   temporal server start-dev --ip 127.0.0.1 --port "${ADDRESS##*:}" --db-filename .baton/temporal.db \
+    --search-attribute BatonState=Keyword --search-attribute BatonAwaitingApproval=Bool \
+    --search-attribute BatonTurns=Int --search-attribute BatonSubmitter=Keyword \
+    --search-attribute BatonLabels=KeywordList \
     --log-level error >.baton/temporal.log 2>&1 &
   started_server=$!
   wait_for_temporal "$ADDRESS"

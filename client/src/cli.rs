@@ -40,6 +40,10 @@ pub(crate) enum Command {
     Send(SendArgs),
     /// Print the whole conversation, with full tool outputs (needs a worker to answer).
     Transcript(RunArgs),
+    /// List runs (newest first), found through Temporal visibility.
+    List(ListArgs),
+    /// Runs waiting for approval, with each pending call and how long it has waited.
+    Pending(PendingArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -181,6 +185,32 @@ pub(crate) struct DecideArgs {
     #[arg(long)]
     pub(crate) signal: bool,
     /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only runs in this state (THINKING, AWAITING_APPROVAL, COMPLETED, FAILED, ...).
+    #[arg(long)]
+    pub(crate) state: Option<String>,
+    /// Only runs with this label (repeatable), e.g. --label repo=acme/api.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+    /// At most this many runs.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) limit: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PendingArgs {
+    /// At most this many runs.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) limit: usize,
+    /// Print one JSON object.
     #[arg(long)]
     pub(crate) json: bool,
 }

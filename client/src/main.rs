@@ -12,6 +12,7 @@ mod exit;
 mod inspect;
 mod render;
 mod submit;
+mod visibility;
 
 use clap::Parser;
 
@@ -37,6 +38,8 @@ async fn main() {
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
+        Command::List(a) => visibility::list(a).await,
+        Command::Pending(a) => visibility::pending(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "baton", &mut std::io::stdout());

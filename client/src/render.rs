@@ -182,7 +182,11 @@ fn ago(at_ms: i64) -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or_default();
-    let secs = ((now - at_ms).max(0) / 1000) as u64;
+    duration(((now - at_ms).max(0) / 1000) as u64)
+}
+
+/// `42s`, `3m 5s`, `2h 10m`.
+pub(crate) fn duration(secs: u64) -> String {
     match secs {
         0..=59 => format!("{secs}s"),
         60..=3599 => format!("{}m {}s", secs / 60, secs % 60),

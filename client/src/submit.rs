@@ -175,7 +175,17 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
                 .unwrap_or(0),
             ..Default::default()
         }),
-        labels: args.labels.iter().cloned().collect(),
+        labels: {
+            let mut labels: std::collections::HashMap<String, String> =
+                args.labels.iter().cloned().collect();
+            labels.entry("submitter".to_owned()).or_insert_with(|| {
+                std::env::var("USER")
+                    .ok()
+                    .filter(|u| !u.is_empty())
+                    .unwrap_or_else(|| "unknown".to_owned())
+            });
+            labels
+        },
         system_prompt: args.instructions.clone().unwrap_or_default(),
     })
 }

@@ -41,8 +41,18 @@ pub struct DevServer {
 impl DevServer {
     /// Starts a dev server and waits (up to 30 s) until it serves the
     /// `default` namespace.
+    /// Registers baton's search attributes (`BatonState`, ...), like `scripts/demo.sh`.
     pub fn start() -> anyhow::Result<DevServer> {
-        Self::start_with_args(&[])
+        let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
+            .iter()
+            .map(|(name, kind)| format!("{name}={kind}"))
+            .collect();
+        let mut args = Vec::new();
+        for d in &defs {
+            args.push("--search-attribute");
+            args.push(d.as_str());
+        }
+        Self::start_with_args(&args)
     }
 
     /// Like [`DevServer::start`] with extra `temporal server start-dev` flags,

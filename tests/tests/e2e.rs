@@ -683,3 +683,126 @@ fn worker_exits_cleanly_on_sigterm() {
     assert!(w.log().contains("shutting down"), "{}", w.log());
     assert!(w.log().contains("worker stopped"), "{}", w.log());
 }
+
+#[test]
+fn pending_and_list_find_runs_through_visibility() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("visibility");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let waiting_script = approval_script(dir.path(), "w", &["echo later"]);
+    let done_script = script(dir.path(), "d", json!([{"text": "done"}]))
+        .display()
+        .to_string();
+    let label = unique("repo");
+    let waiting = submit(
+        &server,
+        &queue,
+        &unique("run-waiting"),
+        &[
+            "--script",
+            &waiting_script,
+            "--label",
+            &format!("repo={label}"),
+            "--label",
+            "submitter=ann",
+        ],
+        "w",
+    );
+    let done = submit(
+        &server,
+        &queue,
+        &unique("run-done"),
+        &[
+            "--script",
+            &done_script,
+            "--label",
+            &format!("repo={label}"),
+        ],
+        "d",
+    );
+    wait_state(&server, &waiting, "AWAITING_APPROVAL", T);
+    result(&server, &done, 0);
+
+    let pending = wait_until_blocking(T, "the waiting run in `baton pending`", || {
+        let v = baton(&server, &["pending", "--json"])?.json()?;
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        Ok(runs.into_iter().find(|r| r["run_id"] == waiting.as_str()))
+    })
+    .unwrap();
+    assert_eq!(pending["pending"][0]["call_id"], "call_2_1");
+    assert_eq!(pending["pending"][0]["tool"], "shell");
+    assert!(pending["pending"][0]["waiting_seconds"].as_i64().is_some());
+    let human = baton(&server, &["pending"]).unwrap();
+    assert!(
+        human.stdout.contains(&waiting) && human.stdout.contains("baton approve"),
+        "{human}"
+    );
+    let v = baton(&server, &["pending", "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(
+        !v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["run_id"] == done.as_str()),
+        "a finished run is not pending"
+    );
+
+    let both = wait_until_blocking(T, "both runs listed by label", || {
+        let v = baton(
+            &server,
+            &["list", "--label", &format!("repo={label}"), "--json"],
+        )?
+        .json()?;
+        let ids: Vec<String> = v["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        Ok((ids.len() == 2).then_some(ids))
+    })
+    .unwrap();
+    assert!(both.contains(&waiting) && both.contains(&done));
+    let completed = wait_until_blocking(T, "the completed run by state", || {
+        let v = baton(
+            &server,
+            &[
+                "list",
+                "--label",
+                &format!("repo={label}"),
+                "--state",
+                "completed",
+                "--json",
+            ],
+        )?
+        .json()?;
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        Ok((runs.len() == 1).then_some(runs))
+    })
+    .unwrap();
+    assert_eq!(completed[0]["run_id"], done.as_str());
+    let by_submitter = server
+        .temporal(&[
+            "workflow",
+            "list",
+            "--query",
+            "BatonSubmitter = 'ann'",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    assert!(by_submitter.stdout.contains(&waiting), "{by_submitter}");
+    // Approving still works and the run leaves `pending`.
+    assert_eq!(
+        baton(&server, &["approve", &waiting, "--all"])
+            .unwrap()
+            .code,
+        0
+    );
+    result(&server, &waiting, 0);
+}

@@ -8,7 +8,7 @@ use baton_proto::{
     RunSpec, RunStatus, ToolRequest, ToolResult,
 };
 use futures::FutureExt;
-use temporalio_common::{RetryPolicy, error::IncomingError};
+use temporalio_common::{RetryPolicy, error::IncomingError, search_attributes::SearchAttributeKey};
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, MemoValue,
@@ -24,6 +24,31 @@ use crate::{
 /// Patch marker: the run reads its workspace's instructions (AGENTS.md) before the first
 /// turn. Histories recorded before it replay without that activity.
 pub const PATCH_READ_INSTRUCTIONS: &str = "read-instructions-v1";
+
+/// Patch marker: the run keeps its search attributes (`BatonState`, ...) current. Histories
+/// recorded before it replay without those commands.
+pub const PATCH_SEARCH_ATTRIBUTES: &str = "search-attributes-v1";
+
+/// Search attribute: the run's state (`THINKING`, `AWAITING_APPROVAL`, ...). Keyword.
+pub const SA_STATE: SearchAttributeKey<String> = SearchAttributeKey::keyword("BatonState");
+/// Search attribute: a call waits for a human. Bool.
+pub const SA_AWAITING_APPROVAL: SearchAttributeKey<bool> =
+    SearchAttributeKey::bool("BatonAwaitingApproval");
+/// Search attribute: LLM calls so far. Int.
+pub const SA_TURNS: SearchAttributeKey<i64> = SearchAttributeKey::int("BatonTurns");
+/// Search attribute: who submitted the run (label `submitter`). Keyword.
+pub const SA_SUBMITTER: SearchAttributeKey<String> = SearchAttributeKey::keyword("BatonSubmitter");
+/// Search attribute: the run's labels as `key=value`. KeywordList.
+pub const SA_LABELS: SearchAttributeKey<Vec<String>> =
+    SearchAttributeKey::keyword_list("BatonLabels");
+/// `--search-attribute` arguments of `temporal server start-dev` registering them.
+pub const SEARCH_ATTRIBUTE_DEFINITIONS: [(&str, &str); 5] = [
+    ("BatonState", "Keyword"),
+    ("BatonAwaitingApproval", "Bool"),
+    ("BatonTurns", "Int"),
+    ("BatonSubmitter", "Keyword"),
+    ("BatonLabels", "KeywordList"),
+];
 
 /// Workflow type name.
 pub const WORKFLOW_TYPE: &str = "AgentRun";
@@ -47,6 +72,9 @@ pub const TOOL_MAX_ATTEMPTS: u32 = 5;
 #[workflow]
 pub struct AgentRun {
     run: RunState,
+    /// Search attribute values last sent (state, awaiting approval, turns); not part of the
+    /// run's state: rebuilt identically on replay.
+    indexed: Option<(String, bool, u32)>,
 }
 
 #[workflow_methods]
@@ -59,7 +87,7 @@ impl AgentRun {
             Ok(run) => run,
             Err(detail) => RunState::invalid(&id, spec, now, detail),
         };
-        Self { run }
+        Self { run, indexed: None }
     }
 
     /// Runs the agent loop until it finishes, fails or is cancelled.
@@ -437,6 +465,33 @@ fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
     if let Ok(value) = serde_json::to_value(&status) {
         let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
     }
+    if !ctx.patched(PATCH_SEARCH_ATTRIBUTES) {
+        return;
+    }
+    let indexed = (
+        status.state().as_str_name().to_owned(),
+        !status.pending.is_empty(),
+        status.turn,
+    );
+    let previous = ctx.state(|s| s.indexed.clone());
+    if previous.as_ref() == Some(&indexed) {
+        return;
+    }
+    let mut updates = Vec::new();
+    if previous.is_none() {
+        let labels = ctx.state(|s| s.run.spec.labels.clone());
+        let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.sort();
+        updates.extend(SA_LABELS.try_value_set(pairs).ok());
+        if let Some(submitter) = labels.get("submitter") {
+            updates.extend(SA_SUBMITTER.try_value_set(submitter.clone()).ok());
+        }
+    }
+    updates.extend(SA_STATE.try_value_set(indexed.0.clone()).ok());
+    updates.extend(SA_AWAITING_APPROVAL.try_value_set(indexed.1).ok());
+    updates.extend(SA_TURNS.try_value_set(i64::from(indexed.2)).ok());
+    ctx.upsert_search_attributes(updates);
+    ctx.state_mut(|s| s.indexed = Some(indexed));
 }
 
 fn cancel_reason(ctx: &WorkflowContext<AgentRun>) -> Option<Option<String>> {

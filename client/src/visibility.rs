@@ -1,0 +1,180 @@
+//! Finding runs through Temporal visibility (search attributes kept current by the workflow):
+//! `list` and `pending`. Nothing here scans histories or needs a worker.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton_proto::RunStatus;
+use baton_workflows::{STATUS_MEMO_KEY, WORKFLOW_TYPE};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use temporalio_client::{Client, WorkflowExecution, WorkflowListOptions};
+
+use crate::{
+    cli::{ListArgs, PendingArgs},
+    connect::{connect, short},
+    exit::{self, Exit},
+    render,
+};
+
+/// `'value'` for a visibility query.
+fn quoted(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+async fn query_runs(
+    client: &Client,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<WorkflowExecution>, Exit> {
+    let mut stream = client.list_workflows(
+        query.to_owned(),
+        WorkflowListOptions::builder().limit(limit).build(),
+    );
+    let mut runs = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(run) => runs.push(run),
+            Err(e) => {
+                let msg = short(&e.to_string());
+                let hint = if msg.contains("Baton") || msg.contains("search attribute") {
+                    "; register baton's search attributes (README \"Search attributes\")"
+                } else {
+                    ""
+                };
+                return Err(Exit::infra(format!("cannot list runs: {msg}{hint}")));
+            }
+        }
+    }
+    Ok(runs)
+}
+
+fn status_of(run: &WorkflowExecution) -> RunStatus {
+    run.memo()
+        .get(STATUS_MEMO_KEY)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn started(run: &WorkflowExecution) -> String {
+    run.start_time()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|n| n.as_secs())
+                .unwrap_or_default();
+            format!("{} ago", render::duration(now.saturating_sub(d.as_secs())))
+        })
+        .unwrap_or_default()
+}
+
+/// `baton list`.
+pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
+    let mut query = format!("WorkflowType = {}", quoted(WORKFLOW_TYPE));
+    if let Some(state) = &args.state {
+        query.push_str(&format!(
+            " AND BatonState = {}",
+            quoted(&state.to_uppercase())
+        ));
+    }
+    for (k, v) in &args.labels {
+        query.push_str(&format!(
+            " AND BatonLabels = {}",
+            quoted(&format!("{k}={v}"))
+        ));
+    }
+    let client = connect().await?;
+    let runs = query_runs(&client, &query, args.limit).await?;
+    if args.json {
+        let items: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                let st = status_of(r);
+                json!({
+                    "run_id": r.id(),
+                    "state": st.state().as_str_name(),
+                    "reason": if st.reason == 0 { Value::Null } else { json!(st.reason().as_str_name()) },
+                    "turn": st.turn,
+                    "temporal_status": format!("{:?}", r.status()),
+                    "task_queue": r.task_queue(),
+                })
+            })
+            .collect();
+        println!("{}", json!({ "runs": items }));
+    } else if runs.is_empty() {
+        eprintln!("no runs match");
+    } else {
+        for r in &runs {
+            let st = status_of(r);
+            println!(
+                "{}  {:<17}  turn {:<3}  {}",
+                r.id(),
+                st.state().as_str_name(),
+                st.turn,
+                started(r)
+            );
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+/// `baton pending`.
+pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
+    let query = format!(
+        "WorkflowType = {} AND ExecutionStatus = 'Running' AND BatonAwaitingApproval = true",
+        quoted(WORKFLOW_TYPE)
+    );
+    let client = connect().await?;
+    let runs = query_runs(&client, &query, args.limit).await?;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    if args.json {
+        let items: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                let st = status_of(r);
+                let calls: Vec<Value> = st
+                    .pending
+                    .iter()
+                    .map(|p| {
+                        json!({
+                            "call_id": p.call_id,
+                            "tool": p.tool,
+                            "arguments": p.arguments,
+                            "waiting_seconds": ((now_ms - p.requested_at_ms).max(0) / 1000),
+                        })
+                    })
+                    .collect();
+                json!({"run_id": r.id(), "turn": st.turn, "pending": calls})
+            })
+            .collect();
+        println!("{}", json!({ "runs": items }));
+        return Ok(exit::COMPLETED);
+    }
+    if runs.is_empty() {
+        eprintln!("no run is waiting for approval");
+        return Ok(exit::COMPLETED);
+    }
+    for r in &runs {
+        let st = status_of(r);
+        println!("{}  (turn {})", r.id(), st.turn);
+        for p in &st.pending {
+            println!(
+                "  {}  {}  {}  (waiting {})",
+                p.call_id,
+                p.tool,
+                render::one_line(&p.arguments, 120),
+                render::duration(((now_ms - p.requested_at_ms).max(0) / 1000) as u64)
+            );
+        }
+        println!(
+            "  decide: baton approve {} <CALL_ID>|--all  |  baton deny {} <CALL_ID>|--all --reason \"...\"",
+            r.id(),
+            r.id()
+        );
+    }
+    Ok(exit::COMPLETED)
+}
