@@ -806,3 +806,52 @@ fn pending_and_list_find_runs_through_visibility() {
     );
     result(&server, &waiting, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_worker_serves_grpc_health_for_probes() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let server = DevServer::start().unwrap();
+    let queue = unique("health");
+    let port = free_port().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let mut w = Worker::spawn(&server, &queue, &[("BATON_HEALTH_ADDR", addr.as_str())]).unwrap();
+    w.wait_ready(T).await.unwrap();
+    let url = format!("http://{addr}");
+    let status = wait_until(T, "the worker to report SERVING", async || {
+        let channel = tonic::transport::Channel::from_shared(url.clone())?
+            .connect()
+            .await?;
+        let mut client = HealthClient::new(channel);
+        let r = client
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?
+            .into_inner();
+        Ok((r.status == 1).then_some(r.status))
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 1, "SERVING");
+    let channel = tonic::transport::Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let named = client
+        .check(HealthCheckRequest {
+            service: "baton.worker".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(named.status, 1);
+    let exit = w.terminate_timeout(Duration::from_secs(20)).unwrap();
+    assert!(exit.success());
+    let reconnect = tonic::transport::Channel::from_shared(url)
+        .unwrap()
+        .connect()
+        .await;
+    assert!(reconnect.is_err(), "the port closes with the worker");
+}

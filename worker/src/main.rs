@@ -5,6 +5,7 @@
 //! CLI. On SIGTERM or SIGINT the worker stops polling, gives running activities the grace
 //! period, then exits.
 
+mod health;
 mod settings;
 
 use std::time::Duration;
@@ -54,6 +55,11 @@ fn init_tracing(format: &str) {
 }
 
 async fn run(settings: Settings) -> anyhow::Result<()> {
+    // Probes see NOT_SERVING until the worker is connected and polling.
+    let health = match settings.health_addr {
+        Some(addr) => Some(std::sync::Arc::new(health::Health::start(addr).await?)),
+        None => None,
+    };
     let (conn_opts, client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| anyhow::anyhow!("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile): {e:?}"))?;
@@ -100,6 +106,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let grace = settings.graceful_shutdown_secs;
+    let health_on_shutdown = health.clone();
     tokio::spawn(async move {
         let which = tokio::select! {
             _ = term.recv() => "SIGTERM",
@@ -110,8 +117,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             grace_secs = grace,
             "shutting down: no new tasks, running activities get the grace period"
         );
+        if let Some(h) = &health_on_shutdown {
+            h.not_serving().await;
+        }
         shutdown();
     });
+    if let Some(h) = &health {
+        h.serving().await;
+    }
 
     info!(
         task_queue = %settings.task_queue,

@@ -28,6 +28,8 @@ pub(crate) struct Settings {
     pub(crate) log_format: String,
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
     pub(crate) identity: Option<String>,
+    /// Address of the gRPC health service for probes, e.g. `0.0.0.0:8081` (default: off).
+    pub(crate) health_addr: Option<std::net::SocketAddr>,
     /// OpenAI-compatible provider.
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
@@ -121,6 +123,7 @@ impl Default for Settings {
             max_cached_workflows: 1000,
             log_format: "text".to_owned(),
             identity: None,
+            health_addr: None,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
         }
