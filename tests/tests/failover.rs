@@ -35,14 +35,7 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     let queue = unique("failover");
     // Two interchangeable workers sharing one workspace root (the shared-volume deployment).
     let workspace = tempfile::tempdir().unwrap();
-    let mut workers: Vec<Worker> = (0..2)
-        .map(|_| {
-            let mut w =
-                Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
-            w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
-            w
-        })
-        .collect();
+    let mut workers = fleet(&server, &queue, 2, workspace.path(), &[]);
     let dir = tempfile::tempdir().unwrap();
     let m = marker();
     let sleep_arg = format!("{SLEEP}.{m}");
@@ -174,19 +167,13 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
     let server = DevServer::start().unwrap();
     let queue = unique("sigterm-handoff");
     let workspace = tempfile::tempdir().unwrap();
-    let mut workers: Vec<Worker> = (0..2)
-        .map(|_| {
-            let mut w = Worker::spawn_with_workspace(
-                &server,
-                &queue,
-                workspace.path(),
-                &[("BATON_GRACEFUL_SHUTDOWN_SECS", "2")],
-            )
-            .unwrap();
-            w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
-            w
-        })
-        .collect();
+    let mut workers = fleet(
+        &server,
+        &queue,
+        2,
+        workspace.path(),
+        &[("BATON_GRACEFUL_SHUTDOWN_SECS", "2")],
+    );
     let dir = tempfile::tempdir().unwrap();
     let m = marker();
     let sleep_arg = format!("12.{m}");

@@ -207,19 +207,13 @@ fn killing_the_worker_during_a_streaming_call_moves_it_to_another_worker() {
     let queue = unique("stream-kill");
     let base = llm.base_url();
     let workspace = tempfile::tempdir().unwrap();
-    let mut workers: Vec<Worker> = (0..2)
-        .map(|_| {
-            let mut w = Worker::spawn_with_workspace(
-                &server,
-                &queue,
-                workspace.path(),
-                &[("OPENAI_BASE_URL", base.as_str())],
-            )
-            .unwrap();
-            w.wait_ready_blocking(T).unwrap();
-            w
-        })
-        .collect();
+    let mut workers = fleet(
+        &server,
+        &queue,
+        2,
+        workspace.path(),
+        &[("OPENAI_BASE_URL", base.as_str())],
+    );
     llm.push_response(MockResponse::slow_stream(
         MockOpenAi::text_reply("too slow to matter"),
         Duration::from_secs(120),

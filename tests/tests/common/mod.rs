@@ -68,3 +68,21 @@ pub fn history_text(server: &DevServer, run: &str) -> String {
     let history = server.workflow_history_json(run, None).unwrap();
     decode_history_payloads(&history)
 }
+
+/// `n` interchangeable workers on `queue` sharing one workspace root (the shared-volume
+/// deployment), all ready to poll.
+pub fn fleet(
+    server: &DevServer,
+    queue: &str,
+    n: usize,
+    workspace: &Path,
+    env: &[(&str, &str)],
+) -> Vec<Worker> {
+    (0..n)
+        .map(|_| {
+            let mut w = Worker::spawn_with_workspace(server, queue, workspace, env).unwrap();
+            w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+            w
+        })
+        .collect()
+}
