@@ -52,7 +52,7 @@ mod worker;
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
 pub use history::{decode_history_payloads, history_search_text};
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
-pub use mock_http::{CapturedRequest, MockResponse, ResponseMode};
+pub use mock_http::{CapturedRequest, MockResponse, MockServer, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
 pub use process::{
     CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_PREFIXES, bin_path, clean_command,

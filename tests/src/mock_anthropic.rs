@@ -1,13 +1,9 @@
 //! A scripted mock of the Anthropic Messages HTTP API.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use crate::mock_http::{
-    CapturedRequest, Flavor, MockResponse, MockServer, Transcript, fragments, sse_event,
-    text_pieces,
+    Flavor, MockResponse, MockServer, Transcript, fragments, sse_event, text_pieces,
 };
 
 /// The endpoint the mock scripts.
@@ -43,6 +39,14 @@ pub struct MockAnthropic {
     server: MockServer,
 }
 
+impl std::ops::Deref for MockAnthropic {
+    type Target = MockServer;
+
+    fn deref(&self) -> &MockServer {
+        &self.server
+    }
+}
+
 impl MockAnthropic {
     /// Starts the server on `127.0.0.1:<free port>`.
     pub fn start() -> anyhow::Result<MockAnthropic> {
@@ -56,16 +60,6 @@ impl MockAnthropic {
         format!("http://{}", self.server.addr())
     }
 
-    /// The socket address the server listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Queues a 200 answer with `body` (e.g. [`MockAnthropic::text_reply`]).
-    pub fn push(&self, body: Value) {
-        self.push_response(MockResponse::ok(body));
-    }
-
     /// Queues `text_reply(text)`.
     pub fn push_text(&self, text: &str) {
         self.push(Self::text_reply(text));
@@ -74,47 +68,6 @@ impl MockAnthropic {
     /// Queues `tool_use_reply(calls)`.
     pub fn push_tool_use(&self, calls: &[(&str, &str, &str)]) {
         self.push(Self::tool_use_reply(calls));
-    }
-
-    /// Queues an error answer with `status` and `body` (e.g.
-    /// [`MockAnthropic::overloaded_body`] with 529).
-    pub fn push_error(&self, status: u16, body: Value) {
-        self.push_response(MockResponse::error(status, body));
-    }
-
-    /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
-    /// slow / in-stream-error delivery).
-    pub fn push_response(&self, response: MockResponse) {
-        self.server.push_response(response);
-    }
-
-    /// Number of scripted answers not yet consumed.
-    pub fn pending(&self) -> usize {
-        self.server.pending()
-    }
-
-    /// Drops all scripted answers not yet consumed.
-    pub fn clear_queue(&self) {
-        self.server.clear_queue();
-    }
-
-    /// All requests received so far, in arrival order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.server.requests()
-    }
-
-    /// Number of requests received so far.
-    pub fn request_count(&self) -> usize {
-        self.server.request_count()
-    }
-
-    /// Waits until at least `n` requests were received and returns them all.
-    pub async fn wait_for_requests(
-        &self,
-        n: usize,
-        timeout: Duration,
-    ) -> anyhow::Result<Vec<CapturedRequest>> {
-        self.server.wait_for_requests(n, timeout).await
     }
 
     /// A `message` body whose only content block is the text `text`

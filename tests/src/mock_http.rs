@@ -307,8 +307,10 @@ impl Inner {
 }
 
 /// The server behind both mocks: a FIFO of [`MockResponse`]s served on the
-/// flavor's endpoint, on its own thread and tokio runtime.
-pub(crate) struct MockServer {
+/// flavor's endpoint, on its own thread and tokio runtime. [`crate::MockOpenAi`]
+/// and [`crate::MockAnthropic`] deref to it for the queue and the captured
+/// requests.
+pub struct MockServer {
     addr: SocketAddr,
     inner: Arc<Inner>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -366,31 +368,49 @@ impl MockServer {
         })
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(crate) fn push_response(&self, response: MockResponse) {
+    /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
+    /// slow / in-stream-error delivery).
+    pub fn push_response(&self, response: MockResponse) {
         self.inner.lock().queue.push_back(response);
     }
 
-    pub(crate) fn pending(&self) -> usize {
+    /// Queues a 200 answer with `body`.
+    pub fn push(&self, body: Value) {
+        self.push_response(MockResponse::ok(body));
+    }
+
+    /// Queues an error answer with `status` and `body`.
+    pub fn push_error(&self, status: u16, body: Value) {
+        self.push_response(MockResponse::error(status, body));
+    }
+
+    /// Number of scripted answers not yet consumed.
+    pub fn pending(&self) -> usize {
         self.inner.lock().queue.len()
     }
 
-    pub(crate) fn clear_queue(&self) {
+    /// Drops all scripted answers not yet consumed.
+    pub fn clear_queue(&self) {
         self.inner.lock().queue.clear();
     }
 
-    pub(crate) fn requests(&self) -> Vec<CapturedRequest> {
+    /// All requests received so far, in arrival order.
+    pub fn requests(&self) -> Vec<CapturedRequest> {
         self.inner.lock().requests.clone()
     }
 
-    pub(crate) fn request_count(&self) -> usize {
+    /// Number of requests received so far.
+    pub fn request_count(&self) -> usize {
         self.inner.lock().requests.len()
     }
 
-    pub(crate) async fn wait_for_requests(
+    /// Waits until at least `n` requests were received and returns them all.
+    pub async fn wait_for_requests(
         &self,
         n: usize,
         timeout: Duration,

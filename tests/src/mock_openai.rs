@@ -1,13 +1,10 @@
 //! A scripted mock of the OpenAI Chat Completions HTTP API.
 
-use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::mock_http::{
-    CapturedRequest, Flavor, MockResponse, MockServer, Transcript, fragments, sse_data, text_pieces,
-};
+use crate::mock_http::{Flavor, MockServer, Transcript, fragments, sse_data, text_pieces};
 
 /// The endpoint the mock scripts.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
@@ -39,6 +36,14 @@ pub struct MockOpenAi {
     server: MockServer,
 }
 
+impl std::ops::Deref for MockOpenAi {
+    type Target = MockServer;
+
+    fn deref(&self) -> &MockServer {
+        &self.server
+    }
+}
+
 impl MockOpenAi {
     /// Starts the server on `127.0.0.1:<free port>`.
     pub fn start() -> anyhow::Result<MockOpenAi> {
@@ -52,16 +57,6 @@ impl MockOpenAi {
         format!("http://{}/v1", self.server.addr())
     }
 
-    /// The socket address the server listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Queues a 200 answer with `body` (e.g. [`MockOpenAi::text_reply`]).
-    pub fn push(&self, body: Value) {
-        self.push_response(MockResponse::ok(body));
-    }
-
     /// Queues `text_reply(text)`.
     pub fn push_text(&self, text: &str) {
         self.push(Self::text_reply(text));
@@ -70,47 +65,6 @@ impl MockOpenAi {
     /// Queues `tool_calls_reply(calls)`.
     pub fn push_tool_calls(&self, calls: &[(&str, &str, &str)]) {
         self.push(Self::tool_calls_reply(calls));
-    }
-
-    /// Queues an error answer with `status` and `body` (e.g.
-    /// [`MockOpenAi::error_body`]).
-    pub fn push_error(&self, status: u16, body: Value) {
-        self.push_response(MockResponse::error(status, body));
-    }
-
-    /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
-    /// slow / in-stream-error delivery).
-    pub fn push_response(&self, response: MockResponse) {
-        self.server.push_response(response);
-    }
-
-    /// Number of scripted answers not yet consumed.
-    pub fn pending(&self) -> usize {
-        self.server.pending()
-    }
-
-    /// Drops all scripted answers not yet consumed.
-    pub fn clear_queue(&self) {
-        self.server.clear_queue();
-    }
-
-    /// All requests received so far, in arrival order.
-    pub fn requests(&self) -> Vec<CapturedRequest> {
-        self.server.requests()
-    }
-
-    /// Number of requests received so far.
-    pub fn request_count(&self) -> usize {
-        self.server.request_count()
-    }
-
-    /// Waits until at least `n` requests were received and returns them all.
-    pub async fn wait_for_requests(
-        &self,
-        n: usize,
-        timeout: Duration,
-    ) -> anyhow::Result<Vec<CapturedRequest>> {
-        self.server.wait_for_requests(n, timeout).await
     }
 
     /// A `chat.completion` body whose assistant message is `text`
