@@ -7,5 +7,6 @@
 //! - [`tool_activity`]: the `run_tool` activity ([`tool_activity::ToolService`]).
 
 pub mod llm;
+pub mod store;
 pub mod tool_activity;
 pub mod tools;
