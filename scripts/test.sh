@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_temporal
+ensure_moto
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads="${BATON_TEST_THREADS:-4}" "$@"

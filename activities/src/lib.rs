@@ -5,8 +5,11 @@
 //! - [`tools`]: the built-in tools (`shell`, `read_file`, `write_file`, `list_files`), all
 //!   confined to the run's workspace.
 //! - [`tool_activity`]: the `run_tool` activity ([`tool_activity::ToolService`]).
+//! - [`metrics`]: baton's metrics and the per-activity log span (worker-side interceptors).
 
+pub mod conversation;
 pub mod llm;
+pub mod metrics;
 pub mod store;
 pub mod tool_activity;
 pub mod tools;

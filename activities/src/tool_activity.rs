@@ -1,7 +1,9 @@
 //! The `run_tool` activity: runs one tool call in the run's workspace, heartbeating so a dead
 //! worker's call is retried elsewhere within seconds, and stopping the tool on cancellation.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use serde::{Deserialize, Serialize};
 
 use baton_proto::{InstructionsRequest, ToolRequest, ToolResult, WorkspaceInstructions};
 use baton_workflows::activities::BAD_INPUT;
@@ -11,7 +13,15 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::tools::{self, ToolContext, ToolError};
+use crate::{
+    store::{BlobId, SharedStore, snapshot},
+    tools::{self, ToolContext, ToolError},
+};
+
+/// An infrastructure failure of the activity (retried).
+fn infrastructure(message: String) -> ActivityError {
+    ActivityError::application(ApplicationFailure::new(message))
+}
 
 /// How often a running tool heartbeats (the SDK throttles to 0.8 x the heartbeat timeout).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
@@ -19,12 +29,107 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// Implements the `run_tool` activity contract.
 pub struct ToolService {
     workspace_root: PathBuf,
+    store: SharedStore,
+    snapshots: bool,
+    /// One lock per run workspace: restores and snapshots never overlap.
+    locks: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Progress a running tool reports in its heartbeats; a retry reads the previous attempt's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ToolProgress {
+    /// Seconds the call has been running.
+    pub elapsed_secs: u64,
+    /// The snapshot the workspace was at when this call first started (retries restore it).
+    #[serde(default)]
+    pub base_snapshot: String,
 }
 
 impl ToolService {
-    /// Runs tools in `<workspace_root>/<run id>`.
-    pub fn new(workspace_root: PathBuf) -> Self {
-        Self { workspace_root }
+    /// Runs tools in `<workspace_root>/<run id>`, keeping full outputs (and, with
+    /// `snapshots`, workspace snapshots after mutating calls) in `store`.
+    pub fn new(workspace_root: PathBuf, store: SharedStore, snapshots: bool) -> Self {
+        Self {
+            workspace_root,
+            store,
+            snapshots,
+            locks: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn lock_of(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.entry(run_id.to_owned()).or_default().clone()
+    }
+
+    /// Brings the run's workspace to snapshot `id` unless it is known to be there (or
+    /// `force`: a retry starts from what its first attempt started from).
+    async fn ensure_snapshot(
+        &self,
+        run_id: &str,
+        workspace: &std::path::Path,
+        id: &str,
+        force: bool,
+    ) -> Result<(), ActivityError> {
+        let id = BlobId::parse(id).map_err(|e| infrastructure(format!("bad snapshot id: {e}")))?;
+        let lock = self.lock_of(run_id);
+        let _held = lock.lock().await;
+        if !force && snapshot::local_snapshot(workspace).as_ref() == Some(&id) {
+            return Ok(());
+        }
+        let restored = snapshot::restore(self.store.as_ref(), workspace, &id)
+            .await
+            .map_err(|e| infrastructure(format!("cannot restore the workspace: {e}")))?;
+        info!(
+            run_id,
+            snapshot = %id,
+            written = restored.written,
+            deleted = restored.deleted,
+            "workspace restored"
+        );
+        Ok(())
+    }
+
+    /// Snapshots the run's workspace; `None` (logged) if it cannot: the call's result stands.
+    async fn take_snapshot(&self, run_id: &str, workspace: &std::path::Path) -> Option<String> {
+        let lock = self.lock_of(run_id);
+        let _held = lock.lock().await;
+        if tokio::fs::create_dir_all(workspace).await.is_err() {
+            return None;
+        }
+        match snapshot::take(self.store.as_ref(), workspace).await {
+            Ok(taken) => {
+                if !taken.skipped.is_empty() {
+                    warn!(run_id, skipped = ?taken.skipped, "files left out of the workspace snapshot");
+                }
+                info!(run_id, snapshot = %taken.id, files = taken.files, uploaded = taken.uploaded, "workspace snapshot taken");
+                Some(taken.id.to_string())
+            }
+            Err(e) => {
+                warn!(run_id, cause = %e, "workspace snapshot failed");
+                None
+            }
+        }
+    }
+
+    /// Moves a full output into the blob store (the result keeps its preview).
+    async fn offload_full_output(&self, run_id: &str, result: &mut ToolResult) {
+        if result.full_output.is_empty() {
+            return;
+        }
+        match self
+            .store
+            .put(std::mem::take(&mut result.full_output).into_bytes())
+            .await
+        {
+            Ok(id) => result.full_output_ref = id.to_string(),
+            Err(e) => {
+                warn!(run_id, cause = %e, "full tool output not stored; it is kept as a preview only")
+            }
+        }
     }
 
     /// The workspace directory of a run.
@@ -108,9 +213,37 @@ impl ToolService {
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
         let attempt = info.attempt;
+        let workspace = self.workspace_of(&run_id);
+        let snapshots = self.snapshots && request.mutating;
+        // The snapshot this call starts from: the run's latest, or (first mutating call of a
+        // run) one taken now, so that a retry can start again from the same state.
+        let previous: ToolProgress = ctx
+            .heartbeat_details()
+            .deserialize()
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let mut base = request.snapshot.clone();
+        if base.is_empty() {
+            base = previous.base_snapshot.clone();
+        }
+        if self.snapshots && !base.is_empty() {
+            self.ensure_snapshot(&run_id, &workspace, &base, snapshots && attempt > 1)
+                .await?;
+        } else if snapshots && base.is_empty() {
+            base = self
+                .take_snapshot(&run_id, &workspace)
+                .await
+                .unwrap_or_default();
+        }
+        let progress = |elapsed_secs: u64| ToolProgress {
+            elapsed_secs,
+            base_snapshot: base.clone(),
+        };
+        let _ = ctx.record_heartbeat(progress(0)).await;
         let cancel = CancellationToken::new();
         let tool_ctx = ToolContext {
-            workspace: self.workspace_of(&run_id),
+            workspace: workspace.clone(),
             timeout: Duration::from_secs(u64::from(request.timeout_seconds.max(1))),
             env: vec![
                 ("BATON_RUN_ID".to_owned(), run_id.clone()),
@@ -124,6 +257,17 @@ impl ToolService {
         };
         info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool started");
         let started = tokio::time::Instant::now();
+        // Arguments too long for history are in the blob store.
+        let mut call = call;
+        if !call.arguments_ref.is_empty() {
+            let id = BlobId::parse(&call.arguments_ref)
+                .map_err(|e| infrastructure(format!("bad arguments reference: {e}")))?;
+            let bytes =
+                self.store.get(&id).await.map_err(|e| {
+                    infrastructure(format!("cannot read the call's arguments: {e}"))
+                })?;
+            call.arguments = String::from_utf8_lossy(&bytes).into_owned();
+        }
         let run = tools::execute(&tool_ctx, &call);
         tokio::pin!(run);
         let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
@@ -132,7 +276,7 @@ impl ToolService {
                 r = &mut run => break r,
                 _ = ctx.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
                 _ = beat.tick() => {
-                    let _ = ctx.record_heartbeat(started.elapsed().as_secs()).await;
+                    let _ = ctx.record_heartbeat(progress(started.elapsed().as_secs())).await;
                 }
             }
         };
@@ -149,6 +293,10 @@ impl ToolService {
                          {run_id}/{}]\n{}",
                         call.id, result.content
                     );
+                }
+                self.offload_full_output(&run_id, &mut result).await;
+                if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
+                    result.snapshot = id;
                 }
                 info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
                 Ok(result)

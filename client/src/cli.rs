@@ -12,6 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Exit codes: 0 completed; 1 the agent ended without completing; 2 usage or invalid input;
 /// 3 --wait timed out (run still going); 4 cancelled or terminated; 5 cannot reach Temporal or
 /// other infrastructure error.
+///
+/// Colour and spinners only when stdout is a terminal and NO_COLOR is unset or empty.
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about, long_about)]
 pub(crate) struct Cli {
@@ -26,13 +28,14 @@ pub(crate) enum Command {
     Submit(SubmitArgs),
     /// Show a run's state, pending approvals and token use (answers even with no worker up).
     Status(RunArgs),
-    /// Approve pending tool calls.
+    /// Approve pending tool calls (no CALL_ID on a terminal: asks per call).
     Approve(DecideArgs),
-    /// Deny pending tool calls (the model is told why).
+    /// Deny pending tool calls; the model is told why (no CALL_ID on a terminal: asks per call).
     Deny(DecideArgs),
     /// Print a finished run's result.
     Result(ResultArgs),
-    /// Follow a run live: each turn's text, tool calls, approvals and results.
+    /// Follow a run live: each turn's text, tool calls, approvals, results and token use.
+    /// Re-attach any time; Ctrl-C detaches (exit 3), the run goes on.
     Watch(WatchArgs),
     /// Cancel a run (running tools are stopped).
     Cancel(CancelArgs),
@@ -112,6 +115,13 @@ pub(crate) struct SubmitArgs {
     /// Stop after this many tokens in total.
     #[arg(long)]
     pub(crate) max_tokens: Option<u32>,
+    /// Continue the run as new (same run id) once a segment's history has this many events
+    /// (default 5000; the server may suggest it earlier).
+    #[arg(long, value_name = "EVENTS")]
+    pub(crate) history_budget: Option<u32>,
+    /// Also continue as new after this many turns in one segment.
+    #[arg(long, value_name = "TURNS")]
+    pub(crate) segment_turns: Option<u32>,
     /// Wall-clock limit for the whole run, e.g. 2h (a durable timer: it stops work in flight).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) deadline: Option<std::time::Duration>,
@@ -165,8 +175,9 @@ pub(crate) struct RunArgs {
 pub(crate) struct DecideArgs {
     /// Run id.
     pub(crate) run: String,
-    /// Call ids to decide (see `baton status RUN`).
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    /// Call ids to decide (see `baton status RUN`). Without any (and without --all), on a
+    /// terminal: shows each pending call and asks approve / deny / skip.
+    #[arg(conflicts_with = "all")]
     pub(crate) call_ids: Vec<String>,
     /// Decide every pending call.
     #[arg(long)]
@@ -231,10 +242,10 @@ pub(crate) struct ResultArgs {
 pub(crate) struct WatchArgs {
     /// Run id.
     pub(crate) run: String,
-    /// Start from this event sequence number.
-    #[arg(long, default_value_t = 0)]
+    /// Show events from this turn on (default: from the start). The end is always shown.
+    #[arg(long, value_name = "TURN", default_value_t = 0)]
     pub(crate) since: u32,
-    /// Print JSON lines, one event each.
+    /// Print JSON lines, one event each (schema: README "`baton watch --json` schema").
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -1,25 +1,28 @@
-//! Changing runs: `approve`, `deny`, `cancel`, `send`.
+//! Changing runs: `approve`, `deny` (interactively with `ask.rs`), `cancel`, `send`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
-use serde_json::json;
+use serde_json::{Value, json};
 use temporalio_client::{
     Client, WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
-    WorkflowHandle, WorkflowSignalOptions, errors::WorkflowUpdateError,
+    WorkflowExecutionStatus, WorkflowHandle, WorkflowSignalOptions, errors::WorkflowUpdateError,
 };
 
 use crate::{
+    ask,
     cli::{CancelArgs, DecideArgs, SendArgs},
     connect::{connect, handle, interaction_error, not_found, short},
     exit::{self, Exit},
+    inspect,
 };
 
 /// How long a validated update may wait for a worker before falling back to a signal.
 const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 
-/// `baton approve` / `baton deny`.
+/// `baton approve` / `baton deny`: the named calls, `--all`, or (no call id, on a terminal)
+/// each pending call in turn.
 pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
@@ -29,93 +32,26 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "cli".to_owned())
     });
-    let ids = if args.all {
-        vec!["*".to_owned()]
-    } else {
-        args.call_ids.clone()
+    let named = |call_id: String| ApprovalDecision {
+        call_id,
+        approved,
+        approver: approver.clone(),
+        reason: args.reason.clone(),
+        remember: approved && args.remember,
     };
-    let verb = if approved { "approved" } else { "denied" };
+    let decisions = if args.all {
+        vec![named("*".to_owned())]
+    } else if !args.call_ids.is_empty() {
+        args.call_ids.iter().cloned().map(named).collect()
+    } else {
+        match ask_pending(&h, &args, &approver).await? {
+            Some(decisions) => decisions,
+            None => return Ok(exit::COMPLETED),
+        }
+    };
     let mut outcomes = Vec::new();
-    for call_id in ids {
-        let decision = serde_json::to_value(ApprovalDecision {
-            call_id: call_id.clone(),
-            approved,
-            approver: approver.clone(),
-            reason: args.reason.clone(),
-            remember: approved && args.remember,
-        })
-        .map_err(|e| Exit::infra(format!("cannot encode the decision: {e}")))?;
-        if args.signal {
-            signal_decision(&h, &args.run, decision).await?;
-            outcomes.push(json!({"call_id": call_id, "sent_as": "signal"}));
-            if !args.json {
-                println!(
-                    "{call_id}: {verb} (signal sent; applied when a worker runs {})",
-                    args.run
-                );
-            }
-            continue;
-        }
-        let update = h.execute_update(
-            AgentRun::approve,
-            decision.clone(),
-            WorkflowExecuteUpdateOptions::default(),
-        );
-        match tokio::time::timeout(UPDATE_BUDGET, update).await {
-            Ok(Ok(ApprovalOutcome {
-                call_ids,
-                still_pending,
-                ..
-            })) => {
-                if !args.json {
-                    println!(
-                        "{}: {verb}{}",
-                        call_ids.join(", "),
-                        if still_pending > 0 {
-                            format!(" ({still_pending} call(s) still awaiting a decision)")
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-                outcomes.push(json!({"call_ids": call_ids, "still_pending": still_pending, "sent_as": "update"}));
-            }
-            Ok(Err(WorkflowUpdateError::NotFound(_))) => {
-                return Err(match h.describe(WorkflowDescribeOptions::default()).await {
-                    Ok(d) => Exit::usage(format!(
-                        "run {} has already ended ({:?}); there is nothing to approve or deny",
-                        args.run,
-                        d.status()
-                    )),
-                    Err(_) => not_found(&args.run),
-                });
-            }
-            Ok(Err(WorkflowUpdateError::Failed(failure))) => {
-                return Err(Exit::usage(format!(
-                    "cannot decide {call_id} of run {}: {}",
-                    args.run, failure.message
-                )));
-            }
-            Ok(Err(e)) => {
-                return Err(Exit::infra(format!(
-                    "the decision could not be delivered: {}",
-                    short(&e.to_string())
-                )));
-            }
-            Err(_) => {
-                // No worker answered in time: a signal is kept by the server and applied when
-                // one does; a duplicate is ignored by the workflow.
-                signal_decision(&h, &args.run, decision).await?;
-                if !args.json {
-                    println!(
-                        "{call_id}: {verb} (no worker answered within {}s; sent as a signal, applied when a worker runs {})",
-                        UPDATE_BUDGET.as_secs(),
-                        args.run
-                    );
-                }
-                outcomes.push(json!({"call_id": call_id, "sent_as": "signal"}));
-            }
-        }
+    for decision in decisions {
+        outcomes.push(deliver(&h, &args, decision).await?);
     }
     if args.json {
         println!(
@@ -124,6 +60,142 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         );
     }
     Ok(exit::COMPLETED)
+}
+
+/// No call id given: asks about each pending call on the terminal; `None` when nothing was
+/// decided. Without a terminal: a usage error naming the calls and the commands to run.
+async fn ask_pending(
+    h: &WorkflowHandle<Client, AgentRun>,
+    args: &DecideArgs,
+    approver: &str,
+) -> Result<Option<Vec<ApprovalDecision>>, Exit> {
+    let snap = inspect::snapshot(h, &args.run).await?;
+    if snap.temporal_status != WorkflowExecutionStatus::Running {
+        return Err(Exit::usage(format!(
+            "run {} has already ended ({}); there is nothing to approve or deny",
+            args.run,
+            snap.status.state().as_str_name()
+        )));
+    }
+    let now = now_ms();
+    let state = snap.status.state().as_str_name();
+    let pending = snap.status.pending;
+    if !ask::can_prompt() {
+        return Err(ask::cannot_prompt(&args.run, &pending, now));
+    }
+    if pending.is_empty() {
+        eprintln!(
+            "run {} has no call awaiting a decision ({state}); nothing to do",
+            args.run
+        );
+        return Ok(None);
+    }
+    let question = ask::Ask {
+        run: args.run.clone(),
+        approver: approver.to_owned(),
+        reason: args.reason.clone(),
+        remember: args.remember,
+        now_ms: now,
+    };
+    let decisions = ask::ask(question, pending).await?;
+    if decisions.is_empty() {
+        eprintln!("every call skipped; nothing was sent");
+        return Ok(None);
+    }
+    Ok(Some(decisions))
+}
+
+/// Sends one decision: the validated update, or the signal (`--signal`, or when no worker
+/// answers in time). Prints what happened unless `--json`; returns it as JSON.
+async fn deliver(
+    h: &WorkflowHandle<Client, AgentRun>,
+    args: &DecideArgs,
+    decision: ApprovalDecision,
+) -> Result<Value, Exit> {
+    let call_id = decision.call_id.clone();
+    let verb = if decision.approved {
+        "approved"
+    } else {
+        "denied"
+    };
+    let approved = decision.approved;
+    let decision = serde_json::to_value(decision)
+        .map_err(|e| Exit::infra(format!("cannot encode the decision: {e}")))?;
+    if args.signal {
+        signal_decision(h, &args.run, decision).await?;
+        if !args.json {
+            println!(
+                "{call_id}: {verb} (signal sent; applied when a worker runs {})",
+                args.run
+            );
+        }
+        return Ok(json!({"call_id": call_id, "approved": approved, "sent_as": "signal"}));
+    }
+    let update = h.execute_update(
+        AgentRun::approve,
+        decision.clone(),
+        WorkflowExecuteUpdateOptions::default(),
+    );
+    match tokio::time::timeout(UPDATE_BUDGET, update).await {
+        Ok(Ok(ApprovalOutcome {
+            call_ids,
+            still_pending,
+            ..
+        })) => {
+            if !args.json {
+                println!(
+                    "{}: {verb}{}",
+                    call_ids.join(", "),
+                    if still_pending > 0 {
+                        format!(" ({still_pending} call(s) still awaiting a decision)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            Ok(
+                json!({"call_ids": call_ids, "approved": approved, "still_pending": still_pending, "sent_as": "update"}),
+            )
+        }
+        Ok(Err(WorkflowUpdateError::NotFound(_))) => {
+            Err(match h.describe(WorkflowDescribeOptions::default()).await {
+                Ok(d) => Exit::usage(format!(
+                    "run {} has already ended ({:?}); there is nothing to approve or deny",
+                    args.run,
+                    d.status()
+                )),
+                Err(_) => not_found(&args.run),
+            })
+        }
+        Ok(Err(WorkflowUpdateError::Failed(failure))) => Err(Exit::usage(format!(
+            "cannot decide {call_id} of run {}: {}",
+            args.run, failure.message
+        ))),
+        Ok(Err(e)) => Err(Exit::infra(format!(
+            "the decision could not be delivered: {}",
+            short(&e.to_string())
+        ))),
+        Err(_) => {
+            // No worker answered in time: a signal is kept by the server and applied when
+            // one does; a duplicate is ignored by the workflow.
+            signal_decision(h, &args.run, decision).await?;
+            if !args.json {
+                println!(
+                    "{call_id}: {verb} (no worker answered within {}s; sent as a signal, applied when a worker runs {})",
+                    UPDATE_BUDGET.as_secs(),
+                    args.run
+                );
+            }
+            Ok(json!({"call_id": call_id, "approved": approved, "sent_as": "signal"}))
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 /// Sends a decision as the fire-and-forget `approval` signal.
@@ -145,9 +217,29 @@ async fn signal_decision(
 pub(crate) async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    h.cancel(WorkflowCancelOptions::builder().reason(args.reason).build())
+    // The server accepts a cancel request for a run that has ended, to no effect: say so.
+    let ended = |status: WorkflowExecutionStatus| {
+        Exit::usage(format!(
+            "run {} has already ended ({status:?}); there is nothing to cancel (`baton result {}` shows how it ended)",
+            args.run, args.run
+        ))
+    };
+    let desc = h
+        .describe(WorkflowDescribeOptions::default())
         .await
         .map_err(|e| interaction_error(&args.run, e))?;
+    if desc.status() != WorkflowExecutionStatus::Running {
+        return Err(ended(desc.status()));
+    }
+    if let Err(e) = h
+        .cancel(WorkflowCancelOptions::builder().reason(args.reason).build())
+        .await
+    {
+        return Err(match h.describe(WorkflowDescribeOptions::default()).await {
+            Ok(d) if d.status() != WorkflowExecutionStatus::Running => ended(d.status()),
+            _ => interaction_error(&args.run, e),
+        });
+    }
     eprintln!(
         "cancellation requested for {}; running tools are stopped. `baton result {} --wait` shows the end.",
         args.run, args.run

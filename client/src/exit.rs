@@ -15,7 +15,7 @@ pub(crate) const CANCELLED: i32 = 4;
 /// Cannot reach Temporal, or another infrastructure error.
 pub(crate) const INFRA: i32 = 5;
 
-/// A command failed: what to print, and the exit code.
+/// A command failed: what to print (nothing when empty), and the exit code.
 #[derive(Debug)]
 pub(crate) struct Exit {
     pub(crate) code: i32,

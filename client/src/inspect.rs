@@ -1,9 +1,10 @@
-//! Reading runs: `status`, `result`, `watch`. None of them blocks on a missing worker: they
-//! read what the server has (describe, memo, history) and only use queries with short timeouts.
+//! Reading runs: `status`, `result`, `transcript` (`watch` is in `watch.rs`). None of them
+//! blocks on a missing worker: they read what the server has (describe, memo, history) and only
+//! use queries with short timeouts.
 
 use std::time::Duration;
 
-use baton_proto::{EventsPage, EventsRequest, RunResult, RunState, RunStatus, TerminationReason};
+use baton_proto::{RunResult, RunState, RunStatus, TerminationReason};
 use baton_workflows::{AgentRun, STATUS_MEMO_KEY};
 use serde_json::json;
 use temporalio_client::{
@@ -12,7 +13,7 @@ use temporalio_client::{
 };
 
 use crate::{
-    cli::{ResultArgs, RunArgs, WatchArgs},
+    cli::{ResultArgs, RunArgs},
     connect::{self, connect, handle, interaction_error, short},
     exit::{self, Exit},
     render,
@@ -196,86 +197,6 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
     Ok(print_result(&r, args.json))
 }
 
-/// `baton watch RUN`: prints events as they happen until the run ends.
-pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
-    let client = connect().await?;
-    let h = handle(&client, &args.run);
-    follow(&h, &args.run, args.since, args.json, true).await
-}
-
-/// Follows a run's events from `since`; returns the final exit code. With `show_end`, the
-/// run's end is printed too.
-pub(crate) async fn follow(
-    h: &WorkflowHandle<Client, AgentRun>,
-    run: &str,
-    since: u32,
-    as_json: bool,
-    show_end: bool,
-) -> Result<i32, Exit> {
-    let mut next = since;
-    let mut said_waiting = false;
-    loop {
-        let page = tokio::time::timeout(
-            Duration::from_secs(3),
-            h.query(
-                AgentRun::events,
-                EventsRequest { since: next },
-                WorkflowQueryOptions::default(),
-            ),
-        )
-        .await;
-        match page {
-            Ok(Ok(EventsPage { events, finished })) => {
-                said_waiting = false;
-                for e in &events {
-                    next = next.max(e.seq + 1);
-                    if !show_end
-                        && matches!(e.kind, Some(baton_proto::run_event::Kind::Finished(_)))
-                    {
-                        continue;
-                    }
-                    if as_json {
-                        println!("{}", render::json_with(e, &[("run_id", json!(run))]));
-                    } else {
-                        print!("{}", render::event_human(run, e));
-                    }
-                }
-                if finished {
-                    let r = wait_result(h, run).await?;
-                    return Ok(exit::for_result(&r));
-                }
-            }
-            _ => {
-                // No worker answered: if the run has ended, report from history.
-                let snap = snapshot(h, run).await?;
-                if snap.temporal_status != WorkflowExecutionStatus::Running {
-                    let r = wait_result(h, run).await?;
-                    if !show_end {
-                        return Ok(exit::for_result(&r));
-                    }
-                    if as_json {
-                        println!(
-                            "{}",
-                            json!({"run_id": run, "finished": render::result_json(&r)})
-                        );
-                    } else {
-                        print!("■ {}", render::result_human(&r));
-                    }
-                    return Ok(exit::for_result(&r));
-                }
-                if !said_waiting && !as_json {
-                    eprintln!(
-                        "· no worker is answering for {run}; waiting (last state: {})",
-                        snap.status.state().as_str_name()
-                    );
-                    said_waiting = true;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// `baton transcript RUN`: the conversation as the run keeps it (full tool outputs included).
 pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
     let client = connect().await?;
@@ -285,7 +206,7 @@ pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
         .await
         .map_err(|e| interaction_error(&args.run, e))?;
     let query = h.query(AgentRun::transcript, (), WorkflowQueryOptions::default());
-    let items = match tokio::time::timeout(Duration::from_secs(10), query).await {
+    let mut items = match tokio::time::timeout(Duration::from_secs(10), query).await {
         Ok(Ok(items)) => items,
         Ok(Err(e)) => {
             return Err(Exit::infra(format!(
@@ -302,6 +223,21 @@ pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
             )));
         }
     };
+    // Older items of a continued run and full outputs are in the blob store.
+    let head = if items
+        .iter()
+        .any(|i| matches!(i.kind, Some(baton_proto::item::Kind::Stub(_))))
+    {
+        h.query(AgentRun::stored, (), WorkflowQueryOptions::default())
+            .await
+            .map(|r| r.head)
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    for warning in crate::blobs::resolve(&mut items, &head).await {
+        eprintln!("warning: {warning}");
+    }
     if args.json {
         println!("{}", json!({"run_id": args.run, "items": items}));
     } else {

@@ -2,17 +2,22 @@
 //! tool calls, follows runs live, prints results. Talks only to Temporal.
 //!
 //! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
-//! (status, result, watch), [`decide`] (approve, deny, cancel, send), [`render`] (output),
-//! [`exit`] (exit codes).
+//! (status, result, transcript), [`watch`] (live events), [`decide`] (approve, deny, cancel,
+//! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output),
+//! [`style`] (colour and spinner rule), [`exit`] (exit codes).
 
+mod ask;
+mod blobs;
 mod cli;
 mod connect;
 mod decide;
 mod exit;
 mod inspect;
 mod render;
+mod style;
 mod submit;
 mod visibility;
+mod watch;
 
 use clap::Parser;
 
@@ -34,7 +39,7 @@ async fn main() {
         Command::Approve(a) => decide::decide(a, true).await,
         Command::Deny(a) => decide::decide(a, false).await,
         Command::Result(a) => inspect::result(a).await,
-        Command::Watch(a) => inspect::watch(a).await,
+        Command::Watch(a) => watch::watch(a).await,
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
@@ -49,7 +54,9 @@ async fn main() {
     let code = match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("baton: {}", e.message);
+            if !e.message.is_empty() {
+                eprintln!("baton: {}", e.message);
+            }
             e.code
         }
     };

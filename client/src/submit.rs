@@ -1,7 +1,12 @@
 //! `baton submit`: builds a RunSpec from flags (checking everything a user can get wrong
 //! before anything starts), starts the `AgentRun` workflow, and optionally waits.
 
-use std::{io::Read, path::Path, time::Duration};
+use std::{
+    io::Read,
+    path::Path,
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
 
 use baton_proto::{ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, Script};
 use baton_workflows::{AgentRun, policy, tools};
@@ -13,13 +18,26 @@ use crate::{
     connect::{connect, short},
     exit::{self, Exit},
     inspect, render,
+    style::Style,
+    watch::{self, FollowOptions},
 };
 
 /// Workflow task timeout of a run: low, so a run whose worker died moves on in seconds.
 const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `baton submit`. With `--json`, stdout holds exactly one JSON object whatever happens: the
+/// run (`--wait`: its result), or `{"error", "exit_code"}`; diagnostics go to stderr.
 pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
-    let spec = build_spec(&args)?;
+    let as_json = args.json;
+    let outcome = submit(args).await;
+    if as_json && let Err(e) = &outcome {
+        println!("{}", json!({"error": e.message, "exit_code": e.code}));
+    }
+    outcome
+}
+
+async fn submit(args: SubmitArgs) -> Result<i32, Exit> {
+    let spec = fit_in_history(build_spec(&args)?).await?;
     let client = connect().await?;
     let run_id = args.id.clone().unwrap_or_else(new_run_id);
     let summary = render::one_line(&spec.task, 120);
@@ -57,18 +75,45 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
         }
         return Ok(exit::COMPLETED);
     }
-    // On a terminal (and without --json), show the live view of `baton watch` while waiting.
+    // On a terminal (and without --json), show the live view of `baton watch` while waiting;
+    // --json prints exactly one JSON object on stdout, whatever happens.
     let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let seen_turn = AtomicU32::new(0);
     let wait = async {
         if live {
             eprintln!("run {run_id} submitted; following it (Ctrl-C detaches, the run goes on)");
-            inspect::follow(&h, &run_id, 0, false, false).await?;
+            let options = FollowOptions {
+                since_turn: 0,
+                json: false,
+                show_end: false,
+                style: Style::detect(),
+            };
+            watch::follow(&h, &run_id, options, &seen_turn).await?;
         }
         inspect::wait_result(&h, &run_id).await
     };
-    let waited = match args.wait_timeout {
-        Some(limit) => tokio::time::timeout(limit, wait).await.ok(),
-        None => Some(wait.await),
+    let limited = async {
+        match args.wait_timeout {
+            Some(limit) => tokio::time::timeout(limit, wait).await.ok(),
+            None => Some(wait.await),
+        }
+    };
+    // Ctrl-C detaches like a --wait-timeout (the futures, and so the spinner line, are gone
+    // once `select!` returns).
+    let waited = tokio::select! {
+        waited = limited => Waited::Ended(waited),
+        _ = tokio::signal::ctrl_c() => Waited::Detached,
+    };
+    let waited = match waited {
+        Waited::Ended(waited) => waited,
+        Waited::Detached if !args.json => {
+            eprintln!(
+                "{}",
+                watch::detached(&run_id, seen_turn.load(Ordering::Relaxed))
+            );
+            return Ok(exit::WAIT_TIMEOUT);
+        }
+        Waited::Detached => None,
     };
     match waited {
         Some(result) => Ok(inspect::print_result(&result?, args.json)),
@@ -98,6 +143,14 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
             Ok(exit::WAIT_TIMEOUT)
         }
     }
+}
+
+/// How waiting for a run stopped.
+enum Waited<T> {
+    /// The run ended (`Some`), or `--wait-timeout` passed (`None`).
+    Ended(Option<T>),
+    /// The user pressed Ctrl-C.
+    Detached,
 }
 
 /// A RunSpec from the flags, or a usage error that says what is wrong.
@@ -173,6 +226,8 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
                 .tool_timeout
                 .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
                 .unwrap_or(0),
+            history_events_budget: args.history_budget.unwrap_or(0),
+            segment_turns: args.segment_turns.unwrap_or(0),
             ..Default::default()
         }),
         labels: {
@@ -187,6 +242,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             labels
         },
         system_prompt: args.instructions.clone().unwrap_or_default(),
+        continued: None,
     })
 }
 
@@ -272,6 +328,42 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
             path.display()
         ))
     })
+}
+
+/// Largest workflow input baton submits (history payloads stay under 256 KiB).
+const MAX_INPUT_BYTES: usize = 256 * 1024;
+/// A script makes the input pass this, it goes to the blob store instead.
+const INLINE_SCRIPT_BYTES: usize = 64 * 1024;
+
+/// Keeps the run's input small enough for history: a large script goes to the blob store
+/// (the workers load it by id); a task still too large is refused with what to do instead.
+async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
+    let size = |s: &RunSpec| serde_json::to_vec(s).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size(&spec) > INLINE_SCRIPT_BYTES
+        && let Some(model) = spec.model.as_mut()
+        && let Some(script) = model.script.take()
+    {
+        let store = crate::blobs::open().map_err(|e| {
+            Exit::usage(format!(
+                "the script is too large to send inline and the blob store cannot be opened \
+                 ({e}); set BATON_STORE__DIR (or BATON_STORE__S3__*) to the workers' store"
+            ))
+        })?;
+        let id = baton_activities::store::put_json(store.as_ref(), &script)
+            .await
+            .map_err(|e| Exit::infra(format!("cannot store the script: {e}")))?;
+        model.script_ref = id.to_string();
+    }
+    let bytes = size(&spec);
+    if bytes > MAX_INPUT_BYTES {
+        return Err(Exit::usage(format!(
+            "the run's input is {} KiB; workflow inputs are limited to {} KiB. Put long \
+             material in a file in the workspace and refer to it in the prompt",
+            bytes / 1024,
+            MAX_INPUT_BYTES / 1024
+        )));
+    }
+    Ok(spec)
 }
 
 /// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may

@@ -50,8 +50,18 @@ pub fn baton_with_timeout(
     stdin: Option<&str>,
     timeout: Duration,
 ) -> anyhow::Result<CmdOutput> {
-    let cmd = baton_command(&server.address(), server.namespace(), args, env)?;
+    let blobs = server.blob_dir().display().to_string();
+    let env = with_store(&blobs, env);
+    let cmd = baton_command(&server.address(), server.namespace(), args, &env)?;
     RunningCmd::spawn(cmd, stdin)?.wait(timeout)
+}
+
+/// `env` after `BATON_STORE__DIR` (the blob store the server's harness workers share), so
+/// the CLI can read full outputs and older conversation items; `env` may override it.
+fn with_store<'a>(blobs: &'a str, env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![("BATON_STORE__DIR", blobs)];
+    all.extend_from_slice(env);
+    all
 }
 
 /// Runs `baton <args>` against an arbitrary address (namespace `default`),
@@ -69,6 +79,8 @@ pub fn baton_spawn(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> anyhow::Result<RunningCmd> {
-    let cmd = baton_command(&server.address(), server.namespace(), args, env)?;
+    let blobs = server.blob_dir().display().to_string();
+    let env = with_store(&blobs, env);
+    let cmd = baton_command(&server.address(), server.namespace(), args, &env)?;
     RunningCmd::spawn(cmd, None)
 }

@@ -44,6 +44,7 @@ mod history;
 mod mock_anthropic;
 mod mock_http;
 mod mock_openai;
+pub mod moto;
 mod process;
 mod server;
 mod wait;

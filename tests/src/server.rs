@@ -176,6 +176,15 @@ impl DevServer {
         self.port
     }
 
+    /// The blob store directory the harness's workers of this server share
+    /// (`BATON_STORE__DIR`), next to the server's database.
+    pub fn blob_dir(&self) -> PathBuf {
+        self.db_path
+            .parent()
+            .map(|p| p.join("blobs"))
+            .unwrap_or_else(|| PathBuf::from("blobs"))
+    }
+
     /// Always `"default"`.
     pub fn namespace(&self) -> &str {
         NAMESPACE

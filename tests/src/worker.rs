@@ -111,6 +111,7 @@ impl Worker {
             .env("TEMPORAL_NAMESPACE", server.namespace())
             .env("BATON_TASK_QUEUE", task_queue)
             .env("BATON_WORKSPACE_ROOT", &workspace_root)
+            .env("BATON_STORE__DIR", server.blob_dir())
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1");
         for (k, v) in env {

@@ -6,6 +6,9 @@
 //! period, then exits.
 
 mod health;
+mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod settings;
 
 use std::time::Duration;
@@ -13,17 +16,19 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_activities::{
     llm::{LlmService, Providers},
+    metrics::{ActivityObserver, RunObserver},
     tool_activity::ToolService,
 };
 use baton_workflows::AgentRun;
 use temporalio_client::{
     Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions,
 };
-use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+use temporalio_common::telemetry::TelemetryOptions;
+use temporalio_sdk::{Runtime, Worker, WorkerOptions, runtime::RuntimeOptions};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 
-use settings::Settings;
+use settings::{LogFormat, Settings};
 
 #[tokio::main]
 async fn main() {
@@ -34,24 +39,63 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    init_tracing(&settings.log_format);
-    if let Err(e) = run(settings).await {
+    let flush = match init_tracing(&settings) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("baton-worker: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let outcome = run(settings).await;
+    if let Err(e) = &outcome {
         error!(cause = format!("{e:#}"), "worker failed");
+    }
+    flush.run();
+    if outcome.is_err() {
         std::process::exit(1);
     }
 }
 
-fn init_tracing(format: &str) {
+/// Telemetry to flush before the process exits (exported spans with the `otel` feature).
+#[derive(Default)]
+struct Flush {
+    #[cfg(feature = "otel")]
+    traces: Option<otel::Traces>,
+}
+
+impl Flush {
+    fn run(self) {
+        #[cfg(feature = "otel")]
+        if let Some(traces) = self.traces {
+            traces.shutdown();
+        }
+    }
+}
+
+/// Installs the log subscriber: `RUST_LOG` filter (default `info`), text or JSON lines on
+/// stderr. JSON lines carry the event's fields at the top level and the enclosing spans under
+/// `spans` (activities run in an `activity` span with `run_id`, `turn`, `call_id`). With the
+/// `otel` feature and `otel_endpoint` set, spans are also exported over OTLP.
+fn init_tracing(settings: &Settings) -> anyhow::Result<Flush> {
+    use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match settings.log_format {
+        LogFormat::Json => lines.json().flatten_event(true).boxed(),
+        LogFormat::Text => lines.boxed(),
+    };
+    let subscriber = tracing_subscriber::registry().with(filter).with(lines);
+    #[cfg(feature = "otel")]
+    if let Some(endpoint) = &settings.otel_endpoint {
+        let (layer, traces) = otel::layer(endpoint)?;
+        subscriber.with(layer).init();
+        return Ok(Flush {
+            traces: Some(traces),
+        });
     }
+    subscriber.init();
+    Ok(Flush::default())
 }
 
 async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -84,21 +128,48 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
     std::fs::create_dir_all(&workspace_root)
         .with_context(|| format!("cannot create workspace root {}", workspace_root.display()))?;
+    let store = baton_activities::store::open(&settings.store)
+        .context("cannot open the blob store; see README \"Blob store\"")?;
     let providers = Providers::new(&settings.providers())?;
 
-    let runtime = Runtime::from_current_tokio(Default::default())
+    let metrics = metrics::start(&settings)?;
+    let mut telemetry = TelemetryOptions::builder().build();
+    telemetry.metrics = metrics.as_ref().map(|m| m.meter.clone());
+    let runtime_options = RuntimeOptions::builder()
+        .telemetry_options(telemetry)
+        .build()
+        .map_err(|e| anyhow::anyhow!("bad Temporal runtime options: {e}"))?;
+    let runtime = Runtime::from_current_tokio(runtime_options)
         .map_err(|e| anyhow::anyhow!("cannot start the Temporal runtime: {e}"))?;
-    let options = WorkerOptions::new(settings.task_queue.clone())
+    if let Some(m) = &metrics {
+        metrics::spawn_visibility_poller(
+            client.clone(),
+            settings.task_queue.clone(),
+            m.baton.clone(),
+            Duration::from_secs(settings.metrics_poll_secs.max(1)),
+        );
+    }
+    let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
-        .register_activities(LlmService::new(providers))
-        .register_activities(ToolService::new(workspace_root.clone()))
+        .register_activities(LlmService::new(providers, store.clone()))
+        .register_activities(ToolService::new(
+            workspace_root.clone(),
+            store.clone(),
+            settings.workspace_snapshots,
+        ))
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
             settings.sticky_queue_timeout_secs.max(1),
         ))
         .graceful_shutdown_period(settings.graceful_shutdown())
+        .activity_inbound_interceptor(ActivityObserver::new(
+            metrics.as_ref().map(|m| m.baton.clone()),
+        ))
         .build();
+    if let Some(m) = &metrics {
+        options.workflow_interceptor(RunObserver::constructor(m.baton.clone()));
+    }
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
 
@@ -131,6 +202,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         temporal = %address,
         identity = %identity,
         workspace_root = %workspace_root.display(),
+        store = %store.describe(),
+        snapshots = settings.workspace_snapshots,
         "worker started"
     );
     worker

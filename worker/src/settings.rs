@@ -17,6 +17,13 @@ pub(crate) struct Settings {
     pub(crate) task_queue: String,
     /// Runs' workspaces live in `<workspace_root>/<run id>`.
     pub(crate) workspace_root: PathBuf,
+    /// Snapshot a run's workspace to the blob store after every mutating tool call, and
+    /// restore it on a worker whose copy is missing or older (default true). Turn off when all
+    /// workers share one volume for `workspace_root`.
+    pub(crate) workspace_snapshots: bool,
+    /// The blob store (`[store]`): conversations, full tool outputs, workspace snapshots.
+    /// Every worker of a task queue must use the same one.
+    pub(crate) store: baton_activities::store::StoreSettings,
     /// On SIGTERM/SIGINT, running activities get this long to finish before they are cancelled.
     pub(crate) graceful_shutdown_secs: u64,
     /// How long a workflow task waits on this worker's sticky queue before any worker may take
@@ -24,16 +31,38 @@ pub(crate) struct Settings {
     pub(crate) sticky_queue_timeout_secs: u64,
     /// Workflows kept in this worker's cache.
     pub(crate) max_cached_workflows: usize,
-    /// Log format: `text` or `json`.
-    pub(crate) log_format: String,
+    /// Log format: `text` (default) or `json` (one JSON object per line).
+    pub(crate) log_format: LogFormat,
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
     pub(crate) identity: Option<String>,
     /// Address of the gRPC health service for probes, e.g. `0.0.0.0:8081` (default: off).
     pub(crate) health_addr: Option<std::net::SocketAddr>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), e.g. `127.0.0.1:9464` (default:
+    /// off).
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// How often the worker counts open runs and pending approvals in Temporal visibility for
+    /// the metrics gauges, in seconds.
+    pub(crate) metrics_poll_secs: u64,
+    /// OTLP/HTTP collector to push traces and metrics to, e.g. `http://otel-collector:4318`
+    /// (default: off; needs a worker built with the `otel` feature; exclusive with
+    /// `metrics_addr`).
+    pub(crate) otel_endpoint: Option<String>,
     /// OpenAI-compatible provider.
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
     pub(crate) anthropic: ProviderSection,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of the enclosing spans (`run_id`, `turn`,
+    /// `call_id` in activities).
+    Json,
 }
 
 /// A provider table (`[openai]`, `[anthropic]`). Unset keys take the provider's defaults.
@@ -118,12 +147,17 @@ impl Default for Settings {
             config: None,
             task_queue: baton_workflows::DEFAULT_TASK_QUEUE.to_owned(),
             workspace_root: PathBuf::from(".baton/workspaces"),
+            workspace_snapshots: true,
+            store: baton_activities::store::StoreSettings::default(),
             graceful_shutdown_secs: 30,
             sticky_queue_timeout_secs: 3,
             max_cached_workflows: 1000,
-            log_format: "text".to_owned(),
+            log_format: LogFormat::Text,
             identity: None,
             health_addr: None,
+            metrics_addr: None,
+            metrics_poll_secs: 15,
+            otel_endpoint: None,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
         }

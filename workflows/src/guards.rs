@@ -131,6 +131,7 @@ mod tests {
                         id: format!("c{i}"),
                         name: (*n).into(),
                         arguments: (*a).into(),
+                        ..Default::default()
                     })
                     .collect(),
                 finish_reason: FinishReason::Stop as i32,

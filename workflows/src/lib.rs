@@ -20,6 +20,7 @@ pub mod machine;
 pub mod policy;
 pub mod prompt;
 pub mod tools;
+pub mod view;
 pub mod workflow;
 
 pub use machine::{RunState, Step};

@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 
 use baton_proto::{
     ApprovalDecision, ApprovalOutcome, ApprovalTimeoutAction, AssistantMessage, CompactRequest,
-    CompactResponse, EventsPage, FinishReason, Item, LlmRequest, LlmResponse, PendingCall,
-    RunEvent, RunResult, RunSpec, RunState as StateName, RunStatus, TerminationReason, ToolCall,
-    ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage, UserMessage, WorkspaceInstructions,
-    item, run_event,
+    CompactResponse, Continuation, ConversationRef, EventsPage, FinishReason, Item, LlmRequest,
+    LlmResponse, PendingCall, RunEvent, RunResult, RunSpec, RunState as StateName, RunStatus,
+    TerminationReason, ToolCall, ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage,
+    UserMessage, ViewSpec, WorkspaceInstructions, item, run_event,
 };
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +20,7 @@ use crate::{
     error::DecisionError,
     guards,
     policy::{self, Assessment},
-    prompt, tools,
+    prompt, tools, view,
 };
 
 /// Default maximum number of LLM calls in a run.
@@ -33,6 +33,19 @@ pub const DEFAULT_TOOL_TIMEOUT_SECONDS: u32 = 600;
 pub const DEFAULT_MAX_PARALLEL_TOOLS: u32 = 4;
 /// Events kept for `watch`/`events`; older ones are dropped (the conversation keeps everything).
 pub const MAX_EVENTS: usize = 2_000;
+/// Default history budget of one run segment, in events, before it continues as new.
+pub const DEFAULT_HISTORY_EVENTS_BUDGET: u32 = 5_000;
+/// Format of [`Continuation::state`].
+pub const CHECKPOINT_FORMAT: u32 = 1;
+/// Events a continued run carries into its next segment (for `watch`).
+pub const CARRIED_EVENTS: usize = 64;
+/// Longest text of a carried event; the rest is cut.
+pub const CARRIED_EVENT_TEXT: usize = 2_048;
+/// Assistant turns a continued run keeps whole in memory (loop detection, the last answer);
+/// older items become stubs and live only in the blob store.
+pub const RESIDENT_TURNS: usize = 8;
+/// Largest checkpoint carried across continue-as-new (payloads stay under 256 KiB).
+pub const MAX_CHECKPOINT_BYTES: usize = 192 * 1024;
 
 /// On a context overflow, tool outputs older than this many assistant turns are elided from
 /// the model's view before the turn is retried.
@@ -40,8 +53,7 @@ pub const KEEP_RECENT_TURNS: usize = 2;
 /// Compaction starts this many tokens below the context window (or a quarter of the window,
 /// if that is smaller).
 pub const COMPACTION_BUFFER_TOKENS: u32 = 13_000;
-/// Tool outputs shorter than this are never elided (the placeholder would not be smaller).
-pub const ELIDE_MIN_BYTES: usize = 256;
+pub use crate::view::ELIDE_MIN_BYTES;
 
 /// Tool name of a question to a human ("continue or abort?") shown as a pending call.
 pub const QUESTION_TOOL: &str = "baton.continue";
@@ -179,10 +191,10 @@ pub struct RunState {
     pub inbox: Vec<String>,
     /// Call ids seen in this run, to keep them unique.
     pub seen_call_ids: BTreeSet<String>,
-    /// Conversation indices of tool results shown to the model as a short placeholder (the
-    /// conversation itself keeps the full output).
+    /// Tool results before this conversation index (of at least [`ELIDE_MIN_BYTES`]) are
+    /// shown to the model as a short placeholder (the conversation keeps the output).
     #[serde(default)]
-    pub elided: BTreeSet<usize>,
+    pub elide_before: usize,
     /// The current turn already hit a context overflow and was retried after trimming.
     #[serde(default)]
     pub overflow_retried: bool,
@@ -208,6 +220,22 @@ pub struct RunState {
     /// The limits the run started with; an extension adds them again.
     #[serde(default)]
     pub base_limits: Option<baton_proto::Limits>,
+    /// The part of the conversation in the blob store: (head segment id, items). Requests
+    /// carry only the items after it.
+    #[serde(default)]
+    pub stored: Option<(String, usize)>,
+    /// Blob id of the stored system prompt and tools.
+    #[serde(default)]
+    pub context_ref: Option<String>,
+    /// Segments of this run before the current one (continue-as-new).
+    #[serde(default)]
+    pub segment: u32,
+    /// The latest snapshot of the run's workspace in the blob store (from tool results).
+    #[serde(default)]
+    pub workspace_snapshot: Option<String>,
+    /// The turn at which the current segment started.
+    #[serde(default)]
+    pub segment_start_turn: u32,
 }
 
 /// A compaction summary.
@@ -237,31 +265,8 @@ impl RunState {
         if let Some(p) = &spec.approval {
             policy::validate(p).map_err(|e| format!("invalid approval policy: {e}"))?;
         }
-        let mut state = Self {
-            run_id: run_id.to_owned(),
-            tools,
-            started_at_ms: now_ms,
-            conversation: vec![user(&spec.task, false)],
-            spec,
-            turn: 0,
-            usage: Usage::default(),
-            consecutive_length: 0,
-            partial_text: String::new(),
-            phase: Phase::Thinking,
-            events: Vec::new(),
-            next_seq: 0,
-            inbox: Vec::new(),
-            seen_call_ids: BTreeSet::new(),
-            elided: BTreeSet::new(),
-            overflow_retried: false,
-            remembered: Vec::new(),
-            error_streak: 0,
-            summary: None,
-            calibration: None,
-            compaction_failed_turn: None,
-            instructions: None,
-            base_limits: None,
-        };
+        let conversation = vec![user(&spec.task, false)];
+        let mut state = Self::blank(run_id, spec, tools, conversation, now_ms);
         state.base_limits = state.spec.limits.clone();
         state.note(now_ms, "run started");
         Ok(state)
@@ -269,11 +274,23 @@ impl RunState {
 
     /// A run that could not start (e.g. a spec naming unknown tools): it ends at once.
     pub fn invalid(run_id: &str, spec: RunSpec, now_ms: i64, detail: String) -> Self {
-        let mut state = Self {
+        let mut state = Self::blank(run_id, spec, Vec::new(), Vec::new(), now_ms);
+        state.finish(now_ms, TerminationReason::InternalError, detail);
+        state
+    }
+
+    fn blank(
+        run_id: &str,
+        spec: RunSpec,
+        tools: Vec<ToolDefinition>,
+        conversation: Vec<Item>,
+        now_ms: i64,
+    ) -> Self {
+        Self {
             run_id: run_id.to_owned(),
-            tools: Vec::new(),
+            tools,
             started_at_ms: now_ms,
-            conversation: Vec::new(),
+            conversation,
             spec,
             turn: 0,
             usage: Usage::default(),
@@ -284,7 +301,12 @@ impl RunState {
             next_seq: 0,
             inbox: Vec::new(),
             seen_call_ids: BTreeSet::new(),
-            elided: BTreeSet::new(),
+            elide_before: 0,
+            stored: None,
+            context_ref: None,
+            segment: 0,
+            workspace_snapshot: None,
+            segment_start_turn: 0,
             overflow_retried: false,
             remembered: Vec::new(),
             error_streak: 0,
@@ -293,9 +315,7 @@ impl RunState {
             compaction_failed_turn: None,
             instructions: None,
             base_limits: None,
-        };
-        state.finish(now_ms, TerminationReason::InternalError, detail);
-        state
+        }
     }
 
     /// What to do next. Applies the turn guards (max turns, token budget, deadline) before an
@@ -315,6 +335,8 @@ impl RunState {
                     .map(|c| ToolRequest {
                         call: Some(c.call.clone()),
                         timeout_seconds: self.tool_timeout(&c.call),
+                        snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
+                        mutating: !tools::definition(&c.call.name).is_some_and(|d| d.read_only),
                     })
                     .collect();
                 for r in &requests {
@@ -353,69 +375,159 @@ impl RunState {
         }
     }
 
-    /// The request for the next LLM call: the model's view of the conversation (elided tool
-    /// outputs replaced by placeholders) and the enabled tools.
+    /// The request for the next LLM call. The conversation goes by reference: the part
+    /// already in the blob store is named, only the items after it travel (and land in
+    /// history); the activity builds the model's view with [`view::model_view`]. The system
+    /// prompt and tools travel once, then by reference too.
     pub fn llm_request(&self) -> LlmRequest {
+        let (context, system_prompt, tools) = match &self.context_ref {
+            Some(id) => (id.clone(), String::new(), Vec::new()),
+            None => (String::new(), self.system_prompt(), self.tools.clone()),
+        };
         LlmRequest {
-            model: self.spec.model.clone(),
-            system_prompt: self.system_prompt(),
-            conversation: self.model_view(),
-            tools: self.tools.clone(),
+            model: self.request_model(),
+            system_prompt,
+            conversation: Vec::new(),
+            tools,
+            history: Some(self.conversation_ref()),
+            view: Some(self.view_spec()),
+            context,
+            turn: self.turn,
         }
     }
 
-    /// The conversation as the model sees it: the task, the summary of older turns (after a
-    /// compaction), then the recent items with old tool outputs elided.
-    pub fn model_view(&self) -> Vec<Item> {
-        let mut view = Vec::new();
-        let start = match &self.summary {
-            Some(summary) => {
-                view.extend(self.conversation.first().cloned());
-                view.push(user(
-                    &format!(
-                        "[baton] Older turns of this run were summarized to fit the context \
-                         window. Summary:\n{}",
-                        summary.text
-                    ),
-                    true,
-                ));
-                summary.upto
-            }
-            None => 0,
+    /// The conversation as the activities receive it: the stored head and the items after.
+    pub fn conversation_ref(&self) -> ConversationRef {
+        let (head, stored) = match &self.stored {
+            Some((head, n)) if *n <= self.conversation.len() => (head.clone(), *n),
+            _ => (String::new(), 0),
         };
-        view.extend(self.view_items(start, self.conversation.len()));
-        view
+        ConversationRef {
+            head,
+            stored_items: stored as u32,
+            added: self.conversation[stored..].to_vec(),
+        }
     }
 
-    /// Conversation items `from..to` as the model sees them (elided outputs replaced).
-    fn view_items(&self, from: usize, to: usize) -> Vec<Item> {
-        self.conversation
-            .iter()
-            .enumerate()
-            .take(to)
-            .skip(from)
-            .map(|(i, item)| match &item.kind {
-                Some(item::Kind::ToolResult(r)) if self.elided.contains(&i) => Item {
-                    kind: Some(item::Kind::ToolResult(ToolResult {
-                        content: format!(
-                            "[{} bytes of output from {} were removed to fit the context window; \
-                             run the tool again if you still need them]",
-                            r.content.len(),
-                            r.name
-                        ),
-                        full_output: String::new(),
-                        ..r.clone()
-                    })),
-                },
-                Some(item::Kind::ToolResult(r)) if !r.full_output.is_empty() => Item {
-                    kind: Some(item::Kind::ToolResult(ToolResult {
-                        full_output: String::new(),
-                        ..r.clone()
-                    })),
-                },
-                _ => item.clone(),
-            })
-            .collect()
+    /// How the model's view is made from the conversation now.
+    pub fn view_spec(&self) -> ViewSpec {
+        ViewSpec {
+            summary: self
+                .summary
+                .as_ref()
+                .map(|s| s.text.clone())
+                .unwrap_or_default(),
+            summary_upto: self.summary.as_ref().map(|s| s.upto as u32).unwrap_or(0),
+            elide_before: self.elide_before as u32,
+        }
+    }
+
+    /// The model config a request carries: a script is cut to the one turn this call needs.
+    fn request_model(&self) -> Option<baton_proto::ModelConfig> {
+        let mut model = self.spec.model.clone()?;
+        if let Some(script) = &mut model.script {
+            let turn = self.turn as usize;
+            let first = script.first_turn as usize;
+            let one: Vec<_> = turn
+                .checked_sub(first)
+                .and_then(|i| script.turns.get(i))
+                .cloned()
+                .into_iter()
+                .collect();
+            // Past the end, the provider explains the script is too short.
+            script.first_turn = if one.is_empty() {
+                script.turns.len() as u32 + script.first_turn
+            } else {
+                self.turn
+            };
+            script.turns = one;
+        }
+        Some(model)
+    }
+
+    /// The conversation as the model sees it (see [`view::model_view`]); after a continue-as-new
+    /// older items are stubs here, so use it for sizes, not content.
+    pub fn model_view(&self) -> Vec<Item> {
+        view::model_view(&self.conversation, &self.view_spec())
+    }
+
+    /// Whether the run should continue as new before its next step: the server suggests it,
+    /// or the segment used its event or turn budget. Never while finished.
+    pub fn wants_continue_as_new(&self, history_length: u32, suggested: bool) -> bool {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return false;
+        }
+        let limits = self.limits();
+        let events_budget = match limits.history_events_budget {
+            0 => DEFAULT_HISTORY_EVENTS_BUDGET,
+            n => n,
+        };
+        let turns = self.turn.saturating_sub(self.segment_start_turn);
+        suggested
+            || history_length >= events_budget
+            || (limits.segment_turns > 0 && turns >= limits.segment_turns)
+    }
+
+    /// The state to carry into the next segment: this state without the spec (the next
+    /// segment's input carries it), with the conversation before the last
+    /// [`RESIDENT_TURNS`] turns reduced to stubs (the blob store holds it: only items already
+    /// stored are stubbed) and only the last [`CARRIED_EVENTS`] events, their texts cut.
+    pub fn checkpoint(&self) -> Result<Continuation, String> {
+        let mut state = self.clone();
+        state.spec = RunSpec::default();
+        state.segment += 1;
+        state.segment_start_turn = state.turn;
+        let stored = self.stored.as_ref().map(|s| s.1).unwrap_or(0);
+        let mut resident_turns = RESIDENT_TURNS;
+        let mut carried = CARRIED_EVENTS;
+        loop {
+            let assistants: Vec<usize> = self
+                .conversation
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| view::is_assistant(i))
+                .map(|(n, _)| n)
+                .collect();
+            let resident_from = assistants
+                .len()
+                .checked_sub(resident_turns)
+                .and_then(|k| assistants.get(k).copied())
+                .unwrap_or(0)
+                .min(stored);
+            for (n, item) in state.conversation.iter_mut().enumerate() {
+                if n > 0 && n < resident_from {
+                    *item = view::stub(item);
+                }
+            }
+            let skip = self.events.len().saturating_sub(carried);
+            state.events = self.events[skip..].iter().map(trim_event).collect();
+            let json = serde_json::to_string(&state).map_err(|e| e.to_string())?;
+            if json.len() <= MAX_CHECKPOINT_BYTES || (resident_turns <= 1 && carried == 0) {
+                return Ok(Continuation {
+                    segment: state.segment,
+                    state: json,
+                    format: CHECKPOINT_FORMAT,
+                });
+            }
+            resident_turns = (resident_turns / 2).max(1);
+            carried /= 2;
+        }
+    }
+
+    /// A run continued from [`RunState::checkpoint`], with `spec` (the input without its
+    /// continuation).
+    pub fn resume(run_id: &str, spec: RunSpec, continued: &Continuation) -> Result<Self, String> {
+        if continued.format != CHECKPOINT_FORMAT {
+            return Err(format!(
+                "continued run state has format {}, this worker reads format {CHECKPOINT_FORMAT}",
+                continued.format
+            ));
+        }
+        let mut state: RunState = serde_json::from_str(&continued.state)
+            .map_err(|e| format!("continued run state is unreadable: {e}"))?;
+        state.run_id = run_id.to_owned();
+        state.spec = normalize(spec);
+        Ok(state)
     }
 
     /// The system prompt of the run (see [`crate::prompt`]).
@@ -450,6 +562,17 @@ impl RunState {
 
     /// The model answered.
     pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
+        if !response.history_head.is_empty()
+            && response.history_items as usize <= self.conversation.len()
+        {
+            self.stored = Some((
+                response.history_head.clone(),
+                response.history_items as usize,
+            ));
+        }
+        if !response.context.is_empty() {
+            self.context_ref = Some(response.context.clone());
+        }
         self.turn += 1;
         self.overflow_retried = false;
         if let Some(u) = &response.usage {
@@ -550,7 +673,7 @@ impl RunState {
             .conversation
             .iter()
             .enumerate()
-            .filter(|(_, i)| matches!(i.kind, Some(item::Kind::Assistant(_))))
+            .filter(|(_, i)| view::is_assistant(i))
             .map(|(n, _)| n)
             .collect();
         let Some(&cutoff) = assistants
@@ -560,18 +683,23 @@ impl RunState {
         else {
             return (0, 0);
         };
+        let from = self
+            .summary
+            .as_ref()
+            .map(|s| s.upto)
+            .unwrap_or(0)
+            .max(self.elide_before);
         let mut count = 0;
         let mut bytes = 0;
-        let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(0);
-        for (n, entry) in self.conversation.iter().enumerate().take(cutoff).skip(from) {
-            if let Some(item::Kind::ToolResult(r)) = &entry.kind
-                && r.content.len() >= ELIDE_MIN_BYTES
-                && self.elided.insert(n)
+        for entry in self.conversation.iter().take(cutoff).skip(from) {
+            if let Some(size) = view::tool_output_chars(entry)
+                && size >= ELIDE_MIN_BYTES
             {
                 count += 1;
-                bytes += r.content.len();
+                bytes += size;
             }
         }
+        self.elide_before = self.elide_before.max(cutoff);
         if count > 0 {
             self.calibration = None;
         }
@@ -581,11 +709,11 @@ impl RunState {
     /// Estimated tokens of the next request: the last call's reported usage plus an estimate of
     /// what was added since, or (after the view changed) an estimate of the whole view.
     pub fn estimate_tokens(&self) -> u32 {
-        let chars = |items: &[Item]| -> usize { items.iter().map(item_chars).sum() };
+        let len_now = self.conversation.len();
         let estimate = match self.calibration {
-            Some((tokens, len)) if len <= self.conversation.len() => {
-                let added = self.view_items(len, self.conversation.len());
-                u64::from(tokens) + (chars(&added) / 4) as u64
+            Some((tokens, len)) if len <= len_now => {
+                let added = view::view_chars(&self.conversation, self.elide_before, len, len_now);
+                u64::from(tokens) + (added / 4) as u64
             }
             _ => {
                 let overhead = self.system_prompt().len()
@@ -594,7 +722,20 @@ impl RunState {
                         .iter()
                         .map(|t| t.description.len() + t.parameters.len() + t.name.len())
                         .sum::<usize>();
-                ((chars(&self.model_view()) + overhead) / 4) as u64
+                let view = match &self.summary {
+                    Some(summary) => {
+                        view::item_chars(&view::summary_item(&summary.text))
+                            + view::view_chars(&self.conversation, self.elide_before, 0, 1)
+                            + view::view_chars(
+                                &self.conversation,
+                                self.elide_before,
+                                summary.upto,
+                                len_now,
+                            )
+                    }
+                    None => view::view_chars(&self.conversation, self.elide_before, 0, len_now),
+                };
+                ((view + overhead) / 4) as u64
             }
         };
         estimate.min(u64::from(u32::MAX)) as u32
@@ -649,7 +790,7 @@ impl RunState {
             .iter()
             .enumerate()
             .skip(from)
-            .filter(|(_, i)| matches!(i.kind, Some(item::Kind::Assistant(_))))
+            .filter(|(_, i)| view::is_assistant(i))
             .map(|(n, _)| n)
             .collect();
         let k = assistants.len().checked_sub(KEEP_RECENT_TURNS)?;
@@ -659,15 +800,18 @@ impl RunState {
 
     fn compact_request(&self, upto: usize) -> CompactRequest {
         let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(1);
-        let mut items = Vec::new();
-        if let Some(summary) = &self.summary {
-            items.push(user(&format!("Summary so far:\n{}", summary.text), true));
+        let mut model = self.spec.model.clone();
+        if let Some(m) = &mut model {
+            m.script = None;
         }
-        items.extend(self.view_items(from, upto));
         CompactRequest {
-            model: self.spec.model.clone(),
+            model,
             task: self.spec.task.clone(),
-            items,
+            items: Vec::new(),
+            history: Some(self.conversation_ref()),
+            view: Some(self.view_spec()),
+            from: from as u32,
+            upto: upto as u32,
         }
     }
 
@@ -878,17 +1022,20 @@ impl RunState {
                     name: planned.call.name.clone(),
                     content,
                     is_error: true,
-                    full_output: String::new(),
+                    ..Default::default()
                 },
                 Disposition::Pending => ToolResult {
                     call_id: planned.call.id.clone(),
                     name: planned.call.name.clone(),
                     content: "internal error: the call was never decided".to_owned(),
                     is_error: true,
-                    full_output: String::new(),
+                    ..Default::default()
                 },
             };
             any_error |= result.is_error;
+            if !result.snapshot.is_empty() {
+                self.workspace_snapshot = Some(result.snapshot.clone());
+            }
             self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
             self.conversation.push(Item {
                 kind: Some(item::Kind::ToolResult(result)),
@@ -946,7 +1093,7 @@ impl RunState {
         } else if self.error_streak == alert_after + pause_after {
             self.ask_question(
                 format!(
-                    "The agent's tool calls failed in {} turns in a row, even after it was told                      to change strategy. Continue the run (approve) or abort it (deny)?",
+                    "The agent's tool calls failed in {} turns in a row, even after it was told to change strategy. Continue the run (approve) or abort it (deny)?",
                     self.error_streak
                 ),
                 now_ms,
@@ -960,6 +1107,7 @@ impl RunState {
             id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
             name: QUESTION_TOOL.to_owned(),
             arguments: serde_json::json!({ "question": question }).to_string(),
+            arguments_ref: String::new(),
         };
         self.push_event(
             now_ms,
@@ -1382,21 +1530,6 @@ fn assistant_item(message: AssistantMessage) -> Item {
     }
 }
 
-fn item_chars(i: &Item) -> usize {
-    match &i.kind {
-        Some(item::Kind::User(u)) => u.text.len(),
-        Some(item::Kind::Assistant(a)) => {
-            a.text.len()
-                + a.tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments.len() + c.id.len())
-                    .sum::<usize>()
-        }
-        Some(item::Kind::ToolResult(r)) => r.content.len() + r.call_id.len(),
-        None => 0,
-    }
-}
-
 fn add_usage(total: &mut Usage, u: &Usage) {
     total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
     total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
@@ -1406,6 +1539,38 @@ fn add_usage(total: &mut Usage, u: &Usage) {
         u.input_tokens.saturating_add(u.output_tokens)
     };
     total.total_tokens = total.total_tokens.saturating_add(t);
+}
+
+/// An event as carried across continue-as-new: long texts cut.
+fn trim_event(e: &RunEvent) -> RunEvent {
+    let cut = |t: &mut String| {
+        if t.len() > CARRIED_EVENT_TEXT {
+            let mut end = CARRIED_EVENT_TEXT;
+            while !t.is_char_boundary(end) {
+                end -= 1;
+            }
+            t.truncate(end);
+            t.push('…');
+        }
+    };
+    let mut e = e.clone();
+    match &mut e.kind {
+        Some(run_event::Kind::Assistant(a)) => {
+            cut(&mut a.text);
+            cut(&mut a.reasoning);
+            for c in &mut a.tool_calls {
+                cut(&mut c.arguments);
+            }
+        }
+        Some(run_event::Kind::ToolFinished(r)) => {
+            cut(&mut r.content);
+            r.full_output.clear();
+        }
+        Some(run_event::Kind::ToolStarted(c)) => cut(&mut c.arguments),
+        Some(run_event::Kind::Note(n)) => cut(n),
+        _ => {}
+    }
+    e
 }
 
 /// One line describing an event, for `status.last_event`.

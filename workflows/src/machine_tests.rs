@@ -27,6 +27,7 @@ fn call(id: &str, name: &str, args: &str) -> ToolCall {
         id: id.into(),
         name: name.into(),
         arguments: args.into(),
+        ..Default::default()
     }
 }
 
@@ -44,6 +45,7 @@ fn reply(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> LlmResponse 
             total_tokens: 15,
             llm_calls: 0,
         }),
+        ..Default::default()
     }
 }
 
@@ -54,9 +56,17 @@ fn ok_result(content: &str) -> ToolResult {
     }
 }
 
+/// The next step, an LLM call, with the model's view filled in as the activity builds it
+/// (these runs never store anything, so the whole conversation travels inline).
 fn expect_llm(state: &mut RunState) -> LlmRequest {
     match state.next_step(T0) {
-        Step::CallLlm(req) => req,
+        Step::CallLlm(mut req) => {
+            let history = req.history.clone().unwrap();
+            assert!(history.head.is_empty() && history.stored_items == 0);
+            assert_eq!(history.added, state.conversation);
+            req.conversation = crate::view::model_view(&history.added, &req.view.clone().unwrap());
+            req
+        }
         other => panic!("expected an LLM call, got {other:?}"),
     }
 }
@@ -944,6 +954,7 @@ fn turn_with_output(s: &mut RunState, i: u32, text: &str, out: &str) {
                 ..Default::default()
             }),
             usage: None,
+            ..Default::default()
         },
         T0,
     );
@@ -1003,9 +1014,16 @@ fn when_elision_is_not_enough_the_older_turns_are_summarized() {
     }
     shrink_window(&mut s, 8_000);
     let step = s.next_step(T0);
-    let Step::Compact(req) = step else {
+    let Step::Compact(mut req) = step else {
         panic!("expected compaction, got {step:?}");
     };
+    let history = req.history.clone().unwrap();
+    req.items = crate::view::compaction_input(
+        &history.added,
+        &req.view.clone().unwrap(),
+        req.from as usize,
+        req.upto as usize,
+    );
     assert_eq!(s.status().state(), StateName::Compacting);
     assert_eq!(req.task, "do the thing");
     // Everything but the task and the last two turns goes to the summary.
@@ -1189,4 +1207,169 @@ fn full_outputs_are_kept_in_the_conversation_but_not_sent_to_the_model() {
     assert_eq!(sent.content, "preview");
     assert!(sent.full_output.is_empty());
     assert_eq!(tool_results(&s)[0].full_output, "the whole thing");
+}
+
+/// A turn of `shell` with output `out`, answered by the "activity" with a stored head.
+fn stored_turn(s: &mut RunState, i: u32, out: &str) {
+    let Step::CallLlm(req) = s.next_step(T0) else {
+        panic!("expected an LLM call");
+    };
+    let history = req.history.unwrap();
+    let items = history.stored_items as usize + history.added.len();
+    let mut response = reply(
+        &format!("turn {i}"),
+        vec![call(
+            &format!("c{i}"),
+            "shell",
+            &format!("{{\"command\":\"echo {i}\"}}"),
+        )],
+        FinishReason::ToolCalls,
+    );
+    response.history_head = format!("head{i}");
+    response.history_items = items as u32;
+    response.context = "ctx".into();
+    s.on_llm_response(response, T0);
+    expect_tools(s);
+    s.on_tool_results(vec![ok_result(out)], T0);
+}
+
+#[test]
+fn requests_carry_only_what_is_new_once_stored() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    for i in 0..5 {
+        stored_turn(&mut s, i, "some output");
+    }
+    let Step::CallLlm(req) = s.next_step(T0) else {
+        panic!("expected an LLM call");
+    };
+    let history = req.history.unwrap();
+    assert_eq!(history.head, "head4");
+    // The last reply and its tool result are all that travel.
+    assert_eq!(history.added.len(), 2);
+    assert_eq!(history.stored_items as usize + 2, s.conversation.len());
+    assert_eq!(req.context, "ctx");
+    assert!(req.system_prompt.is_empty() && req.tools.is_empty());
+}
+
+#[test]
+fn a_script_travels_one_turn_at_a_time() {
+    let mut spec = spec(&[]);
+    spec.model = Some(baton_proto::ModelConfig {
+        provider: "scripted".into(),
+        script: Some(baton_proto::Script {
+            turns: (0..3)
+                .map(|i| baton_proto::ScriptedTurn {
+                    text: format!("t{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+            first_turn: 0,
+        }),
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", spec, T0).unwrap();
+    stored_turn(&mut s, 0, "x");
+    let Step::CallLlm(req) = s.next_step(T0) else {
+        panic!("expected an LLM call");
+    };
+    let script = req.model.unwrap().script.unwrap();
+    assert_eq!(req.turn, 1);
+    assert_eq!(script.first_turn, 1);
+    assert_eq!(script.turns.len(), 1);
+    assert_eq!(script.turns[0].text, "t1");
+}
+
+#[test]
+fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
+    let mut spec = spec(&["shell"]);
+    spec.limits = Some(Limits {
+        max_turns: 100,
+        segment_turns: 30,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", spec.clone(), T0).unwrap();
+    assert!(!s.wants_continue_as_new(10, false));
+    assert!(s.wants_continue_as_new(10, true));
+    assert!(s.wants_continue_as_new(DEFAULT_HISTORY_EVENTS_BUDGET, false));
+    for i in 0..30 {
+        // Approve each call so the batch runs.
+        let Step::CallLlm(req) = s.next_step(T0) else {
+            panic!("expected an LLM call");
+        };
+        let h = req.history.unwrap();
+        let mut r = reply(
+            &format!("turn {i}"),
+            vec![call(
+                &format!("c{i}"),
+                "shell",
+                &format!("{{\"command\":\"echo {i}\"}}"),
+            )],
+            FinishReason::ToolCalls,
+        );
+        r.history_head = format!("head{i}");
+        r.history_items = h.stored_items + h.added.len() as u32;
+        s.on_llm_response(r, T0);
+        if i == 29 {
+            break;
+        }
+        s.on_decision(
+            ApprovalDecision {
+                call_id: format!("c{i}"),
+                approved: true,
+                approver: "ann".into(),
+                ..Default::default()
+            },
+            T0,
+        )
+        .unwrap();
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result(&"o".repeat(2000))], T0);
+    }
+    // Turn 30 waits for a human, and the segment used its turn budget.
+    assert_eq!(s.status().state(), StateName::AwaitingApproval);
+    assert!(s.wants_continue_as_new(100, false));
+    let carried = s.checkpoint().unwrap();
+    assert_eq!(carried.segment, 1);
+    assert!(carried.state.len() < MAX_CHECKPOINT_BYTES);
+    let mut next = RunState::resume("run-1", spec, &carried).unwrap();
+    assert!(
+        !next.wants_continue_as_new(100, false),
+        "the budget restarts"
+    );
+    assert_eq!(next.turn, 30);
+    assert_eq!(next.conversation.len(), s.conversation.len());
+    assert_eq!(next.estimate_tokens(), s.estimate_tokens());
+    let stubs = next
+        .conversation
+        .iter()
+        .filter(|i| matches!(i.kind, Some(item::Kind::Stub(_))))
+        .count();
+    assert!(stubs > 40, "older items are stubs: {stubs}");
+    assert!(next.events.len() <= CARRIED_EVENTS);
+    // The pending approval survives the boundary and is applied.
+    assert_eq!(next.status().pending.len(), 1);
+    next.on_decision(
+        ApprovalDecision {
+            call_id: "c29".into(),
+            approved: true,
+            approver: "ann".into(),
+            ..Default::default()
+        },
+        T0,
+    )
+    .unwrap();
+    let requests = expect_tools(&mut next);
+    assert_eq!(requests[0].call.as_ref().unwrap().id, "c29");
+    next.on_tool_results(vec![ok_result("done")], T0);
+    let Step::CallLlm(req) = next.next_step(T0) else {
+        panic!("expected an LLM call");
+    };
+    let h = req.history.unwrap();
+    assert_eq!(h.head, "head29");
+    assert!(
+        h.added
+            .iter()
+            .all(|i| !matches!(i.kind, Some(item::Kind::Stub(_)))),
+        "stubs never travel"
+    );
 }

@@ -213,6 +213,7 @@ mod tests {
             id: "c1".into(),
             name: name.into(),
             arguments: args.into(),
+            ..Default::default()
         }
     }
 

@@ -11,8 +11,8 @@ use futures::FutureExt;
 use temporalio_common::{RetryPolicy, error::IncomingError, search_attributes::SearchAttributeKey};
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
-    ActivityCancellationType, ActivityExecutionError, ActivityOptions, MemoValue,
-    SyncWorkflowContext, TimerResult, WorkflowCancellationToken, WorkflowContext,
+    ActivityCancellationType, ActivityExecutionError, ActivityOptions, ContinueAsNewOptions,
+    MemoValue, SyncWorkflowContext, TimerResult, WorkflowCancellationToken, WorkflowContext,
     WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 
@@ -28,6 +28,14 @@ pub const PATCH_READ_INSTRUCTIONS: &str = "read-instructions-v1";
 /// Patch marker: the run keeps its search attributes (`BatonState`, ...) current. Histories
 /// recorded before it replay without those commands.
 pub const PATCH_SEARCH_ATTRIBUTES: &str = "search-attributes-v1";
+
+/// Patch marker: the run continues as new when its segment's history passes its budget.
+/// Histories recorded before it never do.
+pub const PATCH_CONTINUE_AS_NEW: &str = "continue-as-new-v1";
+
+/// Patch marker: a batch with a mutating call runs its calls one at a time, each starting
+/// from the workspace snapshot the previous one left (workspace hand-off between workers).
+pub const PATCH_SERIAL_MUTATING: &str = "serial-mutating-tools-v1";
 
 /// Search attribute: the run's state (`THINKING`, `AWAITING_APPROVAL`, ...). Keyword.
 pub const SA_STATE: SearchAttributeKey<String> = SearchAttributeKey::keyword("BatonState");
@@ -83,9 +91,17 @@ impl AgentRun {
     fn new(ctx: &WorkflowContextView, spec: RunSpec) -> Self {
         let now = now_ms(ctx.start_time());
         let id = ctx.workflow_id().to_owned();
-        let run = match RunState::new(&id, spec.clone(), now) {
-            Ok(run) => run,
-            Err(detail) => RunState::invalid(&id, spec, now, detail),
+        let run = match spec.continued.clone() {
+            Some(continued) => {
+                let spec = RunSpec {
+                    continued: None,
+                    ..spec
+                };
+                RunState::resume(&id, spec.clone(), &continued)
+                    .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail))
+            }
+            None => RunState::new(&id, spec.clone(), now)
+                .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail)),
         };
         Self { run, indexed: None }
     }
@@ -94,7 +110,11 @@ impl AgentRun {
     #[run(name = "AgentRun")]
     pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
         // Runs recorded before the prompt builder existed did not read the workspace.
-        if ctx.patched(PATCH_READ_INSTRUCTIONS) && ctx.state(|s| s.run.result().is_none()) {
+        // A continued run read them in its first segment.
+        if ctx.state(|s| s.run.segment == 0)
+            && ctx.patched(PATCH_READ_INSTRUCTIONS)
+            && ctx.state(|s| s.run.result().is_none())
+        {
             let outcome = ctx
                 .execute_activity(
                     ToolActivities::read_instructions,
@@ -106,6 +126,12 @@ impl AgentRun {
             ctx.state_mut(|s| s.run.on_instructions(outcome.ok(), now));
         }
         loop {
+            let (length, suggested) = (ctx.history_length(), ctx.continue_as_new_suggested());
+            if ctx.state(|s| s.run.wants_continue_as_new(length, suggested))
+                && ctx.patched(PATCH_CONTINUE_AS_NEW)
+            {
+                return continue_as_new(ctx, length, suggested);
+            }
             let now = now_ms(ctx.workflow_time());
             let step = ctx.state_mut(|s| s.run.next_step(now));
             publish_status(ctx);
@@ -282,10 +308,73 @@ impl AgentRun {
         self.run.events_since(request.since)
     }
 
-    /// The whole conversation so far.
+    /// The whole conversation so far. After a continue-as-new, older items are stubs: read
+    /// them from the blob store under the head of query `stored`.
     #[query(name = "transcript")]
     pub fn transcript(&self, _ctx: &WorkflowContextView) -> Vec<baton_proto::Item> {
         self.run.conversation.clone()
+    }
+
+    /// Where the conversation is in the blob store: its last stored segment and how many
+    /// items that holds (`added` is empty).
+    #[query(name = "stored")]
+    pub fn stored(&self, _ctx: &WorkflowContextView) -> baton_proto::ConversationRef {
+        let (head, stored_items) = self
+            .run
+            .stored
+            .clone()
+            .map(|(h, n)| (h, n as u32))
+            .unwrap_or_default();
+        baton_proto::ConversationRef {
+            head,
+            stored_items,
+            added: Vec::new(),
+        }
+    }
+}
+
+/// Ends this segment of the run and continues it as new with its state carried by reference
+/// (same workflow id: `status`, `watch`, `result` and approvals go on working).
+fn continue_as_new(
+    ctx: &mut WorkflowContext<AgentRun>,
+    length: u32,
+    suggested: bool,
+) -> WorkflowResult<RunResult> {
+    let now = now_ms(ctx.workflow_time());
+    let checkpoint = ctx.state_mut(|s| {
+        s.run.note(
+            now,
+            &format!(
+                "history budget: continuing as new after {length} events{} (segment {})",
+                if suggested {
+                    ", as the server suggested"
+                } else {
+                    ""
+                },
+                s.run.segment + 1
+            ),
+        );
+        s.run.checkpoint()
+    });
+    let continued = match checkpoint {
+        Ok(c) => c,
+        // Cannot happen with serde-serializable state.
+        Err(e) => {
+            return Err(WorkflowTermination::failed_application(
+                temporalio_common::error::ApplicationFailure::new(format!(
+                    "cannot carry the run's state into a new segment: {e}"
+                )),
+            ));
+        }
+    };
+    publish_status(ctx);
+    let spec = ctx.state(|s| RunSpec {
+        continued: Some(continued),
+        ..s.run.spec.clone()
+    });
+    match ctx.continue_as_new(spec, ContinueAsNewOptions::default()) {
+        Err(termination) => Err(termination),
+        Ok(never) => match never {},
     }
 }
 
@@ -311,26 +400,48 @@ async fn run_tools(
     token: &WorkflowCancellationToken,
 ) -> Vec<ToolResult> {
     let mut results = Vec::with_capacity(requests.len());
-    let chunk = max_parallel.max(1) as usize;
+    // Calls that change the workspace run one at a time, each from the snapshot the previous
+    // one left: they may run on different workers, whose copies cannot be merged.
+    let serial = requests.len() > 1
+        && requests.iter().any(|r| r.mutating)
+        && ctx.patched(PATCH_SERIAL_MUTATING);
+    let chunk = if serial {
+        1
+    } else {
+        max_parallel.max(1) as usize
+    };
+    let mut snapshot = requests
+        .first()
+        .map(|r| r.snapshot.clone())
+        .unwrap_or_default();
     for group in requests.chunks(chunk) {
         let futures: Vec<_> = group
             .iter()
             .map(|r| {
                 let opts = tool_options(r, token);
-                ctx.execute_activity(ToolActivities::run_tool, r.clone(), opts)
+                let request = ToolRequest {
+                    snapshot: snapshot.clone(),
+                    ..r.clone()
+                };
+                ctx.execute_activity(ToolActivities::run_tool, request, opts)
             })
             .collect();
         let outcomes = temporalio_workflow::join_all(futures).await;
         for (request, outcome) in group.iter().zip(outcomes) {
             let call = request.call.clone().unwrap_or_default();
             results.push(match outcome {
-                Ok(result) => result,
+                Ok(result) => {
+                    if !result.snapshot.is_empty() {
+                        snapshot = result.snapshot.clone();
+                    }
+                    result
+                }
                 Err(e) => ToolResult {
                     call_id: call.id,
                     name: call.name,
                     content: format!("The tool could not be run: {}", failure_message(&e)),
                     is_error: true,
-                    full_output: String::new(),
+                    ..Default::default()
                 },
             });
         }

@@ -196,7 +196,8 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                 }
                 push_message(&mut messages, "user", vec![block]);
             }
-            None => {}
+            // Stubs never reach a provider (the activity loads real items).
+            Some(item::Kind::Stub(_)) | None => {}
         }
     }
     let messages: Vec<Value> = messages
@@ -346,6 +347,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
                 id,
                 name,
                 arguments: input_text(&input),
+                ..Default::default()
             }),
             Block::Thinking { thinking } => reasoning.push_str(&thinking),
             Block::Other => {}
@@ -362,6 +364,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
         usage: parsed
             .usage
             .map(|u| usage(u.input().unwrap_or(0), u.output_tokens.unwrap_or(0))),
+        ..Default::default()
     })
 }
 
@@ -506,6 +509,7 @@ impl StreamState {
                         _ => "{}".to_owned(),
                     }
                 },
+                ..Default::default()
             })
             .collect();
         let finish = finish_reason(self.stop_reason.as_deref(), !tool_calls.is_empty());
@@ -519,6 +523,7 @@ impl StreamState {
             usage: self
                 .saw_usage
                 .then(|| usage(self.input_tokens, self.output_tokens)),
+            ..Default::default()
         }
     }
 }
@@ -579,6 +584,7 @@ mod tests {
                         id: (*id).into(),
                         name: (*name).into(),
                         arguments: (*args).into(),
+                        ..Default::default()
                     })
                     .collect(),
                 finish_reason: FinishReason::ToolCalls as i32,
@@ -595,6 +601,7 @@ mod tests {
                 content: content.into(),
                 is_error,
                 full_output: String::new(),
+                ..Default::default()
             })),
         }
     }
@@ -638,6 +645,7 @@ mod tests {
                     read_only: true,
                 },
             ],
+            ..Default::default()
         }
     }
 
@@ -756,17 +764,20 @@ mod tests {
                             id: "toolu_A".into(),
                             name: "read_file".into(),
                             arguments: r#"{"path":"a.rs"}"#.into(),
+                            ..Default::default()
                         },
                         ToolCall {
                             id: "toolu_B".into(),
                             name: "list_files".into(),
                             arguments: "{}".into(),
+                            ..Default::default()
                         },
                     ],
                     finish_reason: FinishReason::ToolCalls as i32,
                     reasoning: "Need both files.".into(),
                 }),
                 usage: Some(usage(125, 30)),
+                ..Default::default()
             }
         );
         let finish = |reason: &str| {
@@ -901,22 +912,26 @@ mod tests {
                         id: "toolu_01A".into(),
                         name: "read_file".into(),
                         arguments: r#"{"path": "src/main.rs"}"#.into(),
+                        ..Default::default()
                     },
                     ToolCall {
                         id: "toolu_01B".into(),
                         name: "search_files".into(),
                         arguments: r#"{"pattern": "fn main", "path": "src"}"#.into(),
+                        ..Default::default()
                     },
                     ToolCall {
                         id: "toolu_01C".into(),
                         name: "list_files".into(),
                         arguments: "{}".into(),
+                        ..Default::default()
                     },
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "Two files; read both.".into(),
             }),
             usage: Some(usage(500, 89)),
+            ..Default::default()
         }
     }
 

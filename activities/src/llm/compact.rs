@@ -34,6 +34,7 @@ pub fn summary_request(request: &CompactRequest) -> LlmRequest {
             })),
         }],
         tools: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -103,7 +104,7 @@ fn render(items: &[Item]) -> String {
                     content
                 ));
             }
-            None => {}
+            Some(item::Kind::Stub(_)) | None => {}
         }
     }
     out
@@ -123,6 +124,7 @@ mod tests {
                         id: "c1".into(),
                         name: "read_file".into(),
                         arguments: r#"{"path":"app.toml"}"#.into(),
+                        ..Default::default()
                     }],
                     ..Default::default()
                 })),
@@ -134,6 +136,7 @@ mod tests {
                     content: "port = 8080".into(),
                     is_error: false,
                     full_output: String::new(),
+                    ..Default::default()
                 })),
             },
         ]
@@ -149,6 +152,7 @@ mod tests {
             }),
             task: "fix the port".into(),
             items: items(),
+            ..Default::default()
         });
         assert!(req.tools.is_empty());
         assert_eq!(req.system_prompt, SUMMARY_PROMPT);

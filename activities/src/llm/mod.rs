@@ -21,11 +21,18 @@ mod test_server;
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use baton_proto::{CompactRequest, CompactResponse, LlmRequest, LlmResponse};
+use baton_workflows::view;
+use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 pub use error::LlmError;
+
+use crate::{
+    conversation::{Context, ConversationError, Conversations},
+    store::SharedStore,
+};
 pub use provider::Provider;
 
 /// How often the activity heartbeats while it waits for the provider.
@@ -154,13 +161,92 @@ impl Providers {
 /// Implements the `llm_generate` activity contract.
 pub struct LlmService {
     providers: Providers,
+    conversations: Conversations,
 }
 
 impl LlmService {
-    /// A service over these providers.
-    pub fn new(providers: Providers) -> Self {
-        Self { providers }
+    /// A service over these providers, keeping conversations in `store`.
+    pub fn new(providers: Providers, store: SharedStore) -> Self {
+        Self {
+            providers,
+            conversations: Conversations::new(store),
+        }
     }
+
+    /// Turns a by-reference request into the model's view: loads the stored conversation,
+    /// stores the added items (returning the new head) and the system prompt and tools (once).
+    /// Inline requests pass through.
+    async fn resolve(&self, request: LlmRequest) -> Result<Resolved, ConversationError> {
+        let Some(history) = &request.history else {
+            return Ok(Resolved {
+                request,
+                head: String::new(),
+                items: 0,
+                context: String::new(),
+            });
+        };
+        let (head, items) = self.conversations.materialize(history).await?;
+        let view = request.view.clone().unwrap_or_default();
+        let (context, system_prompt, tools) = if request.context.is_empty() {
+            let context = Context {
+                system_prompt: request.system_prompt.clone(),
+                tools: request.tools.clone(),
+            };
+            let id = self.conversations.put_context(&context).await?;
+            (id, context.system_prompt, context.tools)
+        } else {
+            let context = self.conversations.context(&request.context).await?;
+            (
+                request.context.clone(),
+                context.system_prompt,
+                context.tools,
+            )
+        };
+        let mut conversation = view::model_view(&items, &view);
+        self.conversations
+            .with_full_arguments(&mut conversation)
+            .await?;
+        let mut model = request.model;
+        if let Some(m) = model.as_mut().filter(|m| !m.script_ref.is_empty()) {
+            m.script = Some(
+                self.conversations
+                    .script_turn(&m.script_ref, request.turn)
+                    .await?,
+            );
+            m.script_ref.clear();
+        }
+        Ok(Resolved {
+            request: LlmRequest {
+                model,
+                system_prompt,
+                conversation,
+                tools,
+                history: None,
+                view: None,
+                context: String::new(),
+                turn: request.turn,
+            },
+            head,
+            items: items.len() as u32,
+            context,
+        })
+    }
+}
+
+/// A request as the provider sees it, and where its conversation is stored now.
+struct Resolved {
+    request: LlmRequest,
+    head: String,
+    items: u32,
+    context: String,
+}
+
+/// A blob store failure, as an activity failure: retried (the store may be back, or another
+/// worker may reach it), with a message saying what to check.
+fn store_failure(e: ConversationError) -> ActivityError {
+    ActivityError::application(ApplicationFailure::new(format!(
+        "{e} (check the workers' [store] settings: every worker must use the same blob store)"
+    )))
 }
 
 #[activities]
@@ -181,9 +267,19 @@ impl LlmService {
             .map(|m| m.provider.clone())
             .unwrap_or_default();
         info!(run_id, provider, attempt, "llm call started");
-        match with_heartbeat(&ctx, self.providers.generate(&request)).await? {
-            Ok(response) => {
+        let resolved = self.resolve(request).await.map_err(store_failure)?;
+        match with_heartbeat(&ctx, self.providers.generate(&resolved.request)).await? {
+            Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
+                if let Some(message) = response.message.as_mut() {
+                    self.conversations
+                        .bound_message(message)
+                        .await
+                        .map_err(store_failure)?;
+                }
+                response.history_head = resolved.head;
+                response.history_items = resolved.items;
+                response.context = resolved.context;
                 Ok(response)
             }
             Err(e) => {
@@ -198,8 +294,21 @@ impl LlmService {
     pub async fn compact_context(
         self: Arc<Self>,
         ctx: ActivityContext,
-        request: CompactRequest,
+        mut request: CompactRequest,
     ) -> Result<CompactResponse, ActivityError> {
+        if let Some(history) = request.history.take() {
+            let (_, items) = self
+                .conversations
+                .materialize(&history)
+                .await
+                .map_err(store_failure)?;
+            request.items = view::compaction_input(
+                &items,
+                &request.view.clone().unwrap_or_default(),
+                request.from as usize,
+                request.upto as usize,
+            );
+        }
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let provider = request
             .model
@@ -260,6 +369,7 @@ mod tests {
                         text: "scripted answer".into(),
                         ..Default::default()
                     }],
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

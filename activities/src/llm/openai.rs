@@ -158,7 +158,8 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                 messages
                     .push(json!({"role": "tool", "tool_call_id": r.call_id, "content": content}));
             }
-            None => {}
+            // Stubs never reach a provider (the activity loads real items).
+            Some(item::Kind::Stub(_)) | None => {}
         }
     }
     let tools: Vec<Value> = request
@@ -315,6 +316,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
             id: c.id.unwrap_or_default(),
             name: c.function.name,
             arguments: arguments_text(c.function.arguments.unwrap_or_default()),
+            ..Default::default()
         })
         .collect();
     let finish = finish_reason(choice.finish_reason.as_deref(), !tool_calls.is_empty());
@@ -327,6 +329,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
                 .unwrap_or_default(),
         }),
         usage: parsed.usage.map(ChatUsage::to_usage),
+        ..Default::default()
     })
 }
 
@@ -499,6 +502,7 @@ impl StreamState {
                 id: c.id,
                 name: c.name,
                 arguments: arguments_text(c.arguments),
+                ..Default::default()
             })
             .collect();
         let finish = finish_reason(self.finish.as_deref(), !tool_calls.is_empty());
@@ -510,6 +514,7 @@ impl StreamState {
                 reasoning: self.reasoning,
             }),
             usage: self.usage.map(ChatUsage::to_usage),
+            ..Default::default()
         }
     }
 }
@@ -593,6 +598,7 @@ mod tests {
                             id: "c1".into(),
                             name: "shell".into(),
                             arguments: r#"{"command":"ls"}"#.into(),
+                            ..Default::default()
                         }],
                         finish_reason: FinishReason::ToolCalls as i32,
                         reasoning: "private thoughts".into(),
@@ -605,6 +611,7 @@ mod tests {
                         content: "denied".into(),
                         is_error: true,
                         full_output: String::new(),
+                        ..Default::default()
                     })),
                 },
             ],
@@ -615,6 +622,7 @@ mod tests {
                     .into(),
                 read_only: false,
             }],
+            ..Default::default()
         }
     }
 
@@ -679,11 +687,13 @@ mod tests {
                             id: "call_1".into(),
                             name: "read_file".into(),
                             arguments: r#"{"path":"a"}"#.into(),
+                            ..Default::default()
                         },
                         ToolCall {
                             id: "call_2".into(),
                             name: "list_files".into(),
                             arguments: "{}".into(),
+                            ..Default::default()
                         },
                     ],
                     finish_reason: FinishReason::ToolCalls as i32,
@@ -695,6 +705,7 @@ mod tests {
                     total_tokens: 15,
                     llm_calls: 0,
                 }),
+                ..Default::default()
             }
         );
         let cut = r#"{"choices":[{"message":{"content":"abc","reasoning":"r"},"finish_reason":"length"}]}"#;
@@ -786,11 +797,13 @@ mod tests {
                         id: "call_A".into(),
                         name: "read_file".into(),
                         arguments: r#"{"path": "src/main.rs"}"#.into(),
+                        ..Default::default()
                     },
                     ToolCall {
                         id: "call_B".into(),
                         name: "search_files".into(),
                         arguments: r#"{"pattern": "fn main", "path": "src"}"#.into(),
+                        ..Default::default()
                     },
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
@@ -802,6 +815,7 @@ mod tests {
                 total_tokens: 165,
                 llm_calls: 0,
             }),
+            ..Default::default()
         }
     }
 

@@ -31,16 +31,28 @@ pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {
         .and_then(|m| m.script.as_ref())
         .map(|s| s.turns.as_slice())
         .unwrap_or_default();
-    let index = request
-        .conversation
-        .iter()
-        .filter(|i| matches!(i.kind, Some(item::Kind::Assistant(_))))
-        .count();
-    let Some(turn) = turns.get(index) else {
+    let first = request
+        .model
+        .as_ref()
+        .and_then(|m| m.script.as_ref())
+        .map(|s| s.first_turn as usize)
+        .unwrap_or_default();
+    // Requests carry the call's index (and only the script turn they need); older requests
+    // carried the whole script and the index was the number of replies so far.
+    let index = if request.turn > 0 || first > 0 {
+        request.turn as usize
+    } else {
+        request
+            .conversation
+            .iter()
+            .filter(|i| matches!(i.kind, Some(item::Kind::Assistant(_))))
+            .count()
+    };
+    let Some(turn) = index.checked_sub(first).and_then(|i| turns.get(i)) else {
         return Err(LlmError::Config(format!(
             "the script has {} turns and the run asked for turn {}; add turns to the script \
              (the last one without tool calls ends the run)",
-            turns.len(),
+            turns.len() + first,
             index + 1
         )));
     };
@@ -69,7 +81,7 @@ pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {
             Some(item::Kind::User(u)) => u.text.len(),
             Some(item::Kind::Assistant(a)) => a.text.len(),
             Some(item::Kind::ToolResult(r)) => r.content.len(),
-            None => 0,
+            Some(item::Kind::Stub(_)) | None => 0,
         })
         .sum::<usize>()
         + request.system_prompt.len();
@@ -88,6 +100,7 @@ pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {
             total_tokens: input_tokens + output_tokens,
             llm_calls: 0,
         }),
+        ..Default::default()
     })
 }
 
@@ -108,7 +121,10 @@ mod tests {
         LlmRequest {
             model: Some(ModelConfig {
                 provider: "scripted".into(),
-                script: Some(Script { turns: script }),
+                script: Some(Script {
+                    turns: script,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             conversation,

@@ -10,9 +10,12 @@ pub mod local;
 pub mod s3;
 pub mod snapshot;
 
-use std::{fmt, sync::Arc};
+use std::{fmt, path::PathBuf, sync::Arc};
 
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+pub use local::LocalStore;
+pub use s3::S3Store;
 
 /// The id of a blob: lowercase hex SHA-256 of its bytes (64 characters).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,4 +128,148 @@ pub async fn get_json<T: DeserializeOwned>(
         id: id.clone(),
         detail: e.to_string(),
     })
+}
+
+/// Which blob store to use and how to reach it (the `[store]` table of `baton.toml`).
+/// Every field has a default, so an empty table means a local store in `.baton/blobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct StoreSettings {
+    /// `"local"` (default) or `"s3"`.
+    pub backend: String,
+    /// Directory of the local backend (default `.baton/blobs`).
+    pub dir: PathBuf,
+    /// Settings of the S3 backend.
+    pub s3: S3Settings,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            backend: "local".to_owned(),
+            dir: PathBuf::from(".baton/blobs"),
+            s3: S3Settings::default(),
+        }
+    }
+}
+
+/// Settings of the S3 backend (the `[store.s3]` table). Credentials left unset fall back
+/// to the standard AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_SESSION_TOKEN`, web identity, instance metadata); so do endpoint and region.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct S3Settings {
+    /// Endpoint URL of an S3-compatible server (e.g. `http://127.0.0.1:9000` for MinIO);
+    /// `None` = AWS S3 of the region.
+    pub endpoint: Option<String>,
+    /// Bucket name (required).
+    pub bucket: String,
+    /// Region (default `us-east-1`, or `AWS_REGION`/`AWS_DEFAULT_REGION`).
+    pub region: Option<String>,
+    /// Prepended verbatim to each blob id to form its key, e.g. `"baton/blobs/"`.
+    pub prefix: String,
+    /// Access key id; needs [`S3Settings::secret_access_key`] too.
+    pub access_key_id: Option<String>,
+    /// Secret access key; never printed.
+    pub secret_access_key: Option<String>,
+    /// Allow a plain `http://` endpoint.
+    pub allow_http: bool,
+    /// Virtual-hosted-style requests (`https://bucket.host/key`) instead of path style
+    /// (`https://host/bucket/key`). Default: path style when an endpoint is given,
+    /// virtual-hosted style for AWS S3. With an endpoint and virtual-hosted style, the
+    /// endpoint must already name the bucket (`https://bucket.host`).
+    pub virtual_hosted_style: Option<bool>,
+}
+
+impl fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("prefix", &self.prefix)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("allow_http", &self.allow_http)
+            .field("virtual_hosted_style", &self.virtual_hosted_style)
+            .finish()
+    }
+}
+
+/// Opens the blob store `settings` describe. Errors name the setting to fix.
+pub fn open(settings: &StoreSettings) -> Result<SharedStore, StoreError> {
+    match settings.backend.trim() {
+        "local" | "" => {
+            if settings.dir.as_os_str().is_empty() {
+                return Err(StoreError::Config(
+                    "store.backend = \"local\" needs store.dir (a directory for the blobs)"
+                        .to_owned(),
+                ));
+            }
+            Ok(Arc::new(LocalStore::new(&settings.dir)?))
+        }
+        "s3" => Ok(Arc::new(S3Store::new(&settings.s3)?)),
+        other => Err(StoreError::Config(format!(
+            "store.backend = {other:?} is not a backend: set it to \"local\" or \"s3\""
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn defaults_to_a_local_store() {
+        let s: StoreSettings = serde_json::from_str("{}").unwrap();
+        assert_eq!(s, StoreSettings::default());
+        assert_eq!(s.backend, "local");
+        assert_eq!(s.dir, PathBuf::from(".baton/blobs"));
+        assert!(!s.s3.allow_http);
+    }
+
+    #[test]
+    fn opens_a_local_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = StoreSettings {
+            dir: dir.path().join("blobs"),
+            ..StoreSettings::default()
+        };
+        let store = open(&settings).unwrap();
+        assert!(store.describe().starts_with("local:"));
+    }
+
+    #[test]
+    fn rejects_unknown_backends_and_missing_bucket() {
+        let bad = StoreSettings {
+            backend: "ftp".to_owned(),
+            ..StoreSettings::default()
+        };
+        let e = open(&bad).unwrap_err().to_string();
+        assert!(e.contains("store.backend = \"ftp\""), "{e}");
+
+        let no_bucket = StoreSettings {
+            backend: "s3".to_owned(),
+            ..StoreSettings::default()
+        };
+        let e = open(&no_bucket).unwrap_err().to_string();
+        assert!(e.contains("needs store.s3.bucket"), "{e}");
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let s: StoreSettings = serde_json::from_value(serde_json::json!({
+            "backend": "s3",
+            "s3": {"bucket": "b", "access_key_id": "AKID", "secret_access_key": "s3cr3t-value"}
+        }))
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(shown.contains("AKID"), "{shown}");
+        assert!(!shown.contains("s3cr3t-value"), "{shown}");
+    }
 }

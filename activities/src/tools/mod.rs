@@ -178,6 +178,7 @@ pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, T
         content: outcome.content,
         is_error: outcome.is_error,
         full_output: outcome.full.unwrap_or_default(),
+        ..Default::default()
     })
 }
 
@@ -232,6 +233,7 @@ mod tests {
             id: "call-1".into(),
             name: name.into(),
             arguments: arguments.to_string(),
+            ..Default::default()
         }
     }
 
@@ -256,6 +258,7 @@ mod tests {
                 content: "wrote 1 bytes to a.txt".into(),
                 is_error: false,
                 full_output: String::new(),
+                ..Default::default()
             }
         );
     }

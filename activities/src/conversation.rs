@@ -1,0 +1,442 @@
+//! Conversations in the blob store: the workflow hands the LLM activities a stored head plus
+//! the items added since ([`ConversationRef`]); the activity loads the stored part, appends
+//! the new items as one more segment and returns the new head. Each segment names its parent,
+//! so a turn writes only what is new, and history carries only what is new.
+//!
+//! Loading a long chain from an object store is many small reads; every worker keeps the
+//! conversations it assembled recently in memory by head id (content-addressed, so a cached
+//! entry can never be stale).
+
+use std::{collections::VecDeque, sync::Arc};
+
+use baton_proto::{ConversationRef, Item, ToolDefinition};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::store::{BlobId, SharedStore, StoreError, get_json, put_json};
+
+/// Conversations a worker keeps assembled in memory.
+pub const CACHED_CONVERSATIONS: usize = 64;
+
+/// One stored segment of a conversation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Segment {
+    /// Blob id of the previous segment ("" for the first).
+    pub parent: String,
+    /// Items in the conversation up to and including this segment.
+    pub total: u32,
+    /// This segment's items.
+    pub items: Vec<Item>,
+}
+
+/// The system prompt and tools of a run, stored once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Context {
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+}
+
+/// What went wrong loading or storing a conversation.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    /// The store failed or lacks a blob.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The stored chain does not hold what the request says.
+    #[error(
+        "the stored conversation {head} has {found} items, the run expected {expected}; the \
+         blob store does not match this run"
+    )]
+    Mismatch {
+        /// The head.
+        head: String,
+        /// Items the request said are stored.
+        expected: u32,
+        /// Items the chain holds.
+        found: u32,
+    },
+}
+
+/// Conversation storage over a blob store, with a small in-memory cache.
+#[derive(Debug)]
+pub struct Conversations {
+    store: SharedStore,
+    cache: Mutex<VecDeque<(String, Arc<Vec<Item>>)>>,
+}
+
+impl Conversations {
+    /// Conversations kept in `store`.
+    pub fn new(store: SharedStore) -> Self {
+        Self {
+            store,
+            cache: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    async fn cached(&self, head: &str) -> Option<Arc<Vec<Item>>> {
+        let mut cache = self.cache.lock().await;
+        let pos = cache.iter().position(|(h, _)| h == head)?;
+        let entry = cache.remove(pos)?;
+        let items = entry.1.clone();
+        cache.push_front(entry);
+        Some(items)
+    }
+
+    async fn remember(&self, head: String, items: Arc<Vec<Item>>) {
+        let mut cache = self.cache.lock().await;
+        cache.retain(|(h, _)| *h != head);
+        cache.push_front((head, items));
+        cache.truncate(CACHED_CONVERSATIONS);
+    }
+
+    /// The stored conversation ending at `head` ("" = empty).
+    pub async fn load(&self, head: &str) -> Result<Arc<Vec<Item>>, ConversationError> {
+        if head.is_empty() {
+            return Ok(Arc::new(Vec::new()));
+        }
+        if let Some(items) = self.cached(head).await {
+            return Ok(items);
+        }
+        // Walk back to the first segment or to a cached prefix.
+        let mut segments = Vec::new();
+        let mut next = head.to_owned();
+        let mut base: Arc<Vec<Item>> = Arc::new(Vec::new());
+        while !next.is_empty() {
+            if let Some(items) = self.cached(&next).await {
+                base = items;
+                break;
+            }
+            let id = BlobId::parse(&next)?;
+            let segment: Segment = get_json(self.store.as_ref(), &id).await?;
+            next = segment.parent.clone();
+            segments.push(segment);
+        }
+        let mut items = Vec::clone(&base);
+        for segment in segments.into_iter().rev() {
+            items.extend(segment.items);
+            if items.len() != segment.total as usize {
+                return Err(ConversationError::Mismatch {
+                    head: head.to_owned(),
+                    expected: segment.total,
+                    found: items.len() as u32,
+                });
+            }
+        }
+        let items = Arc::new(items);
+        self.remember(head.to_owned(), items.clone()).await;
+        Ok(items)
+    }
+
+    /// The whole conversation of `r` (stored part + added items), and the head under which
+    /// it is now stored.
+    pub async fn materialize(
+        &self,
+        r: &ConversationRef,
+    ) -> Result<(String, Arc<Vec<Item>>), ConversationError> {
+        let stored = self.load(&r.head).await?;
+        if stored.len() != r.stored_items as usize {
+            return Err(ConversationError::Mismatch {
+                head: r.head.clone(),
+                expected: r.stored_items,
+                found: stored.len() as u32,
+            });
+        }
+        if r.added.is_empty() {
+            return Ok((r.head.clone(), stored));
+        }
+        let mut items = Vec::clone(&stored);
+        items.extend(r.added.iter().cloned());
+        let segment = Segment {
+            parent: r.head.clone(),
+            total: items.len() as u32,
+            items: r.added.clone(),
+        };
+        let head = put_json(self.store.as_ref(), &segment).await?.to_string();
+        let items = Arc::new(items);
+        self.remember(head.clone(), items.clone()).await;
+        Ok((head, items))
+    }
+
+    /// Stores a run's system prompt and tools; returns the blob id.
+    pub async fn put_context(&self, context: &Context) -> Result<String, ConversationError> {
+        Ok(put_json(self.store.as_ref(), context).await?.to_string())
+    }
+
+    /// A stored system prompt and tools.
+    pub async fn context(&self, id: &str) -> Result<Context, ConversationError> {
+        Ok(get_json(self.store.as_ref(), &BlobId::parse(id)?).await?)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use baton_proto::{UserMessage, item};
+
+    use super::*;
+    use crate::store::local::LocalStore;
+
+    fn user(t: &str) -> Item {
+        Item {
+            kind: Some(item::Kind::User(UserMessage {
+                text: t.into(),
+                synthetic: false,
+            })),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chain_grows_by_segments_and_loads_on_a_cold_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: SharedStore = Arc::new(LocalStore::new(dir.path()).unwrap());
+        let worker_a = Conversations::new(store.clone());
+        let mut head = String::new();
+        let mut n = 0u32;
+        for turn in 0..20 {
+            let added = vec![user(&format!("q{turn}")), user(&format!("a{turn}"))];
+            let (h, items) = worker_a
+                .materialize(&ConversationRef {
+                    head: head.clone(),
+                    stored_items: n,
+                    added,
+                })
+                .await
+                .unwrap();
+            head = h;
+            n = items.len() as u32;
+        }
+        assert_eq!(n, 40);
+        // Another worker, nothing cached: walks the chain.
+        let worker_b = Conversations::new(store);
+        let items = worker_b.load(&head).await.unwrap();
+        assert_eq!(items.len(), 40);
+        assert_eq!(items[39], user("a19"));
+        // A request that claims a different length is refused, not silently accepted.
+        let err = worker_b
+            .materialize(&ConversationRef {
+                head: head.clone(),
+                stored_items: 39,
+                added: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("expected 39"), "{err}");
+        let err = worker_b
+            .load(&"0".repeat(64))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not in the store"), "{err}");
+    }
+}
+
+/// Largest activity result or input baton lets into workflow history.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// An LLM response is trimmed for history when its JSON passes this (a margin under
+/// [`MAX_PAYLOAD_BYTES`] for the fields around it).
+pub const RESPONSE_BUDGET_BYTES: usize = 192 * 1024;
+/// Tool-call arguments longer than this go to the blob store when a response is trimmed.
+pub const MAX_INLINE_ARGUMENTS: usize = 16 * 1024;
+/// String values in trimmed arguments are cut to this length ...
+const CUT_STRING_TO: usize = 1024;
+/// ... except these fields, which approval rules match and which are kept whole up to this.
+const KEEP_WHOLE: [&str; 2] = ["command", "path"];
+const KEEP_WHOLE_UP_TO: usize = 64 * 1024;
+
+impl Conversations {
+    /// Keeps a model reply small enough for history: when its JSON passes
+    /// [`RESPONSE_BUDGET_BYTES`], long tool-call arguments go to the blob store
+    /// (`arguments_ref`) and stay inline with long string values cut (approval rules still
+    /// see `command` and `path`), and the reasoning text, then the reply text, are cut.
+    pub async fn bound_message(
+        &self,
+        message: &mut baton_proto::AssistantMessage,
+    ) -> Result<(), ConversationError> {
+        let size = |m: &baton_proto::AssistantMessage| {
+            serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX)
+        };
+        if size(message) <= RESPONSE_BUDGET_BYTES {
+            return Ok(());
+        }
+        for call in &mut message.tool_calls {
+            if call.arguments.len() > MAX_INLINE_ARGUMENTS && call.arguments_ref.is_empty() {
+                let id = self.store.put(call.arguments.clone().into_bytes()).await?;
+                call.arguments_ref = id.to_string();
+                call.arguments = shorten_arguments(&call.arguments);
+            }
+        }
+        if size(message) > RESPONSE_BUDGET_BYTES {
+            cut_text(&mut message.reasoning, RESPONSE_BUDGET_BYTES / 8);
+        }
+        if size(message) > RESPONSE_BUDGET_BYTES {
+            cut_text(&mut message.text, RESPONSE_BUDGET_BYTES / 2);
+        }
+        Ok(())
+    }
+
+    /// Turn `turn` of a script stored by the CLI, as a one-turn script (see
+    /// `Script.first_turn`).
+    pub async fn script_turn(
+        &self,
+        id: &str,
+        turn: u32,
+    ) -> Result<baton_proto::Script, ConversationError> {
+        let script: baton_proto::Script =
+            get_json(self.store.as_ref(), &BlobId::parse(id)?).await?;
+        let first = script.first_turn;
+        let one: Vec<_> = turn
+            .checked_sub(first)
+            .and_then(|i| script.turns.get(i as usize))
+            .cloned()
+            .into_iter()
+            .collect();
+        Ok(baton_proto::Script {
+            first_turn: if one.is_empty() {
+                first + script.turns.len() as u32
+            } else {
+                turn
+            },
+            turns: one,
+        })
+    }
+
+    /// The exact arguments of a call (from the blob store when they were too long for
+    /// history).
+    pub async fn full_arguments(
+        &self,
+        call: &baton_proto::ToolCall,
+    ) -> Result<String, ConversationError> {
+        if call.arguments_ref.is_empty() {
+            return Ok(call.arguments.clone());
+        }
+        let bytes = self.store.get(&BlobId::parse(&call.arguments_ref)?).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The view with every call's exact arguments, as the model wrote them.
+    pub async fn with_full_arguments(&self, view: &mut [Item]) -> Result<(), ConversationError> {
+        for entry in view.iter_mut() {
+            if let Some(baton_proto::item::Kind::Assistant(a)) = &mut entry.kind {
+                for call in &mut a.tool_calls {
+                    if !call.arguments_ref.is_empty() {
+                        call.arguments = self.full_arguments(call).await?;
+                        call.arguments_ref.clear();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Arguments with long string values cut, still valid JSON when they were.
+fn shorten_arguments(arguments: &str) -> String {
+    fn cut(value: &mut serde_json::Value, key: Option<&str>) {
+        match value {
+            serde_json::Value::String(s) => {
+                let keep = if key.is_some_and(|k| KEEP_WHOLE.contains(&k)) {
+                    KEEP_WHOLE_UP_TO
+                } else {
+                    CUT_STRING_TO
+                };
+                if s.len() > keep {
+                    let total = s.len();
+                    cut_text(s, keep);
+                    s.push_str(&format!(
+                        " [cut: {total} bytes in all, kept in the blob store]"
+                    ));
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| cut(v, None)),
+            serde_json::Value::Object(map) => {
+                for (k, v) in map.iter_mut() {
+                    cut(v, Some(k.as_str()));
+                }
+            }
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(mut value) => {
+            cut(&mut value, None);
+            value.to_string()
+        }
+        Err(_) => {
+            let mut s = arguments.to_owned();
+            cut_text(&mut s, CUT_STRING_TO);
+            s
+        }
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+fn cut_text(s: &mut String, max: usize) {
+    if s.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push('…');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod bound_tests {
+    use baton_proto::{AssistantMessage, ToolCall};
+
+    use super::*;
+    use crate::store::local::LocalStore;
+
+    #[tokio::test]
+    async fn a_huge_reply_is_trimmed_for_history_and_restored_for_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let conversations = Conversations::new(Arc::new(LocalStore::new(dir.path()).unwrap()));
+        let content = "x".repeat(400 * 1024);
+        let arguments =
+            serde_json::json!({"path": "big.txt", "content": content.clone()}).to_string();
+        let mut message = AssistantMessage {
+            text: "writing".into(),
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "write_file".into(),
+                arguments: arguments.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        conversations.bound_message(&mut message).await.unwrap();
+        let trimmed = serde_json::to_vec(&message).unwrap().len();
+        assert!(trimmed < 8 * 1024, "{trimmed}");
+        let call = &message.tool_calls[0];
+        let shown: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+        assert_eq!(shown["path"], "big.txt", "rules still see the path");
+        assert_eq!(conversations.full_arguments(call).await.unwrap(), arguments);
+        let mut view = vec![Item {
+            kind: Some(baton_proto::item::Kind::Assistant(message.clone())),
+        }];
+        conversations.with_full_arguments(&mut view).await.unwrap();
+        match &view[0].kind {
+            Some(baton_proto::item::Kind::Assistant(a)) => {
+                assert_eq!(a.tool_calls[0].arguments, arguments)
+            }
+            other => panic!("{other:?}"),
+        }
+        // Small replies are left alone.
+        let mut small = AssistantMessage {
+            text: "hi".into(),
+            ..Default::default()
+        };
+        conversations.bound_message(&mut small).await.unwrap();
+        assert_eq!(small.text, "hi");
+    }
+}

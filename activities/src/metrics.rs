@@ -1,0 +1,535 @@
+//! baton's own metrics, and the log span every activity runs in.
+//!
+//! # Where the numbers come from (and why they do not double-count on replay)
+//!
+//! Workflow code replays: anything it records while its history is re-executed would be counted
+//! again after every cache eviction, worker restart or query of a closed run. So nothing in
+//! `AgentRun` records metrics. Instead:
+//!
+//! - **Activities** ([`ActivityObserver`], an SDK activity inbound interceptor registered on the
+//!   worker): every execution of `llm_generate`, `compact_context` and `run_tool` happens exactly
+//!   once per attempt and never replays, so LLM calls, turns (successful `llm_generate` calls),
+//!   tokens by provider/model and tool calls by tool/outcome/duration are counted there, from the
+//!   activity's typed input and output. Retried attempts count as separate calls (they are).
+//! - **Run lifecycle and approval waits** ([`RunObserver`], an SDK workflow interceptor): it
+//!   runs with the workflow but records only when `is_replaying()` is false, which the SDK
+//!   documents as the way to keep external observability from duplicating on replay. It reads
+//!   only deterministic values (workflow time, the run's own search attributes), so it never
+//!   changes the commands the workflow produces. A run counts as started on its first,
+//!   non-replayed activation (not for a continue-as-new continuation), as completed (by
+//!   [`baton_proto::TerminationReason`]) when its final activation is produced live, and an
+//!   approval wait is the workflow time between `BatonAwaitingApproval` turning true and false.
+//!   A workflow task that is lost with its worker and redone elsewhere can count twice; that
+//!   is rare and the same as for a retried activity.
+//! - **Gauges of what is open now** (runs by state, approvals pending): the worker polls
+//!   Temporal visibility (`BatonState`, `BatonAwaitingApproval`), which stays correct across
+//!   cache evictions and worker restarts; see the worker's `metrics` module. Every worker of a
+//!   task queue reports the same queue-wide value: aggregate them with `max`, not `sum`.
+//!
+//! All instruments are created on the [`CoreMeter`] the worker gives Temporal's runtime, so
+//! baton's metrics are exported next to Temporal's own (`temporal_*`) from one registry.
+
+use std::{
+    cell::Cell,
+    collections::HashMap,
+    sync::Arc,
+    task::Poll,
+    time::{Duration, Instant, SystemTime},
+};
+
+use baton_proto::{
+    CompactRequest, CompactResponse, LlmRequest, LlmResponse, RunResult, ToolRequest, ToolResult,
+    Usage,
+};
+use baton_workflows::workflow::{SA_AWAITING_APPROVAL, WORKFLOW_TYPE};
+use futures::FutureExt;
+use temporalio_common::telemetry::metrics::{
+    CoreMeter, Counter, Gauge, HistogramDuration, MetricAttributes, MetricKeyValue,
+    MetricParameters, NewAttributes,
+};
+use temporalio_sdk::{
+    WorkflowTermination,
+    activities::ActivityError,
+    interceptors::{
+        ActivityInboundInterceptor, ExecuteActivityInput, ExecuteActivityOutput,
+        ExecuteActivityResult, Next,
+    },
+    workflow_interceptors::{
+        ExecuteWorkflowInput, ExecuteWorkflowResult, WorkflowInterceptor,
+        WorkflowInterceptorConstructor, WorkflowInterceptorContext, WorkflowInterceptorFuture,
+        WorkflowNext,
+    },
+};
+
+use tracing::{Instrument, field};
+
+/// Counter: runs started (`baton_runs_started_total` in Prometheus).
+pub const RUNS_STARTED: &str = "baton_runs_started";
+/// Counter: runs finished, label `reason` (`completed`, `max_turns_exceeded`, `cancelled`, ...,
+/// `workflow_failed`).
+pub const RUNS_COMPLETED: &str = "baton_runs_completed";
+/// Counter: turns (successful `llm_generate` calls), labels `provider`, `model`.
+pub const TURNS: &str = "baton_turns";
+/// Counter: LLM calls (every attempt), labels `provider`, `model`, `kind` (`generate` |
+/// `compact`), `outcome` (`ok` | `error` | `cancelled`).
+pub const LLM_CALLS: &str = "baton_llm_calls";
+/// Counter: LLM tokens, labels `provider`, `model`, `kind`, `direction` (`input` | `output`).
+pub const LLM_TOKENS: &str = "baton_llm_tokens";
+/// Histogram (seconds): duration of an LLM call attempt, labels `provider`, `kind`, `outcome`.
+pub const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
+/// Counter: tool calls (every attempt), labels `tool`, `outcome` (`ok` | `error` | `cancelled`
+/// | `infrastructure_failure`).
+pub const TOOL_CALLS: &str = "baton_tool_calls";
+/// Histogram (seconds): duration of a tool call attempt, labels `tool`, `outcome`.
+pub const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
+/// Histogram (seconds): how long a run waited for a human decision.
+pub const APPROVAL_WAIT: &str = "baton_approval_wait_seconds";
+/// Gauge: runs of the worker's task queue waiting for approval now (from visibility).
+pub const APPROVALS_PENDING: &str = "baton_approvals_pending";
+/// Gauge: open runs of the worker's task queue, label `state` (`THINKING`, ...; from
+/// visibility).
+pub const RUNS_OPEN: &str = "baton_runs_open";
+
+/// Bucket boundaries (seconds) of baton's histograms, keyed by metric name, for the exporter's
+/// histogram bucket overrides.
+pub fn histogram_buckets() -> HashMap<String, Vec<f64>> {
+    let calls = vec![
+        0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    ];
+    let waits = vec![
+        1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14_400.0, 43_200.0, 86_400.0,
+    ];
+    HashMap::from([
+        (LLM_CALL_DURATION.to_owned(), calls.clone()),
+        (TOOL_CALL_DURATION.to_owned(), calls),
+        (APPROVAL_WAIT.to_owned(), waits),
+    ])
+}
+
+/// baton's instruments, created once on the worker's meter.
+pub struct BatonMetrics {
+    meter: Arc<dyn CoreMeter>,
+    runs_started: Counter,
+    runs_completed: Counter,
+    turns: Counter,
+    llm_calls: Counter,
+    llm_tokens: Counter,
+    llm_duration: HistogramDuration,
+    tool_calls: Counter,
+    tool_duration: HistogramDuration,
+    approval_wait: HistogramDuration,
+    approvals_pending: Gauge,
+    runs_open: Gauge,
+}
+
+impl std::fmt::Debug for BatonMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatonMetrics")
+            .field("meter", &self.meter)
+            .finish_non_exhaustive()
+    }
+}
+
+fn params(name: &'static str, description: &'static str) -> MetricParameters {
+    MetricParameters::builder()
+        .name(name)
+        .description(description)
+        .build()
+}
+
+impl BatonMetrics {
+    /// Creates baton's instruments on `meter`.
+    pub fn new(meter: Arc<dyn CoreMeter>) -> Self {
+        Self {
+            runs_started: meter.counter(params(RUNS_STARTED, "Agent runs started")),
+            runs_completed: meter.counter(params(
+                RUNS_COMPLETED,
+                "Agent runs finished, by termination reason",
+            )),
+            turns: meter.counter(params(TURNS, "Turns: successful llm_generate calls")),
+            llm_calls: meter.counter(params(LLM_CALLS, "LLM call attempts, by outcome")),
+            llm_tokens: meter.counter(params(LLM_TOKENS, "LLM tokens, input and output")),
+            llm_duration: meter
+                .histogram_duration(params(LLM_CALL_DURATION, "Duration of LLM call attempts")),
+            tool_calls: meter.counter(params(TOOL_CALLS, "Tool call attempts, by outcome")),
+            tool_duration: meter
+                .histogram_duration(params(TOOL_CALL_DURATION, "Duration of tool call attempts")),
+            approval_wait: meter.histogram_duration(params(
+                APPROVAL_WAIT,
+                "Time runs waited for an approval decision",
+            )),
+            approvals_pending: meter.gauge(params(
+                APPROVALS_PENDING,
+                "Runs of this task queue waiting for approval (from visibility)",
+            )),
+            runs_open: meter.gauge(params(
+                RUNS_OPEN,
+                "Open runs of this task queue by state (from visibility)",
+            )),
+            meter,
+        }
+    }
+
+    fn labels<const N: usize>(&self, kvs: [(&'static str, &str); N]) -> MetricAttributes {
+        self.meter.new_attributes(NewAttributes::from(
+            kvs.map(|(k, v)| MetricKeyValue::new(k, v.to_owned())),
+        ))
+    }
+
+    /// Records one LLM call attempt and, when it succeeded, its tokens (and a turn for
+    /// `llm_generate`).
+    fn llm_call(&self, call: &LlmCall, outcome: &str, usage: Option<&Usage>, took: Duration) {
+        let (provider, model, kind) = (call.provider.as_str(), call.model.as_str(), call.kind);
+        self.llm_calls.add(
+            1,
+            &self.labels([
+                ("provider", provider),
+                ("model", model),
+                ("kind", kind),
+                ("outcome", outcome),
+            ]),
+        );
+        self.llm_duration.record(
+            took,
+            &self.labels([("provider", provider), ("kind", kind), ("outcome", outcome)]),
+        );
+        if outcome == OK && kind == GENERATE {
+            self.turns
+                .add(1, &self.labels([("provider", provider), ("model", model)]));
+        }
+        if let Some(usage) = usage {
+            for (direction, tokens) in [
+                ("input", usage.input_tokens),
+                ("output", usage.output_tokens),
+            ] {
+                self.llm_tokens.add(
+                    u64::from(tokens),
+                    &self.labels([
+                        ("provider", provider),
+                        ("model", model),
+                        ("kind", kind),
+                        ("direction", direction),
+                    ]),
+                );
+            }
+        }
+    }
+
+    /// Records one tool call attempt.
+    fn tool_call(&self, tool: &str, outcome: &str, took: Duration) {
+        let labels = self.labels([("tool", tool), ("outcome", outcome)]);
+        self.tool_calls.add(1, &labels);
+        self.tool_duration.record(took, &labels);
+    }
+
+    /// Sets the gauge of runs waiting for approval.
+    pub fn set_approvals_pending(&self, runs: u64) {
+        self.approvals_pending.record(runs, &self.labels([]));
+    }
+
+    /// Sets the gauge of open runs in `state`.
+    pub fn set_runs_open(&self, state: &str, runs: u64) {
+        self.runs_open
+            .record(runs, &self.labels([("state", state)]));
+    }
+
+    fn run_started(&self) {
+        self.runs_started.add(1, &self.labels([]));
+    }
+
+    fn run_completed(&self, reason: &str) {
+        self.runs_completed
+            .add(1, &self.labels([("reason", reason)]));
+    }
+
+    fn approval_waited(&self, took: Duration) {
+        self.approval_wait.record(took, &self.labels([]));
+    }
+}
+
+const OK: &str = "ok";
+const GENERATE: &str = "generate";
+
+/// An LLM call as seen by the interceptor.
+struct LlmCall {
+    provider: String,
+    model: String,
+    kind: &'static str,
+}
+
+/// What an activity execution is, from its typed input.
+enum Observed {
+    Llm(LlmCall),
+    Tool(String),
+    Other,
+}
+
+/// Outcome label of a `run_tool` attempt: `ok`, `error` (the tool ran and failed: the model
+/// sees an error observation), `cancelled`, or `infrastructure_failure` (the activity failed).
+pub fn tool_outcome(result: &ExecuteActivityResult) -> &'static str {
+    match result {
+        Ok(value) => match value.downcast_ref::<ToolResult>() {
+            Some(r) if r.is_error => "error",
+            _ => OK,
+        },
+        Err(ActivityError::Cancelled { .. }) => "cancelled",
+        Err(_) => "infrastructure_failure",
+    }
+}
+
+/// Outcome label of an LLM call attempt: `ok`, `cancelled` or `error`.
+pub fn llm_outcome(result: &ExecuteActivityResult) -> &'static str {
+    match result {
+        Ok(_) => OK,
+        Err(ActivityError::Cancelled { .. }) => "cancelled",
+        Err(_) => "error",
+    }
+}
+
+/// Activity inbound interceptor: runs every activity in an `activity` span carrying `run_id`
+/// (and `turn`, `call_id`, `tool`, `provider`, `model` when the input has them), so every log
+/// line an activity writes names its run; and, with metrics on, records LLM and tool metrics.
+#[derive(Debug, Default)]
+pub struct ActivityObserver {
+    metrics: Option<Arc<BatonMetrics>>,
+}
+
+impl ActivityObserver {
+    /// Spans only, or spans and metrics.
+    pub fn new(metrics: Option<Arc<BatonMetrics>>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl ActivityInboundInterceptor for ActivityObserver {
+    fn execute_activity<'a>(
+        &'a self,
+        input: ExecuteActivityInput,
+        next: Next<'a, ExecuteActivityInput, ExecuteActivityOutput<'a>>,
+    ) -> ExecuteActivityOutput<'a> {
+        let info = input.activity_info();
+        let span = tracing::info_span!(
+            "activity",
+            activity = %info.activity_type,
+            run_id = info.workflow_id.as_deref().unwrap_or_default(),
+            attempt = info.attempt,
+            turn = field::Empty,
+            call_id = field::Empty,
+            tool = field::Empty,
+            provider = field::Empty,
+            model = field::Empty,
+        );
+        let model = |m: Option<&baton_proto::ModelConfig>| {
+            m.map(|m| (m.provider.clone(), m.model.clone()))
+                .unwrap_or_default()
+        };
+        let observed = if let Some(r) = input.args_ref::<LlmRequest>() {
+            // 1-based, like `RunStatus.turn` after the call (`LlmRequest.turn` is 0-based).
+            span.record("turn", r.turn.saturating_add(1));
+            let (provider, model) = model(r.model.as_ref());
+            Observed::Llm(LlmCall {
+                provider,
+                model,
+                kind: GENERATE,
+            })
+        } else if let Some(r) = input.args_ref::<CompactRequest>() {
+            let (provider, model) = model(r.model.as_ref());
+            Observed::Llm(LlmCall {
+                provider,
+                model,
+                kind: "compact",
+            })
+        } else if let Some(call) = input
+            .args_ref::<ToolRequest>()
+            .and_then(|r| r.call.as_ref())
+        {
+            span.record("call_id", call.id.as_str());
+            span.record("tool", call.name.as_str());
+            Observed::Tool(call.name.clone())
+        } else {
+            Observed::Other
+        };
+        if let Observed::Llm(call) = &observed {
+            span.record("provider", call.provider.as_str());
+            span.record("model", call.model.as_str());
+        }
+        let metrics = self.metrics.clone();
+        let started = Instant::now();
+        async move {
+            let result = next.run(input).await;
+            if let Some(m) = metrics {
+                let took = started.elapsed();
+                match &observed {
+                    Observed::Llm(call) => {
+                        let usage = result.as_ref().ok().and_then(|v| {
+                            v.downcast_ref::<LlmResponse>()
+                                .and_then(|r| r.usage.as_ref())
+                                .or_else(|| {
+                                    v.downcast_ref::<CompactResponse>()
+                                        .and_then(|r| r.usage.as_ref())
+                                })
+                        });
+                        m.llm_call(call, llm_outcome(&result), usage, took);
+                    }
+                    Observed::Tool(name) => m.tool_call(name, tool_outcome(&result), took),
+                    Observed::Other => {}
+                }
+            }
+            result
+        }
+        .instrument(span)
+        .boxed()
+    }
+}
+
+/// Workflow interceptor recording run starts, run completions and approval waits, only when
+/// the workflow is not replaying (see the module docs).
+pub struct RunObserver {
+    metrics: Arc<BatonMetrics>,
+    /// A continue-as-new continuation is not a new run.
+    continued: bool,
+    /// Workflow time at which `BatonAwaitingApproval` last turned true (rebuilt on replay).
+    awaiting_since: Cell<Option<SystemTime>>,
+}
+
+impl RunObserver {
+    /// The constructor to register on the worker (`WorkerOptions::workflow_interceptor`).
+    pub fn constructor(metrics: Arc<BatonMetrics>) -> WorkflowInterceptorConstructor {
+        WorkflowInterceptorConstructor::new(move |ctx| RunObserver {
+            metrics: metrics.clone(),
+            continued: ctx.continued_from_run_id().is_some()
+                || ctx.workflow_type() != WORKFLOW_TYPE,
+            awaiting_since: Cell::new(None),
+        })
+    }
+
+    /// After each step of the run: notices `BatonAwaitingApproval` flipping.
+    fn observe_approval(&self, ctx: &WorkflowInterceptorContext) {
+        let awaiting = ctx
+            .search_attributes()
+            .get(&SA_AWAITING_APPROVAL)
+            .unwrap_or(false);
+        let Some(now) = ctx.workflow_time() else {
+            return;
+        };
+        match (self.awaiting_since.get(), awaiting) {
+            (None, true) => self.awaiting_since.set(Some(now)),
+            (Some(since), false) => {
+                self.awaiting_since.set(None);
+                if !ctx.is_replaying() {
+                    self.metrics
+                        .approval_waited(now.duration_since(since).unwrap_or_default());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The `reason` label of a finished run; `None` when the run did not finish (continue-as-new,
+/// eviction).
+pub fn completion_reason(result: &ExecuteWorkflowResult) -> Option<String> {
+    let reason = |r: &RunResult| r.reason().as_str_name().to_owned();
+    match result {
+        Ok(value) => Some(
+            value
+                .downcast_ref::<RunResult>()
+                .map(reason)
+                .unwrap_or_else(|| "unknown".to_owned()),
+        ),
+        Err(WorkflowTermination::Cancelled { details }) => Some(
+            details
+                .as_ref()
+                .and_then(|d| d.as_any().downcast_ref::<RunResult>())
+                .map(reason)
+                .unwrap_or_else(|| "cancelled".to_owned()),
+        ),
+        Err(WorkflowTermination::Failed(_)) => Some("workflow_failed".to_owned()),
+        Err(_) => None,
+    }
+}
+
+impl WorkflowInterceptor for RunObserver {
+    fn execute<'a>(
+        &'a self,
+        ctx: WorkflowInterceptorContext,
+        input: ExecuteWorkflowInput,
+        next: WorkflowNext<
+            'a,
+            ExecuteWorkflowInput,
+            WorkflowInterceptorFuture<'a, ExecuteWorkflowResult>,
+        >,
+    ) -> WorkflowInterceptorFuture<'a, ExecuteWorkflowResult> {
+        if self.continued {
+            return next.run(input);
+        }
+        if !ctx.is_replaying() {
+            self.metrics.run_started();
+        }
+        let mut run = next.run(input);
+        WorkflowInterceptorFuture::new(std::future::poll_fn(move |cx| {
+            let polled = run.poll_unpin(cx);
+            self.observe_approval(&ctx);
+            if let Poll::Ready(result) = &polled
+                && !ctx.is_replaying()
+                && let Some(reason) = completion_reason(result)
+            {
+                self.metrics.run_completed(&reason);
+            }
+            polled
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use temporalio_sdk::interceptors::ActivityExecutionValue;
+
+    fn ok<T: ActivityExecutionValue>(v: T) -> ExecuteActivityResult {
+        Ok(Box::new(v))
+    }
+
+    #[test]
+    fn tool_outcomes() {
+        let result = |is_error| ToolResult {
+            is_error,
+            ..Default::default()
+        };
+        assert_eq!(tool_outcome(&ok(result(false))), "ok");
+        assert_eq!(tool_outcome(&ok(result(true))), "error");
+        assert_eq!(tool_outcome(&Err(ActivityError::cancelled())), "cancelled");
+        let failed = Err(ActivityError::application(
+            temporalio_common::error::ApplicationFailure::new("disk full".to_owned()),
+        ));
+        assert_eq!(tool_outcome(&failed), "infrastructure_failure");
+        assert_eq!(llm_outcome(&failed), "error");
+        assert_eq!(llm_outcome(&ok(LlmResponse::default())), "ok");
+    }
+
+    #[test]
+    fn completion_reasons() {
+        let done = RunResult {
+            reason: baton_proto::TerminationReason::MaxTurnsExceeded as i32,
+            ..Default::default()
+        };
+        let out: ExecuteWorkflowResult = Ok(Box::new(done.clone()));
+        assert_eq!(
+            completion_reason(&out).as_deref(),
+            Some("max_turns_exceeded")
+        );
+        let cancelled: ExecuteWorkflowResult = Err(WorkflowTermination::cancelled());
+        assert_eq!(completion_reason(&cancelled).as_deref(), Some("cancelled"));
+        let evicted: ExecuteWorkflowResult = Err(WorkflowTermination::Evicted);
+        assert_eq!(completion_reason(&evicted), None);
+    }
+
+    #[test]
+    fn histogram_buckets_cover_baton_histograms() {
+        let buckets = histogram_buckets();
+        for name in [LLM_CALL_DURATION, TOOL_CALL_DURATION, APPROVAL_WAIT] {
+            let b = &buckets[name];
+            assert!(b.windows(2).all(|w| w[0] < w[1]), "{name}: {b:?}");
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! `baton watch RUN` (and the live view of `submit --wait`): follows a run's events through
+//! the workflow's `events` query, from the start or from a turn, until the run ends.
+//!
+//! For people: each turn's text, tool calls with a spinner while they run, approvals, results
+//! and token use. With `--json`: one JSON line per event (schema in `render::event_json`,
+//! documented in the README). Re-attaching is always possible: the run keeps its events.
+
+use std::{
+    collections::BTreeMap,
+    io::Write,
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use baton_proto::{EventsPage, EventsRequest, RunEvent, RunResult, Usage, run_event::Kind};
+use baton_workflows::AgentRun;
+use temporalio_client::{
+    Client, WorkflowDescribeOptions, WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryOptions,
+};
+
+use crate::{
+    cli::WatchArgs,
+    connect::{connect, handle, interaction_error, short},
+    exit::{self, Exit},
+    inspect, render,
+    style::{Spinner, Style},
+};
+
+/// Events query budget for a running run (its worker has it cached).
+const LIVE_QUERY_BUDGET: Duration = Duration::from_secs(3);
+/// Events query budget for an ended run (a worker replays its history first).
+const REPLAY_QUERY_BUDGET: Duration = Duration::from_secs(15);
+/// Status query budget for the token use shown in turn headers.
+const STATUS_QUERY_BUDGET: Duration = Duration::from_millis(800);
+/// Between two events queries.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Between two spinner frames.
+const SPINNER_TICK: Duration = Duration::from_millis(100);
+
+/// Polls without new events between two looks at the execution itself.
+const IDLE_POLLS_PER_CHECK: u32 = 10;
+
+/// Why to look at the execution after a poll.
+enum Check {
+    /// The events query did not answer (why).
+    NoEvents(String),
+    /// It answered, but the run may have been closed from outside.
+    Closed,
+}
+
+/// How to follow a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FollowOptions {
+    /// Show events of this turn and later (0: everything). The end is always shown.
+    pub(crate) since_turn: u32,
+    /// JSON lines instead of text.
+    pub(crate) json: bool,
+    /// Show how the run ended (the `finished` event).
+    pub(crate) show_end: bool,
+    /// Colour and spinner (ignored with `json`).
+    pub(crate) style: Style,
+}
+
+/// `baton watch RUN`.
+pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let h = handle(&client, &args.run);
+    let options = FollowOptions {
+        since_turn: args.since,
+        json: args.json,
+        show_end: true,
+        style: if args.json {
+            Style::plain()
+        } else {
+            Style::detect()
+        },
+    };
+    let seen_turn = AtomicU32::new(args.since);
+    let outcome = tokio::select! {
+        code = follow(&h, &args.run, options, &seen_turn) => Some(code),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    match outcome {
+        Some(code) => code,
+        None => {
+            eprintln!("{}", detached(&args.run, seen_turn.load(Ordering::Relaxed)));
+            Ok(exit::WAIT_TIMEOUT)
+        }
+    }
+}
+
+/// What to print when the user detaches (Ctrl-C) from a run that goes on.
+pub(crate) fn detached(run: &str, turn: u32) -> String {
+    format!(
+        "detached from {run}; the run goes on. Re-attach with: baton watch {run}{}",
+        if turn > 0 {
+            format!(" --since {turn}")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Follows a run's events until it ends and returns the exit code for its result.
+/// `seen_turn` is kept at the latest turn shown (for re-attaching after a detach).
+pub(crate) async fn follow(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+    options: FollowOptions,
+    seen_turn: &AtomicU32,
+) -> Result<i32, Exit> {
+    // Fails fast (exit 2) for an unknown run, before waiting on a query.
+    let desc = h
+        .describe(WorkflowDescribeOptions::default())
+        .await
+        .map_err(|e| interaction_error(run, e))?;
+    let closed_at_start = desc.status() != WorkflowExecutionStatus::Running;
+    let mut budget = if closed_at_start {
+        REPLAY_QUERY_BUDGET
+    } else {
+        LIVE_QUERY_BUDGET
+    };
+    let mut idle_polls = 0u32;
+    let mut view = View::new(run, options);
+    let mut next_seq = 0;
+    let mut first_page = true;
+    let mut said_waiting = false;
+    loop {
+        let query = h.query(
+            AgentRun::events,
+            EventsRequest { since: next_seq },
+            WorkflowQueryOptions::default(),
+        );
+        let problem = match tokio::time::timeout(budget, query).await {
+            Ok(Ok(page)) => {
+                said_waiting = false;
+                if first_page
+                    && let Some(first) = page.events.first()
+                    && first.seq > 0
+                {
+                    view.spinner.clear();
+                    eprintln!(
+                        "· the first {} events of {run} are no longer kept; `baton transcript {run}` has the whole conversation",
+                        first.seq
+                    );
+                }
+                first_page = false;
+                let tokens = live_tokens(h, &page, options).await;
+                for e in &page.events {
+                    next_seq = next_seq.max(e.seq + 1);
+                    seen_turn.fetch_max(e.turn, Ordering::Relaxed);
+                    let usage = tokens.filter(|(seq, _)| *seq == e.seq).map(|(_, u)| u);
+                    view.show(e, usage.as_ref())?;
+                }
+                if page.finished {
+                    let result = inspect::wait_result(h, run).await?;
+                    view.show_end(&result)?;
+                    return Ok(exit::for_result(&result));
+                }
+                // A run closed from outside (terminated, timed out) never records its end:
+                // look at the execution itself now and then.
+                idle_polls = if page.events.is_empty() {
+                    idle_polls + 1
+                } else {
+                    0
+                };
+                if closed_at_start || idle_polls % IDLE_POLLS_PER_CHECK == IDLE_POLLS_PER_CHECK - 1
+                {
+                    Some(Check::Closed)
+                } else {
+                    None
+                }
+            }
+            Ok(Err(e)) => Some(Check::NoEvents(short(&e.to_string()))),
+            Err(_) => Some(Check::NoEvents(format!(
+                "no worker answered within {}s",
+                budget.as_secs()
+            ))),
+        };
+        // A worker that must replay a long history first may need longer than usual.
+        budget = if matches!(problem, Some(Check::NoEvents(_))) {
+            (budget * 2).min(REPLAY_QUERY_BUDGET)
+        } else {
+            LIVE_QUERY_BUDGET
+        };
+        if let Some(check) = problem {
+            // If the run has ended, report its result from history.
+            let snap = inspect::snapshot(h, run).await?;
+            if snap.temporal_status != WorkflowExecutionStatus::Running {
+                let result = inspect::wait_result(h, run).await?;
+                if let Check::NoEvents(problem) = &check
+                    && view.options.show_end
+                    && first_page
+                {
+                    view.spinner.clear();
+                    eprintln!(
+                        "· {problem}; the run's events are read from a worker, so only its result is shown"
+                    );
+                }
+                view.show_end(&result)?;
+                return Ok(exit::for_result(&result));
+            }
+            if let Check::NoEvents(problem) = check
+                && !said_waiting
+            {
+                view.spinner.clear();
+                eprintln!(
+                    "· {problem} for {run}; waiting (last state: {})",
+                    snap.status.state().as_str_name()
+                );
+                said_waiting = true;
+            }
+        }
+        view.pause().await;
+    }
+}
+
+/// The run's token use for the header of the newest turn of a live page: `(seq of that
+/// assistant event, usage)`, when a worker answers quickly and no later turn has begun.
+async fn live_tokens(
+    h: &WorkflowHandle<Client, AgentRun>,
+    page: &EventsPage,
+    options: FollowOptions,
+) -> Option<(u32, Usage)> {
+    if options.json || page.finished {
+        return None;
+    }
+    let newest = page
+        .events
+        .iter()
+        .rev()
+        .find(|e| matches!(e.kind, Some(Kind::Assistant(_))) && e.turn >= options.since_turn)?;
+    let query = h.query(AgentRun::status, (), WorkflowQueryOptions::default());
+    let status = tokio::time::timeout(STATUS_QUERY_BUDGET, query)
+        .await
+        .ok()?
+        .ok()?;
+    (status.turn == newest.turn).then(|| (newest.seq, status.usage.unwrap_or_default()))
+}
+
+/// What has been shown, and what the run is doing now (for the spinner).
+struct View<'a> {
+    run: &'a str,
+    options: FollowOptions,
+    spinner: Spinner,
+    /// Tools running: call id -> (tool, started at ms).
+    running: BTreeMap<String, (String, i64)>,
+    /// Calls awaiting a decision: call id -> requested at ms.
+    awaiting: BTreeMap<String, i64>,
+    last_event_ms: Option<i64>,
+    /// The text of the last turn shown (not repeated as the answer at the end).
+    last_text: String,
+    ended: bool,
+    end_shown: bool,
+}
+
+impl<'a> View<'a> {
+    fn new(run: &'a str, options: FollowOptions) -> Self {
+        let spinner_style = if options.json {
+            Style::plain()
+        } else {
+            options.style
+        };
+        Self {
+            run,
+            options,
+            spinner: Spinner::new(spinner_style),
+            running: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            last_event_ms: None,
+            last_text: String::new(),
+            ended: false,
+            end_shown: false,
+        }
+    }
+
+    /// Tracks `e` and prints it, unless it is before `--since` (the end is always shown, when
+    /// `show_end`).
+    fn show(&mut self, e: &RunEvent, tokens: Option<&Usage>) -> Result<(), Exit> {
+        self.track(e);
+        let finished = matches!(e.kind, Some(Kind::Finished(_)));
+        if finished && !self.options.show_end {
+            return Ok(());
+        }
+        if !finished && e.turn < self.options.since_turn {
+            return Ok(());
+        }
+        let text = match &e.kind {
+            _ if self.options.json => render::event_json(self.run, e)
+                .map(|v| format!("{v}\n"))
+                .unwrap_or_default(),
+            Some(Kind::Finished(r)) => render::finished_human(
+                r,
+                &self.options.style,
+                !r.answer.trim().is_empty() && self.last_text.trim() == r.answer.trim(),
+            ),
+            _ => render::event_human(self.run, e, &self.options.style, tokens),
+        };
+        if let Some(Kind::Assistant(a)) = &e.kind {
+            self.last_text.clone_from(&a.text);
+        }
+        self.end_shown |= finished;
+        self.emit(&text)
+    }
+
+    /// Shows how the run ended, unless its `finished` event was shown already.
+    fn show_end(&mut self, result: &RunResult) -> Result<(), Exit> {
+        self.ended = true;
+        if !self.options.show_end || self.end_shown {
+            self.spinner.clear();
+            return Ok(());
+        }
+        self.end_shown = true;
+        let text = if self.options.json {
+            format!("{}\n", render::finished_json(self.run, result))
+        } else {
+            render::finished_human(result, &self.options.style, false)
+        };
+        self.emit(&text)
+    }
+
+    fn emit(&mut self, text: &str) -> Result<(), Exit> {
+        self.spinner.clear();
+        if text.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| match e.kind() {
+                // The reader went away (`baton watch RUN --json | grep -m1 ...`): detach quietly.
+                std::io::ErrorKind::BrokenPipe => Exit {
+                    code: exit::WAIT_TIMEOUT,
+                    message: String::new(),
+                },
+                _ => Exit::infra(format!("cannot write to stdout: {e}")),
+            })
+    }
+
+    fn track(&mut self, e: &RunEvent) {
+        self.last_event_ms = Some(e.at_ms);
+        match &e.kind {
+            Some(Kind::Assistant(_)) => {
+                self.running.clear();
+                self.awaiting.clear();
+            }
+            Some(Kind::ApprovalRequested(p)) => {
+                self.awaiting.insert(p.call_id.clone(), e.at_ms);
+            }
+            Some(Kind::ApprovalDecided(d)) => {
+                self.awaiting.remove(&d.call_id);
+            }
+            Some(Kind::ToolStarted(c)) => {
+                self.awaiting.clear();
+                self.running.insert(c.id.clone(), (c.name.clone(), e.at_ms));
+            }
+            Some(Kind::ToolFinished(r)) => {
+                self.running.remove(&r.call_id);
+            }
+            Some(Kind::Finished(_)) => {
+                self.ended = true;
+                self.running.clear();
+                self.awaiting.clear();
+            }
+            Some(Kind::Note(_)) | None => {}
+        }
+    }
+
+    /// Waits until the next poll, animating the spinner meanwhile.
+    async fn pause(&mut self) {
+        let ticks = (POLL_INTERVAL.as_millis() / SPINNER_TICK.as_millis()).max(1);
+        for _ in 0..ticks {
+            if !self.ended {
+                let text =
+                    spinner_text(&self.running, &self.awaiting, self.last_event_ms, now_ms());
+                self.spinner.draw(Some(&text));
+            }
+            tokio::time::sleep(SPINNER_TICK).await;
+        }
+    }
+}
+
+/// What the run is doing, for the spinner line.
+fn spinner_text(
+    running: &BTreeMap<String, (String, i64)>,
+    awaiting: &BTreeMap<String, i64>,
+    last_event_ms: Option<i64>,
+    now_ms: i64,
+) -> String {
+    let since = |at: i64| render::duration(((now_ms - at).max(0) / 1000) as u64);
+    if let Some(start) = running.values().map(|(_, at)| *at).min() {
+        let names: Vec<&str> = running.values().map(|(tool, _)| tool.as_str()).collect();
+        return match running.iter().next() {
+            Some((id, (tool, _))) if running.len() == 1 => {
+                format!("running {tool} [{id}] {}", since(start))
+            }
+            _ => format!(
+                "running {} tools ({}) {}",
+                names.len(),
+                names.join(", "),
+                since(start)
+            ),
+        };
+    }
+    if let Some(start) = awaiting.values().min() {
+        return format!(
+            "waiting for a decision on {} call(s) {}",
+            awaiting.len(),
+            since(*start)
+        );
+    }
+    match last_event_ms {
+        Some(at) => format!("waiting for the model {}", since(at)),
+        None => "waiting for the run to start".to_owned(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spinner_says_what_the_run_is_doing() {
+        let mut running = BTreeMap::new();
+        let mut awaiting = BTreeMap::new();
+        assert_eq!(
+            spinner_text(&running, &awaiting, None, 0),
+            "waiting for the run to start"
+        );
+        assert_eq!(
+            spinner_text(&running, &awaiting, Some(1_000), 4_000),
+            "waiting for the model 3s"
+        );
+        awaiting.insert("c1".to_owned(), 1_000);
+        assert_eq!(
+            spinner_text(&running, &awaiting, Some(1_000), 61_000),
+            "waiting for a decision on 1 call(s) 1m 0s"
+        );
+        running.insert("c1".to_owned(), ("shell".to_owned(), 2_000));
+        assert_eq!(
+            spinner_text(&running, &awaiting, Some(2_000), 7_000),
+            "running shell [c1] 5s"
+        );
+        running.insert("c2".to_owned(), ("read_file".to_owned(), 1_000));
+        assert_eq!(
+            spinner_text(&running, &awaiting, Some(2_000), 7_000),
+            "running 2 tools (shell, read_file) 6s"
+        );
+    }
+
+    #[test]
+    fn detaching_says_how_to_re_attach() {
+        assert_eq!(
+            detached("r1", 3),
+            "detached from r1; the run goes on. Re-attach with: baton watch r1 --since 3"
+        );
+        assert!(detached("r1", 0).ends_with("baton watch r1"));
+    }
+}

@@ -1,0 +1,587 @@
+//! End-to-end: the operator commands of the `baton` CLI (pending, approve without call ids,
+//! list, watch and its JSON lines, cancel, colour rules), against a real dev server, real
+//! workers and the real binary. `e2e.rs` covers the basic flows; this file covers what
+//! operators do around them.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{
+    collections::BTreeSet,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A script: one turn with `shell_calls` (a batch that needs approval), then the answer.
+fn shell_script(dir: &Path, name: &str, text: &str, shell_calls: &[&str]) -> String {
+    let calls: Vec<Value> = shell_calls
+        .iter()
+        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
+        .collect();
+    script(
+        dir,
+        name,
+        json!([
+            {"text": text, "tool_calls": calls},
+            {"text": "All done."}
+        ]),
+    )
+    .display()
+    .to_string()
+}
+
+/// Single-quotes `s` for `sh`.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `baton <args>` on a pseudo-terminal (util-linux `script`), so that its stdin and
+/// stdout are terminals; `input` is typed into it. `None` when `script` is not installed.
+fn baton_on_tty(
+    server: &DevServer,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &str,
+) -> Option<CmdOutput> {
+    let found = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("`script` (util-linux) is not installed: skipping the terminal checks");
+        return None;
+    }
+    let mut line = sh_quote(&bin_path("baton").unwrap().display().to_string());
+    for a in args {
+        line.push(' ');
+        line.push_str(&sh_quote(a));
+    }
+    let mut cmd = clean_command("script");
+    cmd.args(["-q", "-e", "-c", &line, "/dev/null"])
+        .env("TEMPORAL_ADDRESS", server.address())
+        .env("TEMPORAL_NAMESPACE", server.namespace())
+        .env("TERM", "xterm");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Some(run_cmd(cmd, Some(input), Duration::from_secs(120)).unwrap())
+}
+
+fn has_ansi(text: &str) -> bool {
+    text.contains('\x1b')
+}
+
+/// The ids of the runs in `baton pending --json`.
+fn pending_ids(server: &DevServer) -> anyhow::Result<(BTreeSet<String>, Value)> {
+    let v = baton(server, &["pending", "--json"])?.json()?;
+    let ids = v["runs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+        .collect();
+    Ok((ids, v))
+}
+
+#[test]
+fn pending_lists_exactly_the_waiting_runs_and_approving_them_completes_them() {
+    let started = Instant::now();
+    let server = DevServer::start().unwrap();
+    let queue = unique("pending");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+
+    let two = submit(
+        &server,
+        &queue,
+        &unique("run-two-calls"),
+        &[
+            "--script",
+            &shell_script(
+                dir.path(),
+                "two",
+                "Two calls.",
+                &["echo one-a", "echo one-b"],
+            ),
+            "--require-approval",
+            "shell",
+        ],
+        "two",
+    );
+    let one = submit(
+        &server,
+        &queue,
+        &unique("run-one-call"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "one", "One call.", &["echo two-a"]),
+        ],
+        "one",
+    );
+    // Busy (a tool running) but not waiting for anyone.
+    let busy = submit(
+        &server,
+        &queue,
+        &unique("run-busy"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "busy", "Sleeping.", &["sleep 120"]),
+            "--no-approval",
+        ],
+        "busy",
+    );
+    wait_state(&server, &two, "AWAITING_APPROVAL", T);
+    wait_state(&server, &one, "AWAITING_APPROVAL", T);
+    wait_state(&server, &busy, "EXECUTING", T);
+
+    let expected: BTreeSet<String> = [two.clone(), one.clone()].into();
+    let (_, pending) = wait_until_blocking(T, "exactly the two waiting runs pending", || {
+        let (ids, v) = pending_ids(&server)?;
+        Ok((ids == expected).then_some((ids, v)))
+    })
+    .unwrap();
+    let runs = pending["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{pending}");
+    let by_id = |id: &str| runs.iter().find(|r| r["run_id"] == id).unwrap().clone();
+    let waited_at_most = started.elapsed().as_secs() + 1;
+    let calls = |r: &Value| -> Vec<(String, String, String)> {
+        r["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let waited = c["waiting_seconds"].as_u64().unwrap();
+                assert!(waited <= waited_at_most, "waited {waited}s: {c}");
+                (
+                    c["call_id"].as_str().unwrap().to_owned(),
+                    c["tool"].as_str().unwrap().to_owned(),
+                    c["arguments"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let s = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
+    assert_eq!(
+        calls(&by_id(&two)),
+        vec![
+            s("call_1_1", "shell", r#"{"command":"echo one-a"}"#),
+            s("call_1_2", "shell", r#"{"command":"echo one-b"}"#),
+        ]
+    );
+    assert_eq!(
+        calls(&by_id(&one)),
+        vec![s("call_1_1", "shell", r#"{"command":"echo two-a"}"#)]
+    );
+    assert_eq!(by_id(&two)["turn"], 1);
+    let human = baton(&server, &["pending"]).unwrap();
+    assert!(
+        human.stdout.contains(&two) && human.stdout.contains(&one),
+        "{human}"
+    );
+    assert!(!human.stdout.contains(&busy), "{human}");
+    assert!(human.stdout.contains("(waiting "), "{human}");
+
+    // `approve RUN` with no call id and no terminal never prompts: exit 2, the pending ids and
+    // the exact command to run.
+    let refused = baton_with(&server, &["approve", &two], &[], Some("a\n")).unwrap();
+    assert_eq!(refused.code, 2, "{refused}");
+    assert!(
+        refused.stderr.contains("call_1_1") && refused.stderr.contains("call_1_2"),
+        "{refused}"
+    );
+    let command = refused
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("approve them with: "))
+        .unwrap_or_else(|| panic!("no command in {refused}"));
+    assert_eq!(command, format!("baton approve {two} call_1_1 call_1_2"));
+    let deny_refused = baton(&server, &["deny", &one]).unwrap();
+    assert_eq!(deny_refused.code, 2, "{deny_refused}");
+    assert!(
+        deny_refused
+            .stderr
+            .contains(&format!("baton deny {one} call_1_1 --reason")),
+        "{deny_refused}"
+    );
+    // Nothing was decided by the refused commands.
+    assert_eq!(
+        wait_state(&server, &two, "AWAITING_APPROVAL", T)["pending"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // The printed command works as printed.
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let approved = baton(&server, &args).unwrap();
+    assert_eq!(approved.code, 0, "{approved}");
+
+    // On a terminal, `approve RUN` asks per call: approve, with a reason.
+    let asked = baton_on_tty(
+        &server,
+        &["approve", &one, "--approver", "tty-user"],
+        &[],
+        "a\nlooks fine\n",
+    );
+    match &asked {
+        Some(out) => {
+            assert_eq!(out.code, 0, "{out}");
+            assert!(out.stdout.contains("$ echo two-a"), "{out}");
+            assert!(out.stdout.contains("call_1_1: approved"), "{out}");
+        }
+        None => assert_eq!(baton(&server, &["approve", &one, "--all"]).unwrap().code, 0),
+    }
+
+    assert_eq!(result(&server, &two, 0)["status"], "COMPLETED");
+    assert_eq!(result(&server, &one, 0)["status"], "COMPLETED");
+    if asked.is_some() {
+        let events = baton(&server, &["watch", &one, "--json"]).unwrap();
+        let decided = events
+            .json_lines()
+            .unwrap()
+            .into_iter()
+            .find(|l| l["kind"] == "approval_decided")
+            .unwrap();
+        assert_eq!(decided["approval_decided"]["approver"], "tty-user");
+        assert_eq!(decided["approval_decided"]["reason"], "looks fine");
+    }
+    let completed = wait_until_blocking(T, "both runs listed as COMPLETED", || {
+        let v = baton(&server, &["list", "--state", "COMPLETED", "--json"])?.json()?;
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        let ids: BTreeSet<String> = runs
+            .iter()
+            .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+            .collect();
+        Ok(ids.is_superset(&expected).then_some(runs))
+    })
+    .unwrap();
+    assert!(completed.iter().all(|r| r["state"] == "COMPLETED"));
+    assert!(!completed.iter().any(|r| r["run_id"] == busy.as_str()));
+    wait_until_blocking(T, "nothing pending any more", || {
+        Ok(pending_ids(&server)?.0.is_empty().then_some(()))
+    })
+    .unwrap();
+    assert_eq!(baton(&server, &["cancel", &busy]).unwrap().code, 0);
+    result(&server, &busy, 4);
+}
+
+/// The kinds of `watch --json` lines, notes left out.
+fn kinds(lines: &[Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap())
+        .filter(|k| *k != "note")
+        .collect()
+}
+
+/// Every line follows the documented schema.
+fn assert_schema(run: &str, lines: &[Value]) {
+    let mut last_seq = None;
+    for l in lines {
+        let obj = l.as_object().unwrap();
+        let kind = l["kind"].as_str().unwrap();
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = vec!["at_ms", "kind", "run_id", "seq", "turn", kind];
+        want.sort_unstable();
+        assert_eq!(keys, want, "{l}");
+        assert_eq!(l["run_id"], run);
+        let seq = l["seq"].as_u64().unwrap();
+        assert!(last_seq < Some(seq), "seq goes up: {l}");
+        last_seq = Some(seq);
+        assert!(l["turn"].as_u64().is_some() && l["at_ms"].as_i64().unwrap() > 0);
+        let body = l[kind].as_object().unwrap();
+        let fields: &[&str] = match kind {
+            "assistant" => &["text", "reasoning", "finish_reason", "tool_calls"],
+            "approval_requested" => &["call_id", "tool", "arguments", "requested_at_ms"],
+            "approval_decided" => &["call_id", "approved", "approver", "reason", "remember"],
+            "tool_started" => &["call_id", "tool", "arguments"],
+            "tool_finished" => &["call_id", "tool", "is_error", "content"],
+            "note" => &["text"],
+            "finished" => &[
+                "status",
+                "reason",
+                "answer",
+                "turns",
+                "usage",
+                "detail",
+                "exit_code",
+            ],
+            other => panic!("undocumented kind {other}: {l}"),
+        };
+        let mut got: Vec<&str> = body.keys().map(String::as_str).collect();
+        got.sort_unstable();
+        let mut want = fields.to_vec();
+        want.sort_unstable();
+        assert_eq!(got, want, "{l}");
+    }
+}
+
+#[test]
+fn watch_json_follows_and_replays_the_whole_run_and_since_starts_at_a_turn() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("watch");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-watch"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "w", "Checking.", &["echo watched"]),
+            "--require-approval",
+            "shell",
+        ],
+        "watch me",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    // Attached while the run waits; it follows to the end.
+    let live = baton_spawn(&server, &["watch", &run, "--json"], &[]).unwrap();
+    let out = baton(
+        &server,
+        &["approve", &run, "call_1_1", "--approver", "alice"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let live = live.wait(T).unwrap();
+    assert_eq!(live.code, 0, "{live}");
+    assert_eq!(result(&server, &run, 0)["answer"], "All done.");
+
+    let replay = baton(&server, &["watch", &run, "--json"]).unwrap();
+    assert_eq!(replay.code, 0, "{replay}");
+    let lines = replay.json_lines().unwrap();
+    assert_eq!(
+        live.json_lines().unwrap(),
+        lines,
+        "following and replaying give the same lines"
+    );
+    assert_schema(&run, &lines);
+    assert_eq!(
+        kinds(&lines),
+        vec![
+            "assistant",
+            "approval_requested",
+            "approval_decided",
+            "tool_started",
+            "tool_finished",
+            "assistant",
+            "finished"
+        ]
+    );
+    assert_eq!(lines[0]["kind"], "note", "the run's start comes first");
+    let of = |kind: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["kind"] == kind)
+            .map(|l| &l[kind])
+            .collect()
+    };
+    let assistant = of("assistant");
+    assert_eq!(assistant[0]["text"], "Checking.");
+    assert_eq!(assistant[0]["finish_reason"], "tool_calls");
+    assert_eq!(
+        assistant[0]["tool_calls"],
+        json!([{"call_id": "call_1_1", "tool": "shell", "arguments": r#"{"command":"echo watched"}"#}])
+    );
+    assert_eq!(assistant[1]["text"], "All done.");
+    assert_eq!(assistant[1]["finish_reason"], "stop");
+    assert_eq!(of("approval_requested")[0]["call_id"], "call_1_1");
+    assert_eq!(of("approval_requested")[0]["tool"], "shell");
+    assert!(
+        of("approval_requested")[0]["requested_at_ms"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
+    let decided = of("approval_decided")[0];
+    assert_eq!(
+        (
+            &decided["call_id"],
+            &decided["approved"],
+            &decided["approver"]
+        ),
+        (&json!("call_1_1"), &json!(true), &json!("alice"))
+    );
+    assert_eq!(of("tool_started")[0]["call_id"], "call_1_1");
+    let finished_tool = of("tool_finished")[0];
+    assert_eq!(finished_tool["is_error"], false);
+    assert!(
+        finished_tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("watched"),
+        "{finished_tool}"
+    );
+    let end = lines.last().unwrap();
+    assert_eq!(end["kind"], "finished");
+    let f = &end["finished"];
+    assert_eq!(f["status"], "COMPLETED");
+    assert_eq!(f["reason"], "completed");
+    assert_eq!(f["answer"], "All done.");
+    assert_eq!(f["turns"], 2);
+    assert_eq!(f["exit_code"], 0);
+    for k in ["input_tokens", "output_tokens", "total_tokens", "llm_calls"] {
+        assert!(f["usage"][k].as_u64().is_some(), "usage.{k}: {end}");
+    }
+    let turns: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["kind"] == "assistant")
+        .map(|l| l["turn"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, vec![1, 2]);
+
+    // --since TURN: events of that turn on, and always the end.
+    let since = baton(&server, &["watch", &run, "--json", "--since", "2"]).unwrap();
+    assert_eq!(since.code, 0, "{since}");
+    let since_lines = since.json_lines().unwrap();
+    assert_schema(&run, &since_lines);
+    assert_eq!(kinds(&since_lines), vec!["assistant", "finished"]);
+    assert!(since_lines.iter().all(|l| l["turn"].as_u64() >= Some(2)));
+    assert_eq!(&since_lines, &lines[lines.len() - since_lines.len()..]);
+    let past = baton(&server, &["watch", &run, "--json", "--since", "9"]).unwrap();
+    assert_eq!(past.code, 0, "{past}");
+    assert_eq!(kinds(&past.json_lines().unwrap()), vec!["finished"]);
+
+    // The same, for people.
+    let human = baton(&server, &["watch", &run]).unwrap();
+    assert_eq!(human.code, 0, "{human}");
+    for want in [
+        "── turn 1 ──",
+        "Checking.",
+        "awaits approval",
+        "call_1_1 approved by alice",
+        "✔ shell [call_1_1]",
+        "── turn 2 ──",
+        "All done.",
+        "COMPLETED",
+    ] {
+        assert!(human.stdout.contains(want), "missing {want:?}: {human}");
+    }
+    let human_since = baton(&server, &["watch", &run, "--since", "2"]).unwrap();
+    assert!(
+        !human_since.stdout.contains("── turn 1 ──"),
+        "{human_since}"
+    );
+    assert!(human_since.stdout.contains("── turn 2 ──"), "{human_since}");
+
+    let unknown = baton(&server, &["watch", "no-such-run", "--json"]).unwrap();
+    assert_eq!(unknown.code, 2, "{unknown}");
+    assert!(unknown.stdout.is_empty(), "{unknown}");
+}
+
+#[test]
+fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("cancel-ops");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-cancel-waiting"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "c", "About to.", &["touch never.txt"]),
+        ],
+        "c",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let out = baton(&server, &["cancel", &run, "--reason", "not needed"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = result(&server, &run, 4);
+    assert_eq!(r["status"], "CANCELLED");
+    assert_eq!(r["reason"], "cancelled");
+    // Without --wait too, once it has ended.
+    let out = baton(&server, &["result", &run]).unwrap();
+    assert_eq!(out.code, 4, "{out}");
+    assert!(out.stdout.contains("CANCELLED"), "{out}");
+    let status = baton(&server, &["status", &run, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(status["state"], "CANCELLED", "{status}");
+    let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
+    assert_eq!(watch.code, 4, "{watch}");
+    let lines = watch.json_lines().unwrap();
+    let end = lines.last().unwrap();
+    assert_eq!(end["kind"], "finished", "{watch}");
+    assert_eq!(end["finished"]["status"], "CANCELLED", "{watch}");
+    assert_eq!(end["finished"]["exit_code"], 4, "{watch}");
+    // Nothing left to cancel or approve.
+    let again = baton(&server, &["cancel", &run]).unwrap();
+    assert_eq!(again.code, 2, "{again}");
+    assert!(again.stderr.contains("already ended"), "{again}");
+    let late = baton(&server, &["approve", &run]).unwrap();
+    assert_eq!(late.code, 2, "{late}");
+    assert!(late.stderr.contains("already ended"), "{late}");
+}
+
+#[test]
+fn no_colour_or_spinner_without_a_terminal_or_with_no_color() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("colour");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-colour"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "c", "Colourful.", &["echo hi"]),
+        ],
+        "c",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
+    result(&server, &run, 0);
+
+    // Piped stdout: plain, whatever NO_COLOR says (the harness sets NO_COLOR=1).
+    for env in [&[][..], &[("NO_COLOR", "")][..]] {
+        let out = baton_with(&server, &["watch", &run], env, None).unwrap();
+        assert_eq!(out.code, 0, "{out}");
+        assert!(out.stdout.contains("── turn 1 ──"), "{out}");
+        assert!(!has_ansi(&out.stdout) && !has_ansi(&out.stderr), "{out}");
+    }
+    // On a terminal: plain with NO_COLOR set, coloured without it (so the check above can fail).
+    let Some(plain) = baton_on_tty(&server, &["watch", &run], &[("NO_COLOR", "1")], "") else {
+        return;
+    };
+    assert_eq!(plain.code, 0, "{plain}");
+    assert!(plain.stdout.contains("── turn 1 ──"), "{plain}");
+    assert!(!has_ansi(&plain.stdout), "{plain}");
+    let coloured = baton_on_tty(&server, &["watch", &run], &[("NO_COLOR", "")], "").unwrap();
+    assert_eq!(coloured.code, 0, "{coloured}");
+    assert!(has_ansi(&coloured.stdout), "{coloured}");
+
+    // `submit --wait` follows the run live on a terminal: the same rule for its spinner.
+    let quick = shell_script(dir.path(), "q", "Quick.", &["sleep 1"]);
+    let submit_args = [
+        "submit",
+        "--task-queue",
+        &queue,
+        "--script",
+        &quick,
+        "--no-approval",
+        "--wait",
+        "q",
+    ];
+    let plain = baton_on_tty(&server, &submit_args, &[("NO_COLOR", "1")], "").unwrap();
+    assert_eq!(plain.code, 0, "{plain}");
+    assert!(plain.stdout.contains("── turn 1 ──"), "live view: {plain}");
+    assert!(!has_ansi(&plain.stdout), "{plain}");
+    let coloured = baton_on_tty(&server, &submit_args, &[("NO_COLOR", "")], "").unwrap();
+    assert_eq!(coloured.code, 0, "{coloured}");
+    assert!(has_ansi(&coloured.stdout), "{coloured}");
+}

@@ -1,0 +1,237 @@
+//! History stays bounded on long runs (issue 5): conversations by reference, payloads under
+//! 256 KiB, constant history bytes per turn, continue-as-new with an approval pending across
+//! the boundary.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine;
+use baton_tests::*;
+use common::*;
+use serde_json::{Value, json};
+
+/// Largest payload allowed in history.
+const MAX_PAYLOAD: usize = 256 * 1024;
+
+/// A dev server with baton's search attributes and fast history processing.
+fn fast_server() -> DevServer {
+    let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
+        .iter()
+        .map(|(name, kind)| format!("{name}={kind}"))
+        .collect();
+    let mut args = vec![
+        "--dynamic-config-value",
+        "history.transferProcessorMaxPollRPS=1000",
+    ];
+    for d in &defs {
+        args.push("--search-attribute");
+        args.push(d.as_str());
+    }
+    DevServer::start_with_args(&args).unwrap()
+}
+
+/// Ids of every run (segment) of workflow `id`, oldest first.
+fn segments(server: &DevServer, id: &str) -> Vec<String> {
+    let query = format!("WorkflowId = '{id}'");
+    let out = server
+        .temporal(&["workflow", "list", "--query", &query, "-o", "json"])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+    let mut runs: Vec<(String, String)> = out
+        .json()
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (
+                r["startTime"].as_str().unwrap_or_default().to_owned(),
+                r["execution"]["runId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    runs.sort();
+    runs.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Sizes of every payload's data in a history.
+fn payload_sizes(v: &Value, out: &mut Vec<usize>) {
+    match v {
+        Value::Object(map) => {
+            if let (Some(Value::String(data)), Some(_)) = (map.get("data"), map.get("metadata")) {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .map(|b| b.len())
+                    .unwrap_or(data.len());
+                out.push(bytes);
+            }
+            map.values().for_each(|x| payload_sizes(x, out));
+        }
+        Value::Array(items) => items.iter().for_each(|x| payload_sizes(x, out)),
+        _ => {}
+    }
+}
+
+/// History bytes of each turn: the events from one `llm_generate` scheduling to the next.
+fn bytes_per_turn(history: &Value) -> Vec<usize> {
+    let events = history["events"].as_array().unwrap();
+    let mut turns = Vec::new();
+    let mut current: Option<usize> = None;
+    for e in events {
+        let size = serde_json::to_string(e).unwrap().len();
+        let is_llm =
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "llm_generate";
+        if is_llm {
+            if let Some(c) = current.take() {
+                turns.push(c);
+            }
+            current = Some(0);
+        }
+        if let Some(c) = current.as_mut() {
+            *c += size;
+        }
+    }
+    turns
+}
+
+/// About 400 bytes of words that differ from turn to turn (the loop guard compares the
+/// replies' word sets).
+fn varied(turn: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "inspect", "parser", "module", "retry", "config", "branch", "fixture", "schema", "migrate",
+        "index", "token", "buffer", "latency", "handler", "cache", "report",
+    ];
+    let mut x = (turn as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (0..48)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{}{}", WORDS[(x % 16) as usize], (x >> 8) % 1000)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn median(mut xs: Vec<usize>) -> usize {
+    xs.sort_unstable();
+    xs[xs.len() / 2]
+}
+
+#[test]
+fn a_500_turn_run_keeps_history_bounded_and_continues_as_new_with_an_approval_pending() {
+    const TURNS: usize = 500;
+    const APPROVAL_AT: usize = 400; // the 400th model call asks for write_file
+    let server = fast_server();
+    let queue = unique("budget");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // Each turn: a few hundred bytes of assistant text (different every turn, or the loop
+    // guard would stop the run) and a small shell output, so the conversation grows to
+    // several hundred KiB.
+    let turns: Vec<Value> = (0..TURNS)
+        .map(|i| {
+            if i == TURNS - 1 {
+                json!({"text": "All 499 steps are done."})
+            } else if i == APPROVAL_AT - 1 {
+                json!({"text": format!("turn {i}: writing the report. {}", varied(i)),
+                       "tool_calls": [{"name": "write_file",
+                                       "arguments": json!({"path": "report.txt", "content": "approved report\n"}).to_string()}]})
+            } else {
+                json!({"text": format!("turn {i}: step {i}. {}", varied(i)),
+                       "tool_calls": [{"name": "shell",
+                                       "arguments": json!({"command": format!("echo step {i} >> steps.txt; echo ok {i}")}).to_string()}]})
+            }
+        })
+        .collect();
+    let script = script(dir.path(), "long", json!(turns));
+    let run = unique("run-long");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--script",
+            script.to_str().unwrap(),
+            "--require-approval",
+            "write_file",
+            "--max-turns",
+            "600",
+            "--segment-turns",
+            "200",
+        ],
+        "take 499 steps",
+    );
+    // The approval is requested right at a segment boundary: it is pending across it.
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(600));
+    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    assert_eq!(status["pending"][0]["tool"], "write_file", "{status}");
+    let before = segments(&server, &run);
+    assert_eq!(
+        before.len(),
+        3,
+        "continued as new at turns 200 and 400: {before:?}"
+    );
+    let out = baton(&server, &["approve", &run, &call, "--reason", "fine"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let result = result(&server, &run, 0);
+    assert_eq!(result["answer"], "All 499 steps are done.", "{result}");
+    assert_eq!(result["turns"], TURNS as u64, "{result}");
+
+    // The approved call ran, and every step ran exactly once.
+    let ws = w.workspace_root().join(&run);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("report.txt")).unwrap(),
+        "approved report\n"
+    );
+    let steps = std::fs::read_to_string(ws.join("steps.txt")).unwrap();
+    assert_eq!(steps.lines().count(), TURNS - 2, "every shell step once");
+
+    // History: every segment's payloads stay small, the last segment is small, and the bytes
+    // a turn adds do not grow with the conversation.
+    let runs = segments(&server, &run);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let mut per_turn = Vec::new();
+    let mut largest = 0;
+    let mut total = 0;
+    for r in &runs {
+        let history = server.workflow_history_json(&run, Some(r)).unwrap();
+        let mut sizes = Vec::new();
+        payload_sizes(&history, &mut sizes);
+        largest = largest.max(sizes.iter().copied().max().unwrap_or(0));
+        total += serde_json::to_string(&history).unwrap().len();
+        per_turn.extend(bytes_per_turn(&history));
+    }
+    let last = serde_json::to_string(&server.workflow_history_json(&run, None).unwrap())
+        .unwrap()
+        .len();
+    let at_50 = median(per_turn[45..55].to_vec());
+    let at_500 = median(per_turn[per_turn.len() - 11..per_turn.len() - 1].to_vec());
+    println!(
+        "history: {} segments, {total} bytes in all, last segment {last} bytes, largest \
+         payload {largest} bytes; bytes per turn at turn 50: {at_50}, at turn 500: {at_500}",
+        runs.len()
+    );
+    assert!(largest <= MAX_PAYLOAD, "largest payload {largest}");
+    assert!(last < 5 * 1024 * 1024, "final history {last} bytes");
+    assert!(
+        at_500 <= 2 * at_50 && at_50 <= 2 * at_500,
+        "per-turn bytes {at_50} -> {at_500}"
+    );
+
+    // The transcript still holds the whole conversation (older items from the blob store).
+    let out = baton(&server, &["transcript", &run, "--json"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let items = out.json().unwrap()["items"].as_array().unwrap().clone();
+    assert!(items.len() >= 2 * TURNS - 1, "{}", items.len());
+    assert!(
+        items.iter().all(|i| i.get("stub").is_none()),
+        "stubs are resolved"
+    );
+    assert!(out.stdout.contains("turn 3: step 3."));
+}

@@ -1,0 +1,261 @@
+//! Worker operations: the Prometheus endpoint (Temporal's and baton's metrics) and JSON logs
+//! whose activity lines name their run. Real dev server, real worker process, real CLI.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{Read, Write},
+    net::TcpStream,
+    time::Duration,
+};
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(60);
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the text format (enough of it for our metrics: no escaped quotes in label values).
+fn parse(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter(|kv| !kv.is_empty())
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k.to_owned(), v.trim_matches('"').to_owned()))
+                })
+                .collect();
+            Some(Sample {
+                name: name.to_owned(),
+                labels,
+                value: value.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Sum of the samples named `name` whose labels include all of `labels`.
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+/// `GET /metrics` over plain HTTP/1.1: the body and its samples.
+fn scrape(addr: &str) -> anyhow::Result<(String, Vec<Sample>)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP response: {response}"))?;
+    anyhow::ensure!(head.starts_with("HTTP/1.1 200"), "{head}");
+    anyhow::ensure!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "chunked response: {head}"
+    );
+    Ok((body.to_owned(), parse(body)))
+}
+
+/// Scrapes until `ready` holds for the samples; returns that scrape.
+fn scrape_until(
+    addr: &str,
+    what: &str,
+    ready: impl Fn(&[Sample]) -> bool,
+) -> (String, Vec<Sample>) {
+    wait_until_blocking(T, what, || {
+        let (text, samples) = scrape(addr)?;
+        Ok(ready(&samples).then_some((text, samples)))
+    })
+    .unwrap()
+}
+
+#[test]
+fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("metrics");
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut w = Worker::spawn(
+        &server,
+        &queue,
+        &[
+            ("BATON_METRICS_ADDR", addr.as_str()),
+            ("BATON_METRICS_POLL_SECS", "1"),
+            ("BATON_LOG_FORMAT", "json"),
+        ],
+    )
+    .unwrap();
+    w.wait_ready_blocking(T).unwrap();
+
+    // Temporal core's worker metrics are served before any run.
+    let (text, _) = scrape(&addr).unwrap();
+    assert!(
+        text.lines().any(|l| l.starts_with("temporal_")),
+        "no temporal_ metric:\n{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "m",
+        json!([
+            {"text": "Running it.", "tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo metrics-ok"}}
+            ]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = unique("run-metrics");
+    submit(&server, &queue, &run, &["--script", &s], "metrics");
+
+    // The shell call waits for approval (default policy): the visibility gauge sees it.
+    let (_, samples) = scrape_until(&addr, "baton_approvals_pending = 1", |s| {
+        value(s, "baton_approvals_pending", &[]) == 1.0
+    });
+    assert_eq!(
+        value(
+            &samples,
+            "baton_runs_open",
+            &[("state", "AWAITING_APPROVAL")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&samples, "baton_runs_started_total", &[]), 1.0);
+
+    let approved = baton(&server, &["approve", &run, "--all"]).unwrap();
+    assert_eq!(approved.code, 0, "{approved}");
+    let done = result(&server, &run, 0);
+    assert_eq!(done["reason"], "completed");
+    assert_eq!(done["turns"], 2);
+
+    let (text, samples) = scrape_until(&addr, "the run counted as completed", |s| {
+        value(s, "baton_runs_completed_total", &[("reason", "completed")]) == 1.0
+            && value(s, "baton_approvals_pending", &[]) == 0.0
+            && value(s, "baton_runs_open", &[("state", "AWAITING_APPROVAL")]) == 0.0
+    });
+    let ok_shell = [("tool", "shell"), ("outcome", "ok")];
+    assert_eq!(
+        value(&samples, "baton_tool_calls_total", &ok_shell),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(&samples, "baton_tool_calls_total", &[]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "baton_tool_call_duration_seconds_count",
+            &ok_shell
+        ),
+        1.0
+    );
+    let scripted = ("provider", "scripted");
+    assert_eq!(
+        value(&samples, "baton_turns_total", &[scripted]),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "baton_llm_calls_total",
+            &[scripted, ("outcome", "ok")]
+        ),
+        2.0
+    );
+    for direction in ["input", "output"] {
+        let tokens = value(
+            &samples,
+            "baton_llm_tokens_total",
+            &[scripted, ("direction", direction)],
+        );
+        assert!(tokens > 0.0, "{direction} tokens: {text}");
+    }
+    assert_eq!(value(&samples, "baton_runs_started_total", &[]), 1.0);
+    assert_eq!(
+        value(&samples, "baton_approval_wait_seconds_count", &[]),
+        1.0
+    );
+    assert!(value(&samples, "baton_approval_wait_seconds_sum", &[]) >= 0.0);
+    assert!(
+        samples.iter().any(|s| s.name.starts_with("temporal_")),
+        "{text}"
+    );
+
+    // JSON logs: every line is an object, and lines written inside an activity carry its run.
+    let log = w.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["message"] == "worker started"),
+        "{log}"
+    );
+    let activity_span = |line: &Value| -> Option<Value> {
+        line["spans"]
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "activity")
+            .cloned()
+    };
+    let in_activities: Vec<Value> = lines.iter().filter_map(activity_span).collect();
+    assert!(in_activities.len() >= 4, "{log}");
+    for span in &in_activities {
+        assert_eq!(span["run_id"], run.as_str(), "{span}");
+    }
+    let tool_line = lines
+        .iter()
+        .find(|l| l["message"] == "tool started")
+        .unwrap_or_else(|| panic!("no tool started line:\n{log}"));
+    let span = activity_span(tool_line).unwrap();
+    assert_eq!(span["call_id"], "call_1_1", "{tool_line}");
+    assert_eq!(span["tool"], "shell");
+    let llm_line = lines
+        .iter()
+        .find(|l| l["message"] == "llm call started")
+        .unwrap_or_else(|| panic!("no llm call line:\n{log}"));
+    assert_eq!(activity_span(llm_line).unwrap()["turn"], 1, "{llm_line}");
+
+    w.terminate_timeout(Duration::from_secs(20)).unwrap();
+}
