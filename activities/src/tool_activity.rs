@@ -214,21 +214,42 @@ impl ToolService {
         let run_id = info.workflow_id.clone().unwrap_or_default();
         let attempt = info.attempt;
         let workspace = self.workspace_of(&run_id);
-        let snapshots = self.snapshots && request.mutating;
-        // The snapshot this call starts from: the run's latest, or (first mutating call of a
-        // run) one taken now, so that a retry can start again from the same state.
         let previous: ToolProgress = ctx
             .heartbeat_details()
             .deserialize()
             .ok()
             .flatten()
             .unwrap_or_default();
+        if attempt > 1 && request.mutating && request.confirm_retries && !request.retry_confirmed {
+            // Policy on_retry = "ask": the first attempt may have taken effect; a human decides.
+            info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool not re-run: waiting for a human");
+            return Ok(ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: format!(
+                    "[baton: a worker failed while this call ran (attempt {attempt}); it was not \
+                     run again]"
+                ),
+                interrupted: true,
+                // The workspace as the cut-off call found it: a re-run starts from there.
+                snapshot: if request.snapshot.is_empty() {
+                    previous.base_snapshot.clone()
+                } else {
+                    request.snapshot.clone()
+                },
+                ..Default::default()
+            });
+        }
+        let snapshots = self.snapshots && request.mutating;
+        // The snapshot this call starts from: the run's latest, or (first mutating call of a
+        // run) one taken now, so that a retry can start again from the same state.
         let mut base = request.snapshot.clone();
         if base.is_empty() {
             base = previous.base_snapshot.clone();
         }
         if self.snapshots && !base.is_empty() {
-            self.ensure_snapshot(&run_id, &workspace, &base, snapshots && attempt > 1)
+            let retry = attempt > 1 || request.retry_confirmed;
+            self.ensure_snapshot(&run_id, &workspace, &base, snapshots && retry)
                 .await?;
         } else if snapshots && base.is_empty() {
             base = self

@@ -70,6 +70,15 @@ pub(crate) enum TimeoutAction {
     Fail,
 }
 
+/// What happens to a cut-off side-effecting call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnRetry {
+    /// Run it again (from the workspace snapshot it started from).
+    Rerun,
+    /// Wait for a human: approve runs it again, deny skips it.
+    Ask,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
     /// The task for the agent; `-` reads it from stdin.
@@ -109,6 +118,11 @@ pub(crate) struct SubmitArgs {
     /// sees (policy mode never_ask).
     #[arg(long)]
     pub(crate) never_ask: bool,
+    /// A call that changes things and was cut off by a worker failure (it may have taken
+    /// effect): run it again from the workspace snapshot it started from (rerun, the default)
+    /// or let a human decide (ask).
+    #[arg(long, value_enum)]
+    pub(crate) on_retry: Option<OnRetry>,
     /// Maximum model calls (default 50).
     #[arg(long)]
     pub(crate) max_turns: Option<u32>,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
-    cli::{Exhausted, SubmitArgs, TimeoutAction},
+    cli::{Exhausted, OnRetry, SubmitArgs, TimeoutAction},
     connect::{connect, short},
     exit::{self, Exit},
     inspect, render,
@@ -285,6 +285,12 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
             TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
             TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
         } as i32;
+    }
+    if let Some(on_retry) = args.on_retry {
+        policy.on_retry = match on_retry {
+            OnRetry::Rerun => String::new(),
+            OnRetry::Ask => "ask".to_owned(),
+        };
     }
     if args.never_ask {
         policy.mode = policy::MODE_NEVER_ASK.to_owned();

@@ -229,3 +229,72 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
         "the tool moved after {handed_over:?}, not faster than a heartbeat timeout"
     );
 }
+
+#[test]
+fn with_on_retry_ask_a_cut_off_call_waits_for_a_human_before_it_runs_again() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("onretry");
+    let workspace = tempfile::tempdir().unwrap();
+    let mut workers = fleet(&server, &queue, 2, workspace.path(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker();
+    let sleep_arg = format!("20.{m}");
+    let command =
+        format!("echo deploy-{m} >> deploys.txt && sleep {sleep_arg} && echo finished-{m}");
+    let s = script(
+        dir.path(),
+        "onretry",
+        json!([
+            {"text": "Deploy.", "tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "Deployed."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-onretry"),
+        &["--script", &s, "--no-approval", "--on-retry", "ask"],
+        "deploy once",
+    );
+    let needle = format!("tool started run_id=\"{run}\" tool=shell");
+    let victim = wait_until_blocking(
+        Duration::from_secs(30),
+        "a worker to start the tool",
+        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    workers[victim].kill9();
+    kill_leftovers(&sleep_arg);
+    // The retry on the other worker does not run the command: a human decides.
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    assert_eq!(status["pending"][0]["tool"], "shell", "{status}");
+    let deploys = workspace.path().join(&run).join("deploys.txt");
+    assert_eq!(
+        std::fs::read_to_string(&deploys).unwrap().lines().count(),
+        1
+    );
+    let out = baton(
+        &server,
+        &["approve", &run, &call, "--reason", "not deployed yet"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = result(&server, &run, 0);
+    kill_leftovers(&sleep_arg);
+    assert_eq!(r["answer"], "Deployed.", "{r}");
+    let text = history_text(&server, &run);
+    assert!(
+        text.contains(&format!("finished-{m}")),
+        "it ran again once approved"
+    );
+    // Snapshots restored the workspace the call started from: one deploy line, not two.
+    assert_eq!(
+        std::fs::read_to_string(&deploys).unwrap().lines().count(),
+        1,
+        "the re-run started from the snapshot the cut-off attempt started from"
+    );
+}

@@ -130,6 +130,10 @@ pub struct Batch {
     /// Approving extends the limit.
     #[serde(default)]
     pub extend: Option<i32>,
+    /// Calls cut off by a worker failure that may have taken effect: approving runs them
+    /// again, denying skips them.
+    #[serde(default)]
+    pub retry: bool,
 }
 
 impl Batch {
@@ -337,6 +341,12 @@ impl RunState {
                         timeout_seconds: self.tool_timeout(&c.call),
                         snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
                         mutating: !tools::definition(&c.call.name).is_some_and(|d| d.read_only),
+                        confirm_retries: self
+                            .spec
+                            .approval
+                            .as_ref()
+                            .is_some_and(|p| p.on_retry == "ask"),
+                        retry_confirmed: batch.retry,
                     })
                     .collect();
                 for r in &requests {
@@ -915,6 +925,19 @@ impl RunState {
                 Disposition::Run {
                     approver: Some(approver.clone()),
                 }
+            } else if batch.retry {
+                Disposition::Refused {
+                    content: format!(
+                        "A worker failed while this call ran; it may or may not have taken \
+                         effect. {approver} chose not to run it again: {}. Check its effects \
+                         before you go on.",
+                        if decision.reason.is_empty() {
+                            "no reason given"
+                        } else {
+                            &decision.reason
+                        }
+                    ),
+                }
             } else {
                 let reason = if decision.reason.is_empty() {
                     "no reason given".to_owned()
@@ -1005,6 +1028,7 @@ impl RunState {
         };
         let mut results = results.into_iter();
         let mut any_error = false;
+        let mut interrupted = Vec::new();
         for planned in batch.calls {
             let result = match planned.disposition {
                 Disposition::Run { .. } => {
@@ -1032,6 +1056,17 @@ impl RunState {
                     ..Default::default()
                 },
             };
+            if result.interrupted {
+                // The workspace as the cut-off call found it.
+                if !result.snapshot.is_empty() {
+                    self.workspace_snapshot = Some(result.snapshot.clone());
+                }
+                interrupted.push(PlannedCall {
+                    call: planned.call,
+                    disposition: Disposition::Pending,
+                });
+                continue;
+            }
             any_error |= result.is_error;
             if !result.snapshot.is_empty() {
                 self.workspace_snapshot = Some(result.snapshot.clone());
@@ -1042,6 +1077,9 @@ impl RunState {
             });
         }
         self.circuit_breaker(any_error, now_ms);
+        if !interrupted.is_empty() && matches!(self.phase, Phase::Thinking) {
+            self.ask_about_retries(interrupted, now_ms);
+        }
     }
 
     fn loops_policy(&self) -> Option<&baton_proto::LoopPolicy> {
@@ -1101,6 +1139,37 @@ impl RunState {
         }
     }
 
+    /// Calls cut off by a worker failure wait for a human: run again (approve) or skip (deny).
+    fn ask_about_retries(&mut self, calls: Vec<PlannedCall>, now_ms: i64) {
+        let ids: Vec<&str> = calls.iter().map(|c| c.call.id.as_str()).collect();
+        self.note(
+            now_ms,
+            &format!(
+                "{} cut off by a worker failure and may have taken effect; policy on_retry = \
+                 ask: approve to run again, deny to skip",
+                ids.join(", ")
+            ),
+        );
+        for c in &calls {
+            self.push_event(
+                now_ms,
+                run_event::Kind::ApprovalRequested(PendingCall {
+                    call_id: c.call.id.clone(),
+                    tool: c.call.name.clone(),
+                    arguments: c.call.arguments.clone(),
+                    requested_at_ms: now_ms,
+                }),
+            );
+        }
+        self.phase = Phase::AwaitingApproval(Batch {
+            calls,
+            requested_at_ms: now_ms,
+            question: None,
+            extend: None,
+            retry: true,
+        });
+    }
+
     /// Pauses the run with a question for a human, answered like an approval.
     fn ask_question(&mut self, question: String, now_ms: i64) {
         let call = ToolCall {
@@ -1126,6 +1195,7 @@ impl RunState {
             requested_at_ms: now_ms,
             question: Some(question),
             extend: None,
+            retry: false,
         });
     }
 
@@ -1351,6 +1421,7 @@ impl RunState {
             requested_at_ms: now_ms,
             question: None,
             extend: None,
+            retry: false,
         };
         let pending: Vec<PendingCall> = batch
             .pending()

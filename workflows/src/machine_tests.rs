@@ -1373,3 +1373,76 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
         "stubs never travel"
     );
 }
+
+#[test]
+fn an_interrupted_call_waits_for_a_human_who_reruns_or_skips_it() {
+    let mut spec = spec(&[]);
+    spec.approval.as_mut().unwrap().on_retry = "ask".into();
+    for approve in [true, false] {
+        let mut s = RunState::new("run-1", spec.clone(), T0).unwrap();
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "two things",
+                vec![
+                    call("a", "shell", r#"{"command":"make deploy"}"#),
+                    call("b", "read_file", r#"{"path":"x"}"#),
+                ],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        let requests = expect_tools(&mut s);
+        assert!(requests[0].confirm_retries && requests[0].mutating);
+        assert!(!requests[0].retry_confirmed);
+        s.on_tool_results(
+            vec![
+                ToolResult {
+                    interrupted: true,
+                    content: "not run again".into(),
+                    ..Default::default()
+                },
+                ok_result("file x"),
+            ],
+            T0,
+        );
+        // The read went through; the cut-off call waits for a human.
+        assert_eq!(tool_results(&s).len(), 1);
+        let status = s.status();
+        assert_eq!(status.state(), StateName::AwaitingApproval);
+        assert_eq!(status.pending[0].call_id, "a");
+        s.on_decision(
+            ApprovalDecision {
+                call_id: "a".into(),
+                approved: approve,
+                approver: "ann".into(),
+                reason: "already deployed".into(),
+                ..Default::default()
+            },
+            T0,
+        )
+        .unwrap();
+        if approve {
+            let again = expect_tools(&mut s);
+            assert_eq!(again.len(), 1);
+            assert!(again[0].retry_confirmed);
+            s.on_tool_results(vec![ok_result("deployed")], T0);
+            let all = tool_results(&s);
+            assert_eq!(all.len(), 2, "{all:?} {:?}", s.phase);
+            assert_eq!(all[1].content, "deployed");
+        } else {
+            // Nothing runs; the skip is the call's result.
+            assert!(expect_tools(&mut s).is_empty());
+            s.on_tool_results(Vec::new(), T0);
+            let skipped = &tool_results(&s)[1];
+            assert!(skipped.is_error);
+            assert!(
+                skipped.content.contains("may or may not have taken effect")
+                    && skipped.content.contains("already deployed"),
+                "{}",
+                skipped.content
+            );
+        }
+        expect_llm(&mut s);
+    }
+}

@@ -533,8 +533,14 @@ fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> Act
         summary.truncate(cut);
         summary.push('…');
     }
+    // A confirmed re-run is a new activity of the same call.
+    let activity_id = if request.retry_confirmed {
+        format!("{}-rerun", call.id)
+    } else {
+        call.id
+    };
     ActivityOptions::with_start_to_close_timeout(timeout)
-        .activity_id(call.id)
+        .activity_id(activity_id)
         .heartbeat_timeout(TOOL_HEARTBEAT)
         .retry_policy(
             RetryPolicy::builder()
