@@ -233,7 +233,23 @@ fn killing_the_worker_during_a_streaming_call_moves_it_to_another_worker() {
     })
     .unwrap();
     workers[victim].kill9();
-    let r = result(&server, &run, 0);
+    let out = baton_with_timeout(
+        &server,
+        &["result", &run, "--wait", "--json"],
+        &[],
+        None,
+        Duration::from_secs(150),
+    );
+    let Ok(out) = out.and_then(|o| o.ensure_success()) else {
+        // Say where it stood: the survivor's log and the run's history.
+        panic!(
+            "the run did not finish on the survivor.\n--- survivor log ---\n{}\n--- history \
+             ---\n{}",
+            workers[1 - victim].log(),
+            server.workflow_history_text(&run).unwrap_or_default()
+        );
+    };
+    let r = out.json().unwrap();
     assert_eq!(r["answer"], "answered by the survivor");
     assert!(workers[1 - victim].log().contains(&needle));
     assert_eq!(llm.request_count(), 2);
