@@ -46,6 +46,12 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    if !settings.ignored_env.is_empty() {
+        tracing::warn!(
+            variables = ?settings.ignored_env,
+            "ignoring BATON_* variables that name no setting (see README \"Configuration\")"
+        );
+    }
     let outcome = run(settings).await;
     if let Err(e) = &outcome {
         error!(cause = format!("{e:#}"), "worker failed");

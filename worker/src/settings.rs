@@ -51,6 +51,52 @@ pub(crate) struct Settings {
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
     pub(crate) anthropic: ProviderSection,
+    /// `BATON_*` variables that name no setting (e.g. the `BATON_*_SERVICE_HOST` variables
+    /// Kubernetes injects for a Service named `baton-...`): ignored, and logged once.
+    #[serde(skip)]
+    pub(crate) ignored_env: Vec<String>,
+}
+
+/// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
+const SETTING_KEYS: [&str; 16] = [
+    "config",
+    "task_queue",
+    "workspace_root",
+    "workspace_snapshots",
+    "store",
+    "graceful_shutdown_secs",
+    "sticky_queue_timeout_secs",
+    "max_cached_workflows",
+    "log_format",
+    "identity",
+    "health_addr",
+    "metrics_addr",
+    "metrics_poll_secs",
+    "otel_endpoint",
+    "openai",
+    "anthropic",
+];
+
+/// The `BATON_*` variables of `vars` that name a setting, and the names of those that do not.
+fn settings_env(
+    vars: impl Iterator<Item = (String, String)>,
+) -> (config::Map<String, String>, Vec<String>) {
+    let mut kept = config::Map::new();
+    let mut ignored = Vec::new();
+    for (name, value) in vars {
+        let Some(rest) = name.strip_prefix("BATON_") else {
+            continue;
+        };
+        let key = rest.to_ascii_lowercase();
+        let top = key.split("__").next().unwrap_or_default();
+        if SETTING_KEYS.contains(&top) {
+            kept.insert(name, value);
+        } else {
+            ignored.push(name);
+        }
+    }
+    ignored.sort();
+    (kept, ignored)
 }
 
 /// How log lines are written (to stderr).
@@ -160,6 +206,7 @@ impl Default for Settings {
             otel_endpoint: None,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
+            ignored_env: Vec::new(),
         }
     }
 }
@@ -172,22 +219,25 @@ impl Settings {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("baton.toml"));
         let explicit = std::env::var_os("BATON_CONFIG").is_some();
+        let (env, ignored_env) = settings_env(std::env::vars());
         let built = config::Config::builder()
             .add_source(config::File::from(file.clone()).required(explicit))
             .add_source(
                 config::Environment::with_prefix("BATON")
                     .prefix_separator("_")
                     .separator("__")
-                    .try_parsing(true),
+                    .try_parsing(true)
+                    .source(Some(env)),
             )
             .build()
             .with_context(|| format!("cannot read settings from {}", file.display()))?;
-        let settings: Settings = built.try_deserialize().with_context(|| {
+        let mut settings: Settings = built.try_deserialize().with_context(|| {
             format!(
                 "invalid settings (from {} and BATON_* variables); see README \"Configuration\"",
                 file.display()
             )
         })?;
+        settings.ignored_env = ignored_env;
         Ok(settings)
     }
 
@@ -214,5 +264,39 @@ impl Settings {
     /// Grace period on shutdown.
     pub(crate) fn graceful_shutdown(&self) -> Duration {
         Duration::from_secs(self.graceful_shutdown_secs)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod env_tests {
+    use super::*;
+
+    #[test]
+    fn only_variables_naming_a_setting_are_read() {
+        let vars = [
+            ("BATON_TASK_QUEUE", "q"),
+            ("BATON_STORE__S3__BUCKET", "b"),
+            ("BATON_OPENAI__BASE_URL", "http://x"),
+            ("BATON_WORKER_METRICS_SERVICE_HOST", "10.0.0.1"),
+            ("BATON_RUN_ID", "r"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let (kept, ignored) = settings_env(vars.into_iter());
+        let mut names: Vec<&String> = kept.keys().collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "BATON_OPENAI__BASE_URL",
+                "BATON_STORE__S3__BUCKET",
+                "BATON_TASK_QUEUE"
+            ]
+        );
+        assert_eq!(
+            ignored,
+            ["BATON_RUN_ID", "BATON_WORKER_METRICS_SERVICE_HOST"]
+        );
     }
 }
