@@ -1,0 +1,86 @@
+//! (a) baton: a real `baton-worker` process (the binary from `cargo build --workspace
+//! --bins`) running `AgentRun` with provider `openai` against the mock model, one model call
+//! and one `read_file` call per turn, submitted with the SDK client like `baton submit` does.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use baton_proto::{RunResult, RunState};
+use baton_tests::{DevServer, MockOpenAi, Worker, unique};
+use baton_workflows::AgentRun;
+use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowStartOptions};
+
+use crate::scenario;
+
+/// The activity of a model call; a turn starts when it is scheduled.
+pub(crate) const TURN_ACTIVITY: &str = "llm_generate";
+
+/// Workflow task timeout `baton submit` sets.
+const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the worker may take to start.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A `baton-worker` process on its own task queue, and a client to submit runs with.
+pub(crate) struct BatonWorker {
+    worker: Worker,
+    client: Client,
+}
+
+impl BatonWorker {
+    /// Starts `baton-worker` against `server`, with the mock as its OpenAI endpoint, streamed
+    /// or not (default settings otherwise: local blob store, workspace snapshots on).
+    pub(crate) async fn start(
+        server: &DevServer,
+        llm: &MockOpenAi,
+        stream: bool,
+    ) -> anyhow::Result<Self> {
+        let queue = unique("bench-baton");
+        let env = [
+            ("OPENAI_BASE_URL", llm.base_url()),
+            ("BATON_OPENAI__STREAM", stream.to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut worker = Worker::spawn(server, &queue, &env)?;
+        worker.wait_ready(READY_TIMEOUT).await?;
+        let client = crate::bare::connect(&server.url(), "baton-bench").await?;
+        Ok(Self { worker, client })
+    }
+
+    /// Runs one `AgentRun` of `turns` turns as run `id`; returns the wall time from the start
+    /// request to the result.
+    pub(crate) async fn run(
+        &self,
+        llm: &MockOpenAi,
+        id: &str,
+        turns: u32,
+    ) -> anyhow::Result<Duration> {
+        scenario::push_replies(llm, turns);
+        scenario::write_notes(&self.worker.workspace_root().join(id))?;
+        let options = WorkflowStartOptions::new(self.worker.task_queue().to_owned(), id.to_owned())
+            .task_timeout(WORKFLOW_TASK_TIMEOUT)
+            .build();
+        let calls_before = llm.request_count();
+        let started = Instant::now();
+        let handle = self
+            .client
+            .start_workflow(AgentRun::run, scenario::spec(turns), options)
+            .await
+            .with_context(|| format!("starting AgentRun {id}"))?;
+        let result: RunResult = handle
+            .get_result(WorkflowGetResultOptions::default())
+            .await
+            .with_context(|| format!("waiting for AgentRun {id}"))?;
+        let wall = started.elapsed();
+        ensure!(
+            result.status() == RunState::Completed && result.turns == turns,
+            "AgentRun {id} did not complete {turns} turns: {result:?}; worker log {}",
+            self.worker.log_path().display()
+        );
+        let calls = llm.request_count() - calls_before;
+        ensure!(
+            calls == turns as usize,
+            "{id} made {calls} model calls, not {turns}"
+        );
+        Ok(wall)
+    }
+}

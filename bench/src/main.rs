@@ -1,0 +1,120 @@
+//! `baton-bench`: what durability costs. See BENCHMARKS.md for the method and the results.
+//!
+//! Scenario 1, per-turn orchestration overhead (`baton-bench per-turn`): the same agent turns
+//! (one model call to an instant mock model + one `read_file` call) measured side by side:
+//!
+//! - [`agent`]: (a) baton, a real `baton-worker` process running `AgentRun`;
+//! - [`bare`]: (b) the bare Temporal floor, a minimal workflow with two no-op activities per
+//!   turn on an in-process worker;
+//! - [`inprocess`]: (c) the in-process floor, baton's state machine, provider and tool code
+//!   called directly, no Temporal.
+//!
+//! [`per_turn`] runs them against one dev server, [`history`] reads each run's history with
+//! the `temporal` CLI (turn times by the server's clock, bytes and events per turn),
+//! [`report`] prints the tables, [`scenario`] holds what the mock model says, [`stats`] the
+//! percentiles, [`host`] the machine description.
+//!
+//! `baton-bench all [--short]` runs every scenario (so far: per-turn with and without the
+//! fast dev-server setting); `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
+//! directory to keep the event histories the numbers were read from.
+
+mod agent;
+mod bare;
+mod history;
+mod host;
+mod inprocess;
+mod per_turn;
+mod report;
+mod scenario;
+mod stats;
+
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Benchmarks of baton: the cost of durability.
+#[derive(Debug, Parser)]
+#[command(name = "baton-bench", about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Per-turn orchestration overhead: baton vs a bare Temporal loop vs the same loop
+    /// without Temporal.
+    PerTurn(PerTurnArgs),
+    /// Every scenario: per-turn on a default and on a fast dev server.
+    All(AllArgs),
+}
+
+#[derive(Debug, Args)]
+struct PerTurnArgs {
+    /// Turns per run (the model answers at the last one).
+    #[arg(long, default_value_t = 200)]
+    turns: u32,
+    /// Timed runs of each variant.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Start the dev server with `--dynamic-config-value
+    /// history.transferProcessorMaxPollRPS=1000`.
+    #[arg(long)]
+    fast_server: bool,
+    /// Let the mock model stream its answers (SSE). Off by default: the harness mock writes a
+    /// stream in many small TCP writes without TCP_NODELAY, which adds a delayed-ACK stall of
+    /// ~40 ms per call that no real "instant" model would have.
+    #[arg(long)]
+    stream: bool,
+}
+
+#[derive(Debug, Args)]
+struct AllArgs {
+    /// CI smoke mode: 10 turns, 1 rep (numbers are printed, not checked).
+    #[arg(long)]
+    short: bool,
+    /// Turns per run (default 200, or 10 with --short).
+    #[arg(long)]
+    turns: Option<u32>,
+    /// Timed runs of each variant (default 3, or 1 with --short).
+    #[arg(long)]
+    reps: Option<u32>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let started = Instant::now();
+    println!("{}\n", host::describe());
+    match cli.command {
+        Command::PerTurn(args) => {
+            let report = per_turn::run(per_turn::Settings {
+                turns: args.turns,
+                reps: args.reps,
+                fast_server: args.fast_server,
+                stream: args.stream,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
+        Command::All(args) => {
+            let (turns, reps) = if args.short { (10, 1) } else { (200, 3) };
+            let (turns, reps) = (args.turns.unwrap_or(turns), args.reps.unwrap_or(reps));
+            let mut reports = Vec::new();
+            for fast_server in [false, true] {
+                let report = per_turn::run(per_turn::Settings {
+                    turns,
+                    reps,
+                    fast_server,
+                    stream: false,
+                })
+                .await?;
+                println!("{}", report.render());
+                reports.push(report);
+            }
+            println!("{}", report::summary(&reports));
+        }
+    }
+    println!("total time: {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! The per-turn scenario shared by the baton run (a) and the in-process loop (c): what the
+//! model says, the run's spec, and the workspace file the tool reads.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use baton_proto::{ApprovalPolicy, Limits, ModelConfig, RunSpec};
+use baton_tests::MockOpenAi;
+use baton_workflows::tools::READ_FILE;
+
+/// The file every turn's tool call reads (one line of it), in the run's workspace.
+pub(crate) const NOTES_FILE: &str = "notes.txt";
+/// Lines of [`NOTES_FILE`]. Turn `i` reads line `i % NOTES_LINES + 1`, so consecutive calls
+/// differ and baton's loop guard (the same calls three times in a row) never fires.
+pub(crate) const NOTES_LINES: u32 = 8;
+/// The model's final answer.
+pub(crate) const ANSWER: &str = "All notes read.";
+
+/// Queues the model's replies for one run of `turns` turns on the mock: a `read_file` tool
+/// call in each turn but the last, the final answer in the last.
+pub(crate) fn push_replies(llm: &MockOpenAi, turns: u32) {
+    llm.clear_queue();
+    for turn in 1..turns {
+        let id = format!("call_{turn}");
+        let arguments = format!(
+            r#"{{"path":"{NOTES_FILE}","offset":{},"limit":1}}"#,
+            turn % NOTES_LINES + 1
+        );
+        llm.push_tool_calls(&[(&id, READ_FILE, &arguments)]);
+    }
+    llm.push_text(ANSWER);
+}
+
+/// Writes [`NOTES_FILE`] into `workspace` (created if missing).
+pub(crate) fn write_notes(workspace: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(workspace)
+        .with_context(|| format!("creating workspace {}", workspace.display()))?;
+    let text: String = (1..=NOTES_LINES)
+        .map(|i| format!("note {i}: nothing to see here\n"))
+        .collect();
+    let path = workspace.join(NOTES_FILE);
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The run: provider `openai` (the mock), only the `read_file` tool, nothing needs approval
+/// (like `baton submit --no-approval`; `read_file` is read-only anyway), enough turns.
+pub(crate) fn spec(turns: u32) -> RunSpec {
+    RunSpec {
+        task: format!("Read {NOTES_FILE} one line at a time, then say you are done."),
+        model: Some(ModelConfig {
+            provider: "openai".to_owned(),
+            model: "mock".to_owned(),
+            ..Default::default()
+        }),
+        tools: vec![READ_FILE.to_owned()],
+        approval: Some(ApprovalPolicy::default()),
+        limits: Some(Limits {
+            max_turns: turns + 1,
+            ..Default::default()
+        }),
+        labels: HashMap::from([("submitter".to_owned(), "baton-bench".to_owned())]),
+        ..Default::default()
+    }
+}
