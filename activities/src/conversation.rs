@@ -9,7 +9,8 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
-use baton_proto::{ConversationRef, Item, ToolDefinition};
+use baton_proto::{ConversationRef, Item, LlmRequest, LlmResponse, ToolDefinition};
+use baton_workflows::view::{self, cut_text};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -237,6 +238,90 @@ mod tests {
     }
 }
 
+/// An LLM request as the provider sees it, and where its conversation is stored now.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The inline request: the model's view, the system prompt and the tools.
+    pub request: LlmRequest,
+    /// The stored conversation's head, with the request's new items.
+    pub head: String,
+    /// Items under `head`.
+    pub items: u32,
+    /// Blob id of the system prompt and tools.
+    pub context: String,
+}
+
+impl Conversations {
+    /// Turns a by-reference request into the model's view: loads the stored conversation,
+    /// stores the added items (returning the new head) and the system prompt and tools (once).
+    /// Inline requests pass through.
+    pub async fn resolve(&self, request: LlmRequest) -> Result<Resolved, ConversationError> {
+        let Some(history) = &request.history else {
+            return Ok(Resolved {
+                request,
+                head: String::new(),
+                items: 0,
+                context: String::new(),
+            });
+        };
+        let (head, items) = self.materialize(history).await?;
+        let view = request.view.clone().unwrap_or_default();
+        let (context, system_prompt, tools) = if request.context.is_empty() {
+            let context = Context {
+                system_prompt: request.system_prompt.clone(),
+                tools: request.tools.clone(),
+            };
+            let id = self.put_context(&context).await?;
+            (id, context.system_prompt, context.tools)
+        } else {
+            let context = self.context(&request.context).await?;
+            (
+                request.context.clone(),
+                context.system_prompt,
+                context.tools,
+            )
+        };
+        let mut conversation = view::model_view(&items, &view);
+        self.with_full_arguments(&mut conversation).await?;
+        let mut model = request.model;
+        if let Some(m) = model.as_mut().filter(|m| !m.script_ref.is_empty()) {
+            m.script = Some(self.script_turn(&m.script_ref, request.turn).await?);
+            m.script_ref.clear();
+        }
+        Ok(Resolved {
+            request: LlmRequest {
+                model,
+                system_prompt,
+                conversation,
+                tools,
+                history: None,
+                view: None,
+                context: String::new(),
+                turn: request.turn,
+            },
+            head,
+            items: items.len() as u32,
+            context,
+        })
+    }
+
+    /// Bounds the provider's reply for history and tells the workflow where the conversation
+    /// and context are stored now.
+    pub async fn complete(
+        &self,
+        resolved: &Resolved,
+        response: &mut LlmResponse,
+    ) -> Result<(), ConversationError> {
+        if let Some(message) = response.message.as_mut() {
+            self.bound_message(message).await?;
+        }
+        response.history_head = resolved.head.clone();
+        response.history_items = resolved.items;
+        response.context = resolved.context.clone();
+        Ok(())
+    }
+}
+
 /// Largest activity result or input baton lets into workflow history.
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 /// An LLM response is trimmed for history when its JSON passes this (a margin under
@@ -290,21 +375,7 @@ impl Conversations {
     ) -> Result<baton_proto::Script, ConversationError> {
         let script: baton_proto::Script =
             get_json(self.store.as_ref(), &BlobId::parse(id)?).await?;
-        let first = script.first_turn;
-        let one: Vec<_> = turn
-            .checked_sub(first)
-            .and_then(|i| script.turns.get(i as usize))
-            .cloned()
-            .into_iter()
-            .collect();
-        Ok(baton_proto::Script {
-            first_turn: if one.is_empty() {
-                first + script.turns.len() as u32
-            } else {
-                turn
-            },
-            turns: one,
-        })
+        Ok(view::script_turn(&script, turn))
     }
 
     /// The exact arguments of a call (from the blob store when they were too long for
@@ -374,19 +445,6 @@ fn shorten_arguments(arguments: &str) -> String {
             s
         }
     }
-}
-
-/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
-fn cut_text(s: &mut String, max: usize) {
-    if s.len() <= max {
-        return;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    s.push('…');
 }
 
 #[cfg(test)]

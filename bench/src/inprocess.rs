@@ -10,14 +10,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
 use baton_activities::{
-    conversation::{Context, Conversations},
+    conversation::Conversations,
     llm::{ProviderSettings, Providers},
     store::{self, StoreSettings},
     tools::{self, ToolContext},
 };
 use baton_proto::{LlmRequest, LlmResponse, RunState as StateName, WorkspaceInstructions};
 use baton_tests::MockOpenAi;
-use baton_workflows::{RunState, Step, view};
+use baton_workflows::{RunState, Step};
 use tokio_util::sync::CancellationToken;
 
 use crate::scenario;
@@ -136,43 +136,11 @@ impl InProcess {
     /// prompt and tools), the model's view is built, the provider is called, and the reply is
     /// bounded for history.
     async fn generate(&self, request: LlmRequest) -> anyhow::Result<LlmResponse> {
-        let history = request
-            .history
-            .clone()
-            .context("the machine sent an inline request")?;
-        let (head, items) = self.conversations.materialize(&history).await?;
-        let (context, system_prompt, tools) = if request.context.is_empty() {
-            let context = Context {
-                system_prompt: request.system_prompt.clone(),
-                tools: request.tools.clone(),
-            };
-            let id = self.conversations.put_context(&context).await?;
-            (id, context.system_prompt, context.tools)
-        } else {
-            let stored = self.conversations.context(&request.context).await?;
-            (request.context.clone(), stored.system_prompt, stored.tools)
-        };
-        let mut conversation = view::model_view(&items, &request.view.clone().unwrap_or_default());
+        let resolved = self.conversations.resolve(request).await?;
+        let mut response = self.providers.generate(&resolved.request).await?;
         self.conversations
-            .with_full_arguments(&mut conversation)
+            .complete(&resolved, &mut response)
             .await?;
-        let resolved = LlmRequest {
-            model: request.model,
-            system_prompt,
-            conversation,
-            tools,
-            history: None,
-            view: None,
-            context: String::new(),
-            turn: request.turn,
-        };
-        let mut response = self.providers.generate(&resolved).await?;
-        if let Some(message) = response.message.as_mut() {
-            self.conversations.bound_message(message).await?;
-        }
-        response.history_head = head;
-        response.history_items = items.len() as u32;
-        response.context = context;
         Ok(response)
     }
 }

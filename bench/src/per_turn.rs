@@ -156,16 +156,10 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
 /// A dev server with baton's search attributes (as `DevServer::start` registers them) and,
 /// if `fast`, [`FAST_SERVER_CONFIG`].
 fn start_server(fast: bool) -> anyhow::Result<DevServer> {
-    let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
-        .iter()
-        .map(|(name, kind)| format!("{name}={kind}"))
-        .collect();
-    let mut args = Vec::new();
-    for d in &defs {
-        args.extend(["--search-attribute", d.as_str()]);
-    }
-    if fast {
-        args.extend(["--dynamic-config-value", FAST_SERVER_CONFIG]);
-    }
-    DevServer::start_with_args(&args)
+    let extra: &[&str] = if fast {
+        &["--dynamic-config-value", FAST_SERVER_CONFIG]
+    } else {
+        &[]
+    };
+    DevServer::start_baton(extra)
 }

@@ -43,6 +43,13 @@ impl DevServer {
     /// `default` namespace.
     /// Registers baton's search attributes (`BatonState`, ...), like `scripts/demo.sh`.
     pub fn start() -> anyhow::Result<DevServer> {
+        Self::start_baton(&[])
+    }
+
+    /// Like [`DevServer::start`] (baton's search attributes registered) with extra
+    /// `temporal server start-dev` flags, e.g. `&["--dynamic-config-value",
+    /// "history.transferProcessorMaxPollRPS=1000"]`.
+    pub fn start_baton(extra_args: &[&str]) -> anyhow::Result<DevServer> {
         let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
             .iter()
             .map(|(name, kind)| format!("{name}={kind}"))
@@ -52,6 +59,7 @@ impl DevServer {
             args.push("--search-attribute");
             args.push(d.as_str());
         }
+        args.extend_from_slice(extra_args);
         Self::start_with_args(&args)
     }
 

@@ -28,6 +28,19 @@ fn kill_leftovers(pattern: &str) {
     }
 }
 
+/// Which of `workers` started the run's shell call (waiting up to 30 s), and the log line
+/// that shows it.
+fn worker_running_the_tool(workers: &[Worker], run: &str) -> (usize, String) {
+    let needle = format!("tool started run_id=\"{run}\" tool=shell");
+    let victim = wait_until_blocking(
+        Duration::from_secs(30),
+        "a worker to start the tool",
+        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
+    )
+    .unwrap();
+    (victim, needle)
+}
+
 #[test]
 fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     const SLEEP: u64 = 20;
@@ -59,13 +72,7 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
         &["--script", &s, "--no-approval"],
         "sleep",
     );
-    let needle = format!("tool started run_id=\"{run}\" tool=shell");
-    let victim = wait_until_blocking(
-        Duration::from_secs(30),
-        "a worker to start the tool",
-        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
-    )
-    .unwrap();
+    let (victim, needle) = worker_running_the_tool(&workers, &run);
     // Let the tool run a little, then kill its worker outright.
     std::thread::sleep(Duration::from_secs(2));
     workers[victim].kill9();
@@ -194,13 +201,7 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
         &["--script", &s, "--no-approval"],
         "sleep",
     );
-    let needle = format!("tool started run_id=\"{run}\" tool=shell");
-    let victim = wait_until_blocking(
-        Duration::from_secs(30),
-        "a worker to start the tool",
-        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
-    )
-    .unwrap();
+    let (victim, needle) = worker_running_the_tool(&workers, &run);
     let sent = Instant::now();
     let status = workers[victim]
         .terminate_timeout(Duration::from_secs(20))
@@ -258,13 +259,7 @@ fn with_on_retry_ask_a_cut_off_call_waits_for_a_human_before_it_runs_again() {
         &["--script", &s, "--no-approval", "--on-retry", "ask"],
         "deploy once",
     );
-    let needle = format!("tool started run_id=\"{run}\" tool=shell");
-    let victim = wait_until_blocking(
-        Duration::from_secs(30),
-        "a worker to start the tool",
-        || Ok(workers.iter().position(|w| w.log().contains(&needle))),
-    )
-    .unwrap();
+    let (victim, _) = worker_running_the_tool(&workers, &run);
     std::thread::sleep(Duration::from_secs(2));
     workers[victim].kill9();
     kill_leftovers(&sleep_arg);

@@ -18,19 +18,11 @@ const MAX_PAYLOAD: usize = 256 * 1024;
 
 /// A dev server with baton's search attributes and fast history processing.
 fn fast_server() -> DevServer {
-    let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
-        .iter()
-        .map(|(name, kind)| format!("{name}={kind}"))
-        .collect();
-    let mut args = vec![
+    DevServer::start_baton(&[
         "--dynamic-config-value",
         "history.transferProcessorMaxPollRPS=1000",
-    ];
-    for d in &defs {
-        args.push("--search-attribute");
-        args.push(d.as_str());
-    }
-    DevServer::start_with_args(&args).unwrap()
+    ])
+    .unwrap()
 }
 
 /// Ids of every run (segment) of workflow `id`, oldest first.

@@ -436,21 +436,7 @@ impl RunState {
     fn request_model(&self) -> Option<baton_proto::ModelConfig> {
         let mut model = self.spec.model.clone()?;
         if let Some(script) = &mut model.script {
-            let turn = self.turn as usize;
-            let first = script.first_turn as usize;
-            let one: Vec<_> = turn
-                .checked_sub(first)
-                .and_then(|i| script.turns.get(i))
-                .cloned()
-                .into_iter()
-                .collect();
-            // Past the end, the provider explains the script is too short.
-            script.first_turn = if one.is_empty() {
-                script.turns.len() as u32 + script.first_turn
-            } else {
-                self.turn
-            };
-            script.turns = one;
+            *script = view::script_turn(script, self.turn);
         }
         Some(model)
     }
@@ -1614,16 +1600,7 @@ fn add_usage(total: &mut Usage, u: &Usage) {
 
 /// An event as carried across continue-as-new: long texts cut.
 fn trim_event(e: &RunEvent) -> RunEvent {
-    let cut = |t: &mut String| {
-        if t.len() > CARRIED_EVENT_TEXT {
-            let mut end = CARRIED_EVENT_TEXT;
-            while !t.is_char_boundary(end) {
-                end -= 1;
-            }
-            t.truncate(end);
-            t.push('…');
-        }
-    };
+    let cut = |t: &mut String| view::cut_text(t, CARRIED_EVENT_TEXT);
     let mut e = e.clone();
     match &mut e.kind {
         Some(run_event::Kind::Assistant(a)) => {

@@ -170,6 +170,38 @@ fn stub_tool(item: &Item) -> &str {
     }
 }
 
+/// Cuts `s` to at most `max` bytes on a character boundary and marks the cut with `…`.
+pub fn cut_text(s: &mut String, max: usize) {
+    if s.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push('…');
+}
+
+/// Turn `turn` of a script as a one-turn script (`first_turn` = `turn`); past the end, an
+/// empty script whose `first_turn` is the script's end, so the provider can say it is too short.
+pub fn script_turn(script: &baton_proto::Script, turn: u32) -> baton_proto::Script {
+    let one: Vec<_> = turn
+        .checked_sub(script.first_turn)
+        .and_then(|i| script.turns.get(i as usize))
+        .cloned()
+        .into_iter()
+        .collect();
+    baton_proto::Script {
+        first_turn: if one.is_empty() {
+            script.first_turn + script.turns.len() as u32
+        } else {
+            turn
+        },
+        turns: one,
+    }
+}
+
 /// Stub kind of a user message.
 pub const STUB_USER: &str = "user";
 /// Stub kind of an assistant message.

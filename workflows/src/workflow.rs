@@ -525,14 +525,7 @@ fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> Act
     let call = request.call.clone().unwrap_or_default();
     let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
     let mut summary = format!("{}: {}", call.name, call.arguments);
-    if summary.len() > 200 {
-        let mut cut = 200;
-        while !summary.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        summary.truncate(cut);
-        summary.push('…');
-    }
+    crate::view::cut_text(&mut summary, 200);
     // A confirmed re-run is a new activity of the same call.
     let activity_id = if request.retry_confirmed {
         format!("{}-rerun", call.id)

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 pub use error::LlmError;
 
 use crate::{
-    conversation::{Context, ConversationError, Conversations},
+    conversation::{ConversationError, Conversations},
     store::SharedStore,
 };
 pub use provider::Provider;
@@ -172,73 +172,6 @@ impl LlmService {
             conversations: Conversations::new(store),
         }
     }
-
-    /// Turns a by-reference request into the model's view: loads the stored conversation,
-    /// stores the added items (returning the new head) and the system prompt and tools (once).
-    /// Inline requests pass through.
-    async fn resolve(&self, request: LlmRequest) -> Result<Resolved, ConversationError> {
-        let Some(history) = &request.history else {
-            return Ok(Resolved {
-                request,
-                head: String::new(),
-                items: 0,
-                context: String::new(),
-            });
-        };
-        let (head, items) = self.conversations.materialize(history).await?;
-        let view = request.view.clone().unwrap_or_default();
-        let (context, system_prompt, tools) = if request.context.is_empty() {
-            let context = Context {
-                system_prompt: request.system_prompt.clone(),
-                tools: request.tools.clone(),
-            };
-            let id = self.conversations.put_context(&context).await?;
-            (id, context.system_prompt, context.tools)
-        } else {
-            let context = self.conversations.context(&request.context).await?;
-            (
-                request.context.clone(),
-                context.system_prompt,
-                context.tools,
-            )
-        };
-        let mut conversation = view::model_view(&items, &view);
-        self.conversations
-            .with_full_arguments(&mut conversation)
-            .await?;
-        let mut model = request.model;
-        if let Some(m) = model.as_mut().filter(|m| !m.script_ref.is_empty()) {
-            m.script = Some(
-                self.conversations
-                    .script_turn(&m.script_ref, request.turn)
-                    .await?,
-            );
-            m.script_ref.clear();
-        }
-        Ok(Resolved {
-            request: LlmRequest {
-                model,
-                system_prompt,
-                conversation,
-                tools,
-                history: None,
-                view: None,
-                context: String::new(),
-                turn: request.turn,
-            },
-            head,
-            items: items.len() as u32,
-            context,
-        })
-    }
-}
-
-/// A request as the provider sees it, and where its conversation is stored now.
-struct Resolved {
-    request: LlmRequest,
-    head: String,
-    items: u32,
-    context: String,
 }
 
 /// A blob store failure, as an activity failure: retried (the store may be back, or another
@@ -267,19 +200,18 @@ impl LlmService {
             .map(|m| m.provider.clone())
             .unwrap_or_default();
         info!(run_id, provider, attempt, "llm call started");
-        let resolved = self.resolve(request).await.map_err(store_failure)?;
+        let resolved = self
+            .conversations
+            .resolve(request)
+            .await
+            .map_err(store_failure)?;
         match with_heartbeat(&ctx, self.providers.generate(&resolved.request)).await? {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
-                if let Some(message) = response.message.as_mut() {
-                    self.conversations
-                        .bound_message(message)
-                        .await
-                        .map_err(store_failure)?;
-                }
-                response.history_head = resolved.head;
-                response.history_items = resolved.items;
-                response.context = resolved.context;
+                self.conversations
+                    .complete(&resolved, &mut response)
+                    .await
+                    .map_err(store_failure)?;
                 Ok(response)
             }
             Err(e) => {
