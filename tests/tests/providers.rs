@@ -228,8 +228,14 @@ fn killing_the_worker_during_a_streaming_call_moves_it_to_another_worker() {
         "go",
     );
     let needle = format!("llm call started run_id=\"{run}\"");
-    let victim = wait_until_blocking(T, "a worker to open the stream", || {
+    let victim = wait_until_blocking(T, "a worker to start the call", || {
         Ok(workers.iter().position(|w| w.log().contains(&needle)))
+    })
+    .unwrap();
+    // Kill only once the stream is open: the log line comes before the activity has loaded
+    // the conversation and sent its request.
+    wait_until_blocking(T, "the stream to open", || {
+        Ok((llm.request_count() >= 1).then_some(()))
     })
     .unwrap();
     workers[victim].kill9();
