@@ -179,6 +179,7 @@ pub(crate) fn ask_with(
             approver: ask.approver.clone(),
             reason,
             remember: approved && (ask.remember || choice == Choice::ApproveRemember),
+            identity: String::new(),
         });
     }
     Ok(decisions)

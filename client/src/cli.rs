@@ -79,6 +79,17 @@ pub(crate) enum OnRetry {
     Ask,
 }
 
+/// How the processes a tool starts are confined on the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SandboxMode {
+    /// Read-only filesystem except the run's workspace and a private temp dir (default).
+    WorkspaceWrite,
+    /// Nothing writable but a private temp dir.
+    ReadOnly,
+    /// No confinement (workers must allow it).
+    Off,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
     /// The task for the agent; `-` reads it from stdin.
@@ -123,6 +134,16 @@ pub(crate) struct SubmitArgs {
     /// or let a human decide (ask).
     #[arg(long, value_enum)]
     pub(crate) on_retry: Option<OnRetry>,
+    /// Confinement of the shell tool's processes (Linux Landlock + seccomp on the workers).
+    #[arg(long, value_enum, default_value = "workspace-write")]
+    pub(crate) sandbox: SandboxMode,
+    /// Let tool processes open network sockets (default: off, only Unix sockets).
+    #[arg(long)]
+    pub(crate) network: bool,
+    /// A host the run may reach (repeatable; turns the network on: the list is advisory, the
+    /// sandbox does not filter by host).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub(crate) allow_hosts: Vec<String>,
     /// Maximum model calls (default 50).
     #[arg(long)]
     pub(crate) max_turns: Option<u32>,

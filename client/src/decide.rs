@@ -38,6 +38,7 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         approver: approver.clone(),
         reason: args.reason.clone(),
         remember: approved && args.remember,
+        identity: String::new(),
     };
     let decisions = if args.all {
         vec![named("*".to_owned())]

@@ -505,6 +505,7 @@ mod tests {
                 approver: "bob".to_owned(),
                 reason: "no".to_owned(),
                 remember: false,
+                identity: String::new(),
             })),
             (
                 "approval_decided".to_owned(),

@@ -8,13 +8,15 @@ use std::{
     time::Duration,
 };
 
-use baton_proto::{ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, Script};
+use baton_proto::{
+    ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, SandboxPolicy, Script,
+};
 use baton_workflows::{AgentRun, policy, tools};
 use serde_json::{Value, json};
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
-    cli::{Exhausted, OnRetry, SubmitArgs, TimeoutAction},
+    cli::{Exhausted, OnRetry, SandboxMode, SubmitArgs, TimeoutAction},
     connect::{connect, short},
     exit::{self, Exit},
     inspect, render,
@@ -200,6 +202,15 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         }
     }
     Ok(RunSpec {
+        sandbox: Some(SandboxPolicy {
+            mode: match args.sandbox {
+                SandboxMode::WorkspaceWrite => String::new(),
+                SandboxMode::ReadOnly => "read-only".to_owned(),
+                SandboxMode::Off => "off".to_owned(),
+            },
+            network: args.network || !args.allow_hosts.is_empty(),
+            allowed_hosts: args.allow_hosts.clone(),
+        }),
         task,
         model: Some(ModelConfig {
             provider,

@@ -347,6 +347,7 @@ impl RunState {
                             .as_ref()
                             .is_some_and(|p| p.on_retry == "ask"),
                         retry_confirmed: batch.retry,
+                        sandbox: self.spec.sandbox.clone(),
                     })
                     .collect();
                 for r in &requests {

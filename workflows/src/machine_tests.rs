@@ -240,6 +240,7 @@ fn one_call_needing_approval_holds_the_whole_batch() {
                 approver: "alice".into(),
                 reason: String::new(),
                 remember: false,
+                identity: String::new(),
             },
             T0,
         )
@@ -289,6 +290,7 @@ fn a_denial_becomes_an_error_observation_and_the_run_goes_on() {
             approver: "bob".into(),
             reason: "not on main".into(),
             remember: false,
+            identity: String::new(),
         },
         T0,
     )
@@ -444,6 +446,7 @@ fn decisions_are_validated() {
         approver: "carol".into(),
         reason: "r".into(),
         remember: false,
+        identity: String::new(),
     };
     assert_eq!(
         s.validate_decision(&d("s", true)),
@@ -685,6 +688,7 @@ fn remember_allows_the_same_pattern_for_the_rest_of_the_run() {
             approver: "eve".into(),
             reason: String::new(),
             remember: true,
+            identity: String::new(),
         },
         T0,
     )
@@ -834,6 +838,7 @@ fn the_breaker_pauses_for_a_human_who_can_continue_or_abort() {
                 approver: "op".into(),
                 reason: "enough".into(),
                 remember: false,
+                identity: String::new(),
             },
             T0,
         )
@@ -1082,6 +1087,7 @@ fn decide(s: &mut RunState, approved: bool) {
             approver: "boss".into(),
             reason: "budget".into(),
             remember: false,
+            identity: String::new(),
         },
         T0,
     )
