@@ -10,6 +10,7 @@
 pub mod conversation;
 pub mod llm;
 pub mod metrics;
+pub mod senders;
 pub mod store;
 pub mod tool_activity;
 pub mod tools;

@@ -15,12 +15,34 @@ use tracing::{info, warn};
 
 use crate::{
     store::{BlobId, SharedStore, snapshot},
-    tools::{self, ToolContext, ToolError},
+    tools::{
+        self, ToolContext, ToolError,
+        sandbox::{Sandbox, SandboxError, SandboxSettings},
+    },
 };
 
 /// An infrastructure failure of the activity (retried).
 fn infrastructure(message: String) -> ActivityError {
     ActivityError::application(ApplicationFailure::new(message))
+}
+
+/// A failure retrying cannot fix: a bad sandbox policy, or a host that cannot sandbox.
+fn permanent(message: String) -> ActivityError {
+    ActivityError::application(
+        ApplicationFailure::builder(message)
+            .type_name(BAD_INPUT.to_owned())
+            .non_retryable(true)
+            .build(),
+    )
+}
+
+/// The failure of a call whose sandbox could not be set up.
+fn sandbox_failure(e: &SandboxError) -> ActivityError {
+    if e.is_retryable() {
+        infrastructure(e.to_string())
+    } else {
+        permanent(e.to_string())
+    }
 }
 
 /// How often a running tool heartbeats (the SDK throttles to 0.8 x the heartbeat timeout).
@@ -31,6 +53,8 @@ pub struct ToolService {
     workspace_root: PathBuf,
     store: SharedStore,
     snapshots: bool,
+    /// How tool processes are sandboxed on this worker.
+    sandbox: Arc<SandboxSettings>,
     /// One lock per run workspace: restores and snapshots never overlap.
     locks: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -53,8 +77,17 @@ impl ToolService {
             workspace_root,
             store,
             snapshots,
+            sandbox: Arc::new(SandboxSettings::default()),
             locks: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Sandboxes tool processes with `settings` (default: [`SandboxSettings::default`]); logs
+    /// once whether this host can sandbox.
+    pub fn with_sandbox(mut self, settings: SandboxSettings) -> Self {
+        tools::sandbox::log_host_support(&settings);
+        self.sandbox = Arc::new(settings);
+        self
     }
 
     fn lock_of(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -261,7 +294,13 @@ impl ToolService {
             elapsed_secs,
             base_snapshot: base.clone(),
         };
-        let _ = ctx.record_heartbeat(progress(0)).await;
+        if snapshots {
+            // A retry of this call must start from `base`: record it before the call runs.
+            // Read-only calls skip this (one RPC and one server write less per call).
+            let _ = ctx.record_heartbeat(progress(0)).await;
+        }
+        let sandbox = Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())
+            .map_err(|e| sandbox_failure(&e))?;
         let cancel = CancellationToken::new();
         let tool_ctx = ToolContext {
             workspace: workspace.clone(),
@@ -275,6 +314,7 @@ impl ToolService {
                 ("BATON_ATTEMPT".to_owned(), attempt.to_string()),
             ],
             cancel: cancel.clone(),
+            sandbox,
         };
         info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool started");
         let started = tokio::time::Instant::now();
@@ -291,7 +331,10 @@ impl ToolService {
         }
         let run = tools::execute(&tool_ctx, &call);
         tokio::pin!(run);
-        let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+        let mut beat = tokio::time::interval_at(
+            tokio::time::Instant::now() + HEARTBEAT_EVERY,
+            HEARTBEAT_EVERY,
+        );
         let outcome = loop {
             tokio::select! {
                 r = &mut run => break r,
@@ -326,6 +369,10 @@ impl ToolService {
                 info!(run_id, tool = %call.name, call_id = %call.id, "tool cancelled");
                 Err(ActivityError::cancelled())
             }
+            Err(ToolError::Sandbox(e)) => {
+                warn!(run_id, tool = %call.name, call_id = %call.id, cause = %e, retryable = e.is_retryable(), "tool not sandboxed");
+                Err(sandbox_failure(&e))
+            }
             Err(e) => {
                 warn!(run_id, tool = %call.name, call_id = %call.id, cause = %e, "tool infrastructure failure");
                 Err(ActivityError::application(ApplicationFailure::new(
@@ -333,5 +380,34 @@ impl ToolService {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_refusals_are_not_retried_and_setup_failures_are() {
+        let failure = |e: SandboxError| match sandbox_failure(&e) {
+            ActivityError::Application(f) => f,
+            _ => panic!("not an application failure"),
+        };
+        for permanent in [
+            SandboxError::UnknownMode("strict".into()),
+            SandboxError::Unavailable {
+                reason: "Landlock unavailable: test".into(),
+            },
+        ] {
+            let message = permanent.to_string();
+            let f = failure(permanent);
+            assert!(f.is_non_retryable(), "{message}");
+            assert_eq!(f.type_name(), Some(BAD_INPUT));
+        }
+        let setup = SandboxError::Setup {
+            context: "cannot create the private temp dir".into(),
+            source: "disk full".into(),
+        };
+        assert!(!failure(setup).is_non_retryable());
     }
 }

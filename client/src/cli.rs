@@ -47,6 +47,9 @@ pub(crate) enum Command {
     List(ListArgs),
     /// Runs waiting for approval, with each pending call and how long it has waited.
     Pending(PendingArgs),
+    /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
+    /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
+    CodecServer(CodecServerArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -195,6 +198,21 @@ pub(crate) struct SubmitArgs {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CodecServerArgs {
+    /// Address to listen on (host:port). Anyone who can reach it can decrypt: keep it on
+    /// loopback or behind a token and TLS.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8888")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Require `Authorization: Bearer TOKEN` on encode/decode requests.
+    #[arg(long, env = "BATON_CODEC_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Browser origin allowed by CORS, e.g. the Web UI's `http://localhost:8233` (repeatable;
+    /// `*` allows any).
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub(crate) cors_origin: Vec<String>,
 }
 
 #[derive(Debug, Args)]

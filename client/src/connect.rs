@@ -1,8 +1,10 @@
 //! Connecting to Temporal the way the `temporal` CLI does (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-//! profiles), with errors that say what to do.
+//! profiles), with errors that say what to do; with `BATON_CODEC_KEYS` set, payloads are
+//! encrypted and decrypted with baton's codec (README "Encrypted history").
 
 use std::time::Duration;
 
+use baton_codec::{BatonCodec, Keyring};
 use baton_workflows::AgentRun;
 use temporalio_client::{
     Client, ClientOptions, Connection, WorkflowHandle, envconfig::LoadClientConfigProfileOptions,
@@ -16,14 +18,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connected client.
 pub(crate) async fn connect() -> Result<Client, Exit> {
-    let (mut conn_opts, client_opts) =
+    let (mut conn_opts, mut client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| Exit::usage(format!("invalid Temporal connection settings: {e}")))?;
+    if let Some(keys) = codec_keys()? {
+        client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
+    }
     let address = conn_opts.target.to_string();
-    conn_opts.identity = format!(
-        "baton-cli@{}",
-        std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
-    );
+    conn_opts.identity = client_identity(&|k| std::env::var(k).ok(), &hostname());
     conn_opts.connect_timeout = Some(CONNECT_TIMEOUT);
     let unreachable = |detail: String| {
         Exit::infra(format!(
@@ -40,6 +42,18 @@ pub(crate) async fn connect() -> Result<Client, Exit> {
         };
     Client::new(connection, client_opts)
         .map_err(|e| Exit::infra(format!("cannot create the Temporal client: {e}")))
+}
+
+/// The payload encryption keys from `BATON_CODEC_KEYS` / `BATON_CODEC_ACTIVE_KEY`, or `None`
+/// (payloads stay plain). The same keys as the workers': runs are written and read with them.
+pub(crate) fn codec_keys() -> Result<Option<Keyring>, Exit> {
+    Keyring::from_env().map_err(|e| Exit::usage(e.to_string()))
+}
+
+/// Whether payloads are encrypted (keys configured). Fields the SDK does not pass through the
+/// codec (a workflow's static summary) must then stay free of run content.
+pub(crate) fn encrypting() -> bool {
+    matches!(codec_keys(), Ok(Some(_)))
 }
 
 /// A handle on a run (workflow id).
@@ -74,4 +88,89 @@ pub(crate) fn short(s: &str) -> String {
         .chars()
         .take(400)
         .collect()
+}
+
+/// The Temporal client identity of this process: what the server records as the sender of its
+/// signals and updates, and what approval policies (`approvers`) match. In CI, the job:
+/// `ci:github:<actor>@<repo>/runs/<run id>`, `ci:gitlab:<user>@<project>/jobs/<job id>`,
+/// `ci:<host>` for another CI; elsewhere `<user>@<host>`.
+pub(crate) fn client_identity(env: &dyn Fn(&str) -> Option<String>, host: &str) -> String {
+    let var = |k: &str| env(k).filter(|v| !v.is_empty());
+    let or_unknown = |k: &str| var(k).unwrap_or_else(|| "unknown".to_owned());
+    if var("GITHUB_ACTIONS").as_deref() == Some("true") {
+        return format!(
+            "ci:github:{}@{}/runs/{}",
+            or_unknown("GITHUB_ACTOR"),
+            or_unknown("GITHUB_REPOSITORY"),
+            or_unknown("GITHUB_RUN_ID")
+        );
+    }
+    if var("GITLAB_CI").is_some() {
+        return format!(
+            "ci:gitlab:{}@{}/jobs/{}",
+            or_unknown("GITLAB_USER_LOGIN"),
+            or_unknown("CI_PROJECT_PATH"),
+            or_unknown("CI_JOB_ID")
+        );
+    }
+    if var("CI").is_some_and(|v| v == "true" || v == "1") {
+        return format!("ci:{host}");
+    }
+    let user = var("USER")
+        .or_else(|| var("LOGNAME"))
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("{user}@{host}")
+}
+
+/// This machine's host name (`unknown-host` if it cannot be read).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn id(vars: &[(&str, &str)]) -> String {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        client_identity(
+            &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
+            "box",
+        )
+    }
+
+    #[test]
+    fn identities_name_the_person_or_the_ci_job() {
+        assert_eq!(id(&[("USER", "ana")]), "ana@box");
+        assert_eq!(id(&[("LOGNAME", "bo")]), "bo@box");
+        assert_eq!(id(&[]), "unknown@box");
+        assert_eq!(
+            id(&[
+                ("GITHUB_ACTIONS", "true"),
+                ("GITHUB_ACTOR", "ana"),
+                ("GITHUB_REPOSITORY", "acme/app"),
+                ("GITHUB_RUN_ID", "42"),
+                ("USER", "runner"),
+            ]),
+            "ci:github:ana@acme/app/runs/42"
+        );
+        assert_eq!(
+            id(&[
+                ("GITLAB_CI", "true"),
+                ("GITLAB_USER_LOGIN", "bo"),
+                ("CI_PROJECT_PATH", "g/p"),
+                ("CI_JOB_ID", "7")
+            ]),
+            "ci:gitlab:bo@g/p/jobs/7"
+        );
+        assert_eq!(id(&[("CI", "true"), ("USER", "x")]), "ci:box");
+    }
 }

@@ -40,7 +40,12 @@ pub(crate) async fn snapshot(
         .await
         .map_err(|e| interaction_error(run, e))?;
     let temporal_status = desc.status();
-    let memo_status: Option<RunStatus> = desc.memo().get(STATUS_MEMO_KEY).ok().flatten();
+    // A memo that cannot be read is worth an error (e.g. encrypted with a key this process
+    // lacks: the message says which), not a silently empty status.
+    let memo_status: Option<RunStatus> = desc
+        .memo()
+        .get(STATUS_MEMO_KEY)
+        .map_err(|e| Exit::infra(format!("cannot read the status memo of {run}: {e}")))?;
     if temporal_status == WorkflowExecutionStatus::Running {
         let query = h.query(AgentRun::status, (), WorkflowQueryOptions::default());
         if let Ok(Ok(status)) = tokio::time::timeout(QUERY_BUDGET, query).await {

@@ -4,11 +4,13 @@
 //! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
 //! (status, result, transcript), [`watch`] (live events), [`decide`] (approve, deny, cancel,
 //! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output),
-//! [`style`] (colour and spinner rule), [`exit`] (exit codes).
+//! [`style`] (colour and spinner rule), [`exit`] (exit codes), [`codec_server`] (Temporal's
+//! remote codec endpoint over the payload encryption keys).
 
 mod ask;
 mod blobs;
 mod cli;
+mod codec_server;
 mod connect;
 mod decide;
 mod exit;
@@ -45,6 +47,7 @@ async fn main() {
         Command::Transcript(a) => inspect::transcript(a).await,
         Command::List(a) => visibility::list(a).await,
         Command::Pending(a) => visibility::pending(a).await,
+        Command::CodecServer(a) => codec_server::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "baton", &mut std::io::stdout());

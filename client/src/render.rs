@@ -168,17 +168,20 @@ pub(crate) fn event_human(
             p.call_id
         ),
         Some(run_event::Kind::ApprovalDecided(d)) => {
+            let by = if d.identity.is_empty() {
+                d.approver.clone()
+            } else {
+                format!("{} (identity {})", d.approver, d.identity)
+            };
             if d.approved {
                 format!(
-                    "{} approved by {}\n",
+                    "{} approved by {by}\n",
                     style.green(&format!("✔ {}", d.call_id)),
-                    d.approver
                 )
             } else {
                 format!(
-                    "{} denied by {}: {}\n",
+                    "{} denied by {by}: {}\n",
                     style.red(&format!("✘ {}", d.call_id)),
-                    d.approver,
                     if d.reason.is_empty() {
                         "no reason given"
                     } else {
@@ -267,6 +270,7 @@ pub(crate) fn event_json(run: &str, e: &RunEvent) -> Option<Value> {
                 "call_id": d.call_id,
                 "approved": d.approved,
                 "approver": d.approver,
+                "identity": d.identity,
                 "reason": d.reason,
                 "remember": d.remember,
             }),
@@ -509,7 +513,7 @@ mod tests {
             })),
             (
                 "approval_decided".to_owned(),
-                json!({"call_id": "call_1_1", "approved": false, "approver": "bob", "reason": "no", "remember": false})
+                json!({"call_id": "call_1_1", "approved": false, "approver": "bob", "identity": "", "reason": "no", "remember": false})
             )
         );
         assert_eq!(

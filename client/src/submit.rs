@@ -42,10 +42,12 @@ async fn submit(args: SubmitArgs) -> Result<i32, Exit> {
     let spec = fit_in_history(build_spec(&args)?).await?;
     let client = connect().await?;
     let run_id = args.id.clone().unwrap_or_else(new_run_id);
-    let summary = render::one_line(&spec.task, 120);
+    // The SDK does not pass the static summary through the codec: with encryption on, the task
+    // must not appear there in plain text.
+    let summary = (!crate::connect::encrypting()).then(|| render::one_line(&spec.task, 120));
     let options = WorkflowStartOptions::new(args.task_queue.clone(), run_id.clone())
         .task_timeout(WORKFLOW_TASK_TIMEOUT)
-        .static_summary(summary)
+        .maybe_static_summary(summary)
         .build();
     match client.start_workflow(AgentRun::run, spec, options).await {
         Ok(_) => {}

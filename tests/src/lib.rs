@@ -40,6 +40,7 @@
 //! ```
 
 mod cli;
+mod codec;
 mod history;
 mod mock_anthropic;
 mod mock_http;
@@ -51,9 +52,10 @@ mod wait;
 mod worker;
 
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
+pub use codec::{PayloadSeen, codec_key, history_payloads};
 pub use history::{decode_history_payloads, history_search_text};
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
-pub use mock_http::{CapturedRequest, MockResponse, MockServer, ResponseMode};
+pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
 pub use process::{
     CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_PREFIXES, bin_path, clean_command,

@@ -289,10 +289,17 @@ pub(crate) fn fragments(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Answers a request when the queue is empty (see [`MockServer::set_responder`]).
+pub type Responder = Arc<dyn Fn(&CapturedRequest) -> Option<MockResponse> + Send + Sync>;
+
 #[derive(Default)]
 struct MockState {
     queue: VecDeque<MockResponse>,
     requests: Vec<CapturedRequest>,
+    responder: Option<Responder>,
+    /// Keep only the count of requests, not the requests (long benchmarks).
+    count_only: bool,
+    count: usize,
 }
 
 struct Inner {
@@ -394,6 +401,21 @@ impl MockServer {
         self.inner.lock().queue.len()
     }
 
+    /// Answers endpoint requests that find the queue empty with `responder(request)` (None:
+    /// the usual "queue empty" error). Lets many concurrent runs each get the answer their
+    /// conversation calls for, which one FIFO cannot do.
+    pub fn set_responder(&self, responder: Responder) {
+        self.inner.lock().responder = Some(responder);
+    }
+
+    /// Stops keeping the requests received (only their count): for benchmarks that send
+    /// thousands of requests.
+    pub fn count_requests_only(&self) {
+        let mut st = self.inner.lock();
+        st.count_only = true;
+        st.requests.clear();
+    }
+
     /// Drops all scripted answers not yet consumed.
     pub fn clear_queue(&self) {
         self.inner.lock().queue.clear();
@@ -406,7 +428,12 @@ impl MockServer {
 
     /// Number of requests received so far.
     pub fn request_count(&self) -> usize {
-        self.inner.lock().requests.len()
+        let st = self.inner.lock();
+        if st.count_only {
+            st.count
+        } else {
+            st.requests.len()
+        }
     }
 
     /// Waits until at least `n` requests were received and returns them all.
@@ -488,12 +515,18 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let request_body = captured.body.clone();
     let scripted = {
         let mut st = inner.lock();
-        st.requests.push(captured);
-        if is_endpoint {
-            st.queue.pop_front()
-        } else {
+        st.count += 1;
+        let scripted = if !is_endpoint {
             None
+        } else if let Some(next) = st.queue.pop_front() {
+            Some(next)
+        } else {
+            st.responder.clone().and_then(|r| r(&captured))
+        };
+        if !st.count_only {
+            st.requests.push(captured);
         }
+        scripted
     };
 
     if !is_endpoint {

@@ -304,7 +304,9 @@ fn assert_schema(run: &str, lines: &[Value]) {
         let fields: &[&str] = match kind {
             "assistant" => &["text", "reasoning", "finish_reason", "tool_calls"],
             "approval_requested" => &["call_id", "tool", "arguments", "requested_at_ms"],
-            "approval_decided" => &["call_id", "approved", "approver", "reason", "remember"],
+            "approval_decided" => &[
+                "call_id", "approved", "approver", "identity", "reason", "remember",
+            ],
             "tool_started" => &["call_id", "tool", "arguments"],
             "tool_finished" => &["call_id", "tool", "is_error", "content"],
             "note" => &["text"],
@@ -412,6 +414,11 @@ fn watch_json_follows_and_replays_the_whole_run_and_since_starts_at_a_turn() {
             &decided["approver"]
         ),
         (&json!("call_1_1"), &json!(true), &json!("alice"))
+    );
+    // The sender's Temporal client identity, from history (`<user>@<host>` for the CLI).
+    assert!(
+        decided["identity"].as_str().unwrap().contains('@'),
+        "{decided}"
     );
     assert_eq!(of("tool_started")[0]["call_id"], "call_1_1");
     let finished_tool = of("tool_finished")[0];

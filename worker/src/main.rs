@@ -17,8 +17,10 @@ use anyhow::Context;
 use baton_activities::{
     llm::{LlmService, Providers},
     metrics::{ActivityObserver, RunObserver},
+    senders::{SenderRecorder, SenderStamp, Senders},
     tool_activity::ToolService,
 };
+use baton_codec::BatonCodec;
 use baton_workflows::AgentRun;
 use temporalio_client::{
     Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions,
@@ -110,9 +112,22 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         Some(addr) => Some(std::sync::Arc::new(health::Health::start(addr).await?)),
         None => None,
     };
-    let (conn_opts, client_opts) =
+    let (conn_opts, mut client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| anyhow::anyhow!("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile): {e:?}"))?;
+    // Payload encryption (README "Encrypted history"): the SDK worker takes the data converter
+    // from the client.
+    match baton_codec::Keyring::from_env().context("cannot load the payload encryption keys")? {
+        Some(keys) => {
+            info!(
+                active_key = keys.active_id(),
+                keys = keys.ids().count(),
+                "payload encryption on"
+            );
+            client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
+        }
+        None => info!("payload encryption off (no {})", baton_codec::KEYS_ENV),
+    }
     let address = conn_opts.target.to_string();
     let mut conn_opts = conn_opts;
     let identity = settings.identity.clone().unwrap_or_else(|| {
@@ -159,11 +174,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
         .register_activities(LlmService::new(providers, store.clone()))
-        .register_activities(ToolService::new(
-            workspace_root.clone(),
-            store.clone(),
-            settings.workspace_snapshots,
-        ))
+        .register_activities(
+            ToolService::new(
+                workspace_root.clone(),
+                store.clone(),
+                settings.workspace_snapshots,
+            )
+            .with_sandbox(settings.sandbox()),
+        )
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
             settings.sticky_queue_timeout_secs.max(1),
@@ -176,6 +194,11 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(m) = &metrics {
         options.workflow_interceptor(RunObserver::constructor(m.baton.clone()));
     }
+    // Approval decisions carry the Temporal client identity they came from (history), which
+    // approval policies match; see `baton_activities::senders`.
+    let senders = std::sync::Arc::new(Senders::default());
+    options.worker_interceptor(SenderRecorder(senders.clone()));
+    options.workflow_interceptor(SenderStamp::constructor(senders));
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
 

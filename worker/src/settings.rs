@@ -47,6 +47,19 @@ pub(crate) struct Settings {
     /// (default: off; needs a worker built with the `otel` feature; exclusive with
     /// `metrics_addr`).
     pub(crate) otel_endpoint: Option<String>,
+    /// Run the tool processes of runs that ask for a sandbox unsandboxed (with a warning) when
+    /// this host cannot sandbox them (no Landlock), instead of failing those calls (default
+    /// false). See README "Sandbox".
+    pub(crate) allow_unsandboxed: bool,
+    /// The uid sandboxed tool processes run as when the worker runs as root (default 65534,
+    /// `nobody`; 0 keeps root, which no process limit binds).
+    pub(crate) sandbox_uid: u32,
+    /// The gid sandboxed tool processes run as when the worker runs as root (default 65534).
+    pub(crate) sandbox_gid: u32,
+    /// Bound on the processes of sandboxed tool calls (`RLIMIT_NPROC`): as the sandbox user,
+    /// of all its processes on the host; when the worker is not root, on top of the processes
+    /// its uid already has (default 512).
+    pub(crate) sandbox_max_processes: u64,
     /// OpenAI-compatible provider.
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
@@ -58,7 +71,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 16] = [
+const SETTING_KEYS: [&str; 20] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -73,6 +86,10 @@ const SETTING_KEYS: [&str; 16] = [
     "metrics_addr",
     "metrics_poll_secs",
     "otel_endpoint",
+    "allow_unsandboxed",
+    "sandbox_uid",
+    "sandbox_gid",
+    "sandbox_max_processes",
     "openai",
     "anthropic",
 ];
@@ -204,6 +221,10 @@ impl Default for Settings {
             metrics_addr: None,
             metrics_poll_secs: 15,
             otel_endpoint: None,
+            allow_unsandboxed: false,
+            sandbox_uid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
+            sandbox_gid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
+            sandbox_max_processes: baton_activities::tools::sandbox::DEFAULT_MAX_PROCESSES,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
             ignored_env: Vec::new(),
@@ -258,6 +279,17 @@ impl Settings {
             request_timeout: Duration::from_secs(
                 self.openai.timeout().max(self.anthropic.timeout()),
             ),
+        }
+    }
+
+    /// Sandbox settings for the tool activity.
+    pub(crate) fn sandbox(&self) -> baton_activities::tools::sandbox::SandboxSettings {
+        baton_activities::tools::sandbox::SandboxSettings {
+            allow_unsandboxed: self.allow_unsandboxed,
+            uid: self.sandbox_uid,
+            gid: self.sandbox_gid,
+            max_processes: self.sandbox_max_processes.max(1),
+            ..Default::default()
         }
     }
 

@@ -26,4 +26,18 @@ pub enum DecisionError {
         /// The id that was sent.
         call_id: String,
     },
+    /// The run's policy does not let this client identity decide calls of this tool.
+    #[error(
+        "{} may not decide calls of tool '{tool}' in this run; allowed identities: {}",
+        if identity.is_empty() { "a client with no identity".to_owned() } else { format!("identity '{identity}'") },
+        allowed.join(", ")
+    )]
+    NotAllowed {
+        /// The Temporal client identity the decision came from.
+        identity: String,
+        /// The tool of the call it targeted.
+        tool: String,
+        /// The identity patterns the policy allows for that tool.
+        allowed: Vec<String>,
+    },
 }

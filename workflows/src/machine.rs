@@ -858,25 +858,44 @@ impl RunState {
             Phase::Finished(_) => return Err(DecisionError::RunOver),
             _ => return Err(DecisionError::NothingPending),
         };
-        if decision.call_id == "*" {
-            return if batch.pending().next().is_some() {
-                Ok(())
-            } else {
-                Err(DecisionError::NothingPending)
-            };
-        }
-        match batch.calls.iter().find(|c| c.call.id == decision.call_id) {
-            None => Err(DecisionError::UnknownCall {
-                call_id: decision.call_id.clone(),
-                pending: batch.pending().map(|c| c.call.id.clone()).collect(),
-            }),
-            Some(c) if c.disposition != Disposition::Pending => {
-                Err(DecisionError::AlreadyDecided {
-                    call_id: decision.call_id.clone(),
-                })
+        let targets: Vec<&ToolCall> = if decision.call_id == "*" {
+            let pending: Vec<&ToolCall> = batch.pending().map(|c| &c.call).collect();
+            if pending.is_empty() {
+                return Err(DecisionError::NothingPending);
             }
-            Some(_) => Ok(()),
+            pending
+        } else {
+            match batch.calls.iter().find(|c| c.call.id == decision.call_id) {
+                None => {
+                    return Err(DecisionError::UnknownCall {
+                        call_id: decision.call_id.clone(),
+                        pending: batch.pending().map(|c| c.call.id.clone()).collect(),
+                    });
+                }
+                Some(c) if c.disposition != Disposition::Pending => {
+                    return Err(DecisionError::AlreadyDecided {
+                        call_id: decision.call_id.clone(),
+                    });
+                }
+                Some(c) => vec![&c.call],
+            }
+        };
+        let approvers = self
+            .spec
+            .approval
+            .as_ref()
+            .map(|p| p.approvers.as_slice())
+            .unwrap_or_default();
+        for call in targets {
+            if let Err(allowed) = policy::may_decide(approvers, &call.name, &decision.identity) {
+                return Err(DecisionError::NotAllowed {
+                    identity: decision.identity.clone(),
+                    tool: call.name.clone(),
+                    allowed,
+                });
+            }
         }
+        Ok(())
     }
 
     /// Applies an approval decision (signal `approval` or update `approve`). Once no call of
@@ -893,10 +912,12 @@ impl RunState {
         let Phase::AwaitingApproval(batch) = &mut self.phase else {
             return Err(DecisionError::NothingPending);
         };
-        let approver = if decision.approver.is_empty() {
-            "unknown".to_owned()
-        } else {
-            decision.approver.clone()
+        // Who decided, as the model is told: the name the sender gave, else the Temporal
+        // client identity the decision came from (which the decision event records too).
+        let approver = match (decision.approver.as_str(), decision.identity.as_str()) {
+            ("", "") => "unknown".to_owned(),
+            ("", identity) => identity.to_owned(),
+            (name, _) => name.to_owned(),
         };
         let mut applied = Vec::new();
         let mut learned = Vec::new();

@@ -9,7 +9,7 @@
 //! In `never_ask` mode (CI), anything that would ask a human is rejected with a reason the
 //! model sees, so the run never blocks.
 
-use baton_proto::{ApprovalPolicy, ToolCall, ToolDefinition, ToolRule};
+use baton_proto::{ApprovalPolicy, ApproverRule, ToolCall, ToolDefinition, ToolRule};
 
 use crate::tools;
 
@@ -65,6 +65,24 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
             ));
         }
     }
+    for (i, rule) in policy.approvers.iter().enumerate() {
+        if rule.tool != "*" && tools::definition(&rule.tool).is_none() {
+            return Err(format!(
+                "approvers entry {}: unknown tool '{}'; use one of {} or *",
+                i + 1,
+                rule.tool,
+                tools::BUILTIN_TOOLS.join(", ")
+            ));
+        }
+        if rule.identities.is_empty() {
+            return Err(format!(
+                "approvers entry {} ({}): no identities; list the client identities (patterns \
+                 with * and ?) that may decide its calls",
+                i + 1,
+                rule.tool
+            ));
+        }
+    }
     if let Some(loops) = &policy.loops
         && !matches!(loops.on_loop.as_str(), "" | "stop" | "ask")
     {
@@ -74,6 +92,24 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether a decision sent by client `identity` may decide a call of `tool`: the first
+/// `approvers` entry naming the tool (or `*`) decides; no entry means anyone may. On refusal,
+/// returns the patterns that would have been allowed.
+pub fn may_decide(
+    approvers: &[ApproverRule],
+    tool: &str,
+    identity: &str,
+) -> Result<(), Vec<String>> {
+    let Some(rule) = approvers.iter().find(|r| r.tool == tool || r.tool == "*") else {
+        return Ok(());
+    };
+    if rule.identities.iter().any(|p| wildcard(p, identity)) {
+        Ok(())
+    } else {
+        Err(rule.identities.clone())
+    }
 }
 
 /// Decides whether `call` (to the tool `tool`) may run, must wait for a human, or is refused.

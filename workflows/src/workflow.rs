@@ -37,6 +37,12 @@ pub const PATCH_CONTINUE_AS_NEW: &str = "continue-as-new-v1";
 /// from the workspace snapshot the previous one left (workspace hand-off between workers).
 pub const PATCH_SERIAL_MUTATING: &str = "serial-mutating-tools-v1";
 
+/// Patch marker: a step that runs only read-only tool calls does not update the status memo
+/// and search attributes (it takes milliseconds; the status keeps showing the turn that asked
+/// for it, and the live `status` query still shows the step). Histories recorded before it
+/// publish every step.
+pub const PATCH_QUIET_READ_STEPS: &str = "quiet-read-steps-v1";
+
 /// Search attribute: the run's state (`THINKING`, `AWAITING_APPROVAL`, ...). Keyword.
 pub const SA_STATE: SearchAttributeKey<String> = SearchAttributeKey::keyword("BatonState");
 /// Search attribute: a call waits for a human. Bool.
@@ -60,6 +66,10 @@ pub const SEARCH_ATTRIBUTE_DEFINITIONS: [(&str, &str); 5] = [
 
 /// Workflow type name.
 pub const WORKFLOW_TYPE: &str = "AgentRun";
+/// Name of the approval signal (as in `#[signal(name = ..)]` below).
+pub const APPROVAL_SIGNAL: &str = "approval";
+/// Name of the approval update (as in `#[update(name = ..)]` below).
+pub const APPROVE_UPDATE: &str = "approve";
 /// Default task queue.
 pub const DEFAULT_TASK_QUEUE: &str = "baton";
 /// Memo key holding the latest [`RunStatus`], so `baton status` can answer without a worker.
@@ -134,7 +144,14 @@ impl AgentRun {
             }
             let now = now_ms(ctx.workflow_time());
             let step = ctx.state_mut(|s| s.run.next_step(now));
-            publish_status(ctx);
+            let quiet = matches!(&step, Step::RunTools { requests, .. }
+                if requests.iter().all(|r| !r.mutating))
+                && ctx.patched(PATCH_QUIET_READ_STEPS);
+            if quiet {
+                set_details(ctx);
+            } else {
+                publish_status(ctx);
+            }
             match step {
                 Step::Finish(result) => {
                     if result.status() == baton_proto::RunState::Cancelled {
@@ -537,7 +554,9 @@ fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> Act
         .heartbeat_timeout(TOOL_HEARTBEAT)
         .retry_policy(
             RetryPolicy::builder()
-                .initial_interval(Duration::from_millis(500))
+                // A retry is a worker failure being handed to another worker: no reason to
+                // wait long before the first one.
+                .initial_interval(Duration::from_millis(200))
                 .backoff_coefficient(2.0)
                 .maximum_interval(Duration::from_secs(30))
                 .maximum_attempts(TOOL_MAX_ATTEMPTS)
@@ -564,14 +583,7 @@ fn instructions_options() -> ActivityOptions {
 
 /// Keeps the run's memo and UI details current, so `baton status` works with no worker.
 fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
-    let status = ctx.state(|s| s.run.status());
-    let details = format!(
-        "{} · turn {} · {}",
-        status.state().as_str_name(),
-        status.turn,
-        status.last_event
-    );
-    ctx.set_current_details(details);
+    let status = set_details(ctx);
     if let Ok(value) = serde_json::to_value(&status) {
         let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
     }
@@ -602,6 +614,20 @@ fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
     updates.extend(SA_TURNS.try_value_set(i64::from(indexed.2)).ok());
     ctx.upsert_search_attributes(updates);
     ctx.state_mut(|s| s.indexed = Some(indexed));
+}
+
+/// Sets the run's current details (shown by the Web UI; answered by a query, so no command
+/// and no history event) and returns the status they describe.
+fn set_details(ctx: &mut WorkflowContext<AgentRun>) -> RunStatus {
+    let status = ctx.state(|s| s.run.status());
+    let details = format!(
+        "{} · turn {} · {}",
+        status.state().as_str_name(),
+        status.turn,
+        status.last_event
+    );
+    ctx.set_current_details(details);
+    status
 }
 
 fn cancel_reason(ctx: &WorkflowContext<AgentRun>) -> Option<Option<String>> {

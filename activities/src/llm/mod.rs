@@ -276,7 +276,11 @@ async fn with_heartbeat<T>(
     work: impl std::future::Future<Output = T>,
 ) -> Result<T, ActivityError> {
     tokio::pin!(work);
-    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+    // The first beat comes after one period: a quick call sends none at all.
+    let mut beat = tokio::time::interval_at(
+        tokio::time::Instant::now() + HEARTBEAT_EVERY,
+        HEARTBEAT_EVERY,
+    );
     loop {
         tokio::select! {
             r = &mut work => return Ok(r),

@@ -11,13 +11,15 @@
 //!   outside the workspace, a missing file, a non-zero exit, a timeout): [`execute`] returns
 //!   them as `Ok` with [`ToolResult::is_error`] set and a message saying what was wrong and what
 //!   to do instead, so the model can correct itself;
-//! - infrastructure failures (cannot create the workspace, cannot start `sh`) and cancellation:
-//!   [`execute`] returns them as [`ToolError`], for the activity to fail or retry.
+//! - infrastructure failures (cannot create the workspace, cannot start `sh`, cannot sandbox it)
+//!   and cancellation: [`execute`] returns them as [`ToolError`], for the activity to fail or
+//!   retry.
 
 pub mod edit;
 pub mod files;
 pub mod glob;
 pub mod output;
+pub mod sandbox;
 pub mod search;
 pub mod shell;
 mod walk;
@@ -46,6 +48,9 @@ pub struct ToolContext {
     /// Cancelling it stops the running tool (killing every process it started); [`execute`]
     /// then returns [`ToolError::Cancelled`].
     pub cancel: CancellationToken,
+    /// How the processes a tool starts are confined (see [`sandbox`]); file tools keep their
+    /// own confinement to the workspace whatever it says.
+    pub sandbox: sandbox::Sandbox,
 }
 
 /// Why a tool could not run at all (as opposed to running and failing, which is an `Ok`
@@ -66,6 +71,10 @@ pub enum ToolError {
         #[source]
         source: std::io::Error,
     },
+    /// The process could not be sandboxed as the run asks ([`sandbox::SandboxError`] says
+    /// whether retrying may help).
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
 }
 
 impl ToolError {
@@ -225,6 +234,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             env: Vec::new(),
             cancel: CancellationToken::new(),
+            sandbox: sandbox::Sandbox::off(),
         }
     }
 

@@ -8,6 +8,10 @@
 //! it to the *thread* that spawned `sh`, a long-lived tokio worker thread). Processes that
 //! leave the group on purpose (`setsid`, `setpgid`) are out of reach; the output is not
 //! waited for forever on their account.
+//!
+//! Unless the run's sandbox is `off`, `sh` starts confined (see [`super::sandbox`]): Landlock,
+//! seccomp, resource limits, a private `TMPDIR` removed after the call, and the sandbox user when
+//! the worker is root.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -23,6 +27,7 @@ use tokio::process::Command;
 use tokio::task::JoinHandle;
 
 use super::output::{self, join_cut, note_reserve, split_budget};
+use super::sandbox::Prepared;
 use super::{Outcome, ToolContext, ToolError};
 
 /// Arguments of the `shell` tool.
@@ -89,11 +94,26 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Kept until the call ends: the sandbox's temp dir lives as long.
+    let mut confinement = Confinement(confine(ctx).await?);
+    let what = match &mut confinement.0 {
+        Some(prepared) => {
+            // Before the death signal: that hook must run after the change of user.
+            prepared.apply(&mut command);
+            format!(
+                "cannot start `sh` in the sandbox ({})",
+                ctx.sandbox.mode.as_str()
+            )
+        }
+        None => "cannot start `sh`".to_owned(),
+    };
     set_parent_death_signal(&mut command);
 
-    let mut child = command
-        .spawn()
-        .map_err(|e| ToolError::io("cannot start `sh`", e))?;
+    let spawned = command.spawn();
+    if let Some(prepared) = &mut confinement.0 {
+        prepared.spawned();
+    }
+    let mut child = spawned.map_err(|e| ToolError::io(what, e))?;
     let pgid = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
@@ -182,6 +202,32 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         full: (full != preview).then(|| output::cap(&full, FULL_OUTPUT_CAP_BYTES)),
         content: output::cap(&preview, OUTPUT_CAP_BYTES),
     })
+}
+
+/// Prepares the run's sandbox for `sh` (off the async threads: it may walk the workspace).
+async fn confine(ctx: &ToolContext) -> Result<Option<Prepared>, ToolError> {
+    let sandbox = ctx.sandbox.clone();
+    let workspace = ctx.workspace.clone();
+    tokio::task::spawn_blocking(move || sandbox.prepare(&workspace))
+        .await
+        .map_err(|e| ToolError::io("cannot prepare the sandbox", std::io::Error::other(e)))?
+        .map_err(ToolError::from)
+}
+
+/// A sandbox set-up, dropped (its temp dir removed) off the async threads.
+struct Confinement(Option<Prepared>);
+
+impl Drop for Confinement {
+    fn drop(&mut self) {
+        if let Some(prepared) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(move || drop(prepared));
+                }
+                Err(_) => drop(prepared),
+            }
+        }
+    }
 }
 
 /// How the wait for the command ended.
@@ -691,6 +737,40 @@ mod tests {
             "{}",
             result.content
         );
+        assert_no_process_left(&marker).await;
+    }
+
+    #[tokio::test]
+    async fn sandboxed_command_is_killed_as_a_whole_too() {
+        let dir = TempDir::new().unwrap();
+        let marker = marker(6);
+        let _cleanup = Cleanup(marker.clone());
+        let mut ctx = context(&dir);
+        ctx.sandbox = crate::tools::sandbox::Sandbox::resolve(
+            None,
+            std::sync::Arc::new(crate::tools::sandbox::SandboxSettings::default()),
+        )
+        .unwrap();
+        let result = execute(
+            &ctx,
+            &call(
+                SHELL,
+                serde_json::json!({
+                    "command": format!("echo started; {marker} & {marker}"),
+                    "timeout_seconds": 1,
+                }),
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(
+            result
+                .content
+                .starts_with("command timed out after 1 s and was stopped"),
+            "{}",
+            result.content
+        );
+        assert!(result.content.ends_with("--- stdout ---\nstarted"));
         assert_no_process_left(&marker).await;
     }
 
