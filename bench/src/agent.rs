@@ -56,26 +56,10 @@ impl BatonWorker {
     ) -> anyhow::Result<Duration> {
         scenario::push_replies(llm, turns);
         scenario::write_notes(&self.worker.workspace_root().join(id))?;
-        let options = WorkflowStartOptions::new(self.worker.task_queue().to_owned(), id.to_owned())
-            .task_timeout(WORKFLOW_TASK_TIMEOUT)
-            .build();
         let calls_before = llm.request_count();
-        let started = Instant::now();
-        let handle = self
-            .client
-            .start_workflow(AgentRun::run, scenario::spec(turns), options)
+        let wall = run_agent(&self.client, self.worker.task_queue(), id, turns)
             .await
-            .with_context(|| format!("starting AgentRun {id}"))?;
-        let result: RunResult = handle
-            .get_result(WorkflowGetResultOptions::default())
-            .await
-            .with_context(|| format!("waiting for AgentRun {id}"))?;
-        let wall = started.elapsed();
-        ensure!(
-            result.status() == RunState::Completed && result.turns == turns,
-            "AgentRun {id} did not complete {turns} turns: {result:?}; worker log {}",
-            self.worker.log_path().display()
-        );
+            .with_context(|| format!("worker log {}", self.worker.log_path().display()))?;
         let calls = llm.request_count() - calls_before;
         ensure!(
             calls == turns as usize,
@@ -83,4 +67,33 @@ impl BatonWorker {
         );
         Ok(wall)
     }
+}
+
+/// Runs one `AgentRun` of [`scenario::spec`]`(turns)` as run `id` on `task_queue` and checks
+/// it completed all its turns; returns the wall time from the start request to the result.
+/// The run's workspace must hold [`scenario::NOTES_FILE`].
+pub(crate) async fn run_agent(
+    client: &Client,
+    task_queue: &str,
+    id: &str,
+    turns: u32,
+) -> anyhow::Result<Duration> {
+    let options = WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
+        .task_timeout(WORKFLOW_TASK_TIMEOUT)
+        .build();
+    let started = Instant::now();
+    let handle = client
+        .start_workflow(AgentRun::run, scenario::spec(turns), options)
+        .await
+        .with_context(|| format!("starting AgentRun {id}"))?;
+    let result: RunResult = handle
+        .get_result(WorkflowGetResultOptions::default())
+        .await
+        .with_context(|| format!("waiting for AgentRun {id}"))?;
+    let wall = started.elapsed();
+    ensure!(
+        result.status() == RunState::Completed && result.turns == turns,
+        "AgentRun {id} did not complete {turns} turns: {result:?}"
+    );
+    Ok(wall)
 }

@@ -3,8 +3,9 @@
 //! call and one for the tool call) — on an in-process worker set up like `baton-worker`'s.
 //!
 //! With [`BareInput::status_upserts`] it also keeps a status memo and baton's search
-//! attributes current before every step, as `AgentRun` does: the ablation that tells how much
-//! of baton's overhead those upserts are.
+//! attributes current before every model call, as `AgentRun` does in a run whose tool calls
+//! are read-only (their steps are not published, patch `quiet-read-steps-v1`): the ablation
+//! that tells how much of baton's overhead those upserts are.
 
 // The workflow/activity macros generate `pub` items of their own.
 #![allow(unreachable_pub)]
@@ -66,9 +67,6 @@ impl BareLoop {
             ctx.execute_activity(Noop::bare_llm, turn, options())
                 .await?;
             if turn < turns {
-                if input.status_upserts {
-                    publish_status(ctx, "RUNNING_TOOLS", turn);
-                }
                 ctx.execute_activity(Noop::bare_tool, turn, options())
                     .await?;
             }
@@ -185,29 +183,7 @@ impl BareWorker {
         turns: u32,
         status_upserts: bool,
     ) -> anyhow::Result<Duration> {
-        let options = WorkflowStartOptions::new(self.task_queue.clone(), id.to_owned())
-            .task_timeout(WORKFLOW_TASK_TIMEOUT)
-            .build();
-        let started = Instant::now();
-        let handle = self
-            .client
-            .start_workflow(
-                BareLoop::run,
-                BareInput {
-                    turns,
-                    status_upserts,
-                },
-                options,
-            )
-            .await
-            .with_context(|| format!("starting {WORKFLOW_TYPE} {id}"))?;
-        let done = handle
-            .get_result(WorkflowGetResultOptions::default())
-            .await
-            .with_context(|| format!("waiting for {WORKFLOW_TYPE} {id}"))?;
-        let wall = started.elapsed();
-        anyhow::ensure!(done == turns, "{id} ran {done} turns, not {turns}");
-        Ok(wall)
+        run_loop(&self.client, &self.task_queue, id, turns, status_upserts).await
     }
 
     /// Stops the worker and waits for its thread.
@@ -221,6 +197,56 @@ impl BareWorker {
             None => Ok(()),
         }
     }
+}
+
+/// Runs one [`BareLoop`] of `turns` turns as workflow `id` on `task_queue` (with status
+/// upserts or not); returns the wall time from the start request to the result.
+pub(crate) async fn run_loop(
+    client: &Client,
+    task_queue: &str,
+    id: &str,
+    turns: u32,
+    status_upserts: bool,
+) -> anyhow::Result<Duration> {
+    let options = WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
+        .task_timeout(WORKFLOW_TASK_TIMEOUT)
+        .build();
+    let started = Instant::now();
+    let handle = client
+        .start_workflow(
+            BareLoop::run,
+            BareInput {
+                turns,
+                status_upserts,
+            },
+            options,
+        )
+        .await
+        .with_context(|| format!("starting {WORKFLOW_TYPE} {id}"))?;
+    let done = handle
+        .get_result(WorkflowGetResultOptions::default())
+        .await
+        .with_context(|| format!("waiting for {WORKFLOW_TYPE} {id}"))?;
+    let wall = started.elapsed();
+    anyhow::ensure!(done == turns, "{id} ran {done} turns, not {turns}");
+    Ok(wall)
+}
+
+/// Set in the environment of a bench process that should be a bare worker ([`serve_from_env`]).
+pub(crate) const SERVE_ENV: &str = "BATON_BENCH_BARE_WORKER";
+
+/// The bench binary as a worker process of its own ([`SERVE_ENV`]` = 1`, with
+/// `TEMPORAL_ADDRESS` and `BATON_TASK_QUEUE` as `baton-worker` takes them): runs [`BareLoop`]
+/// until SIGTERM, so its CPU time can be read apart from the bench's.
+pub(crate) async fn serve_from_env() -> anyhow::Result<()> {
+    let address = std::env::var("TEMPORAL_ADDRESS").context("TEMPORAL_ADDRESS is not set")?;
+    let queue = std::env::var("BATON_TASK_QUEUE").context("BATON_TASK_QUEUE is not set")?;
+    let mut worker = BareWorker::start(&format!("http://{address}"), &queue).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    println!("{}", baton_tests::WORKER_READY_MARKER);
+    term.recv().await;
+    worker.stop()
 }
 
 impl Drop for BareWorker {

@@ -285,6 +285,28 @@ impl History {
     }
 }
 
+impl History {
+    /// Started -> completed (ms) of the first workflow task that started after the first
+    /// signal: the task that handled it.
+    pub(crate) fn first_task_after_signal(&self) -> Option<f64> {
+        let signal = self
+            .events
+            .iter()
+            .position(|e| e.get("workflowExecutionSignaledEventAttributes").is_some())?;
+        let mut started = None;
+        for e in &self.events[signal..] {
+            if e.get("workflowTaskStartedEventAttributes").is_some() {
+                started = Some(event_time(e).ok()?);
+            } else if e.get("workflowTaskCompletedEventAttributes").is_some()
+                && let Some(t0) = started
+            {
+                return Some(ms_between(t0, event_time(e).ok()?));
+            }
+        }
+        None
+    }
+}
+
 fn ms_between(t0: SystemTime, t1: SystemTime) -> f64 {
     t1.duration_since(t0)
         .map(|d| d.as_secs_f64() * 1000.0)

@@ -20,13 +20,17 @@
 
 mod agent;
 mod bare;
+mod density;
+mod handoff;
 mod history;
 mod host;
 mod inprocess;
 mod per_turn;
+mod procfs;
 mod report;
 mod scenario;
 mod stats;
+mod throughput;
 
 use std::time::Instant;
 
@@ -45,7 +49,13 @@ enum Command {
     /// Per-turn orchestration overhead: baton vs a bare Temporal loop vs the same loop
     /// without Temporal.
     PerTurn(PerTurnArgs),
-    /// Every scenario: per-turn on a default and on a fast dev server.
+    /// Throughput: many concurrent runs on one worker (baton vs bare Temporal), then on two.
+    Throughput(ThroughputArgs),
+    /// Density: worker memory with many runs waiting for approval, cached and evicted.
+    Density(DensityArgs),
+    /// Hand-off latency: SIGKILL/SIGTERM of the worker running a tool, cold replay.
+    Handoff(HandoffArgs),
+    /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
 
@@ -69,6 +79,45 @@ struct PerTurnArgs {
 }
 
 #[derive(Debug, Args)]
+struct ThroughputArgs {
+    /// Concurrent runs (repeatable).
+    #[arg(long = "runs", default_values_t = [50, 200])]
+    runs: Vec<u32>,
+    /// Turns per run.
+    #[arg(long, default_value_t = 20)]
+    turns: u32,
+    /// Start the dev server with `--dynamic-config-value
+    /// history.transferProcessorMaxPollRPS=1000`.
+    #[arg(long)]
+    fast_server: bool,
+}
+
+#[derive(Debug, Args)]
+struct DensityArgs {
+    /// Runs waiting for approval.
+    #[arg(long, default_value_t = 1000)]
+    runs: u32,
+    /// Start the dev server with `--dynamic-config-value
+    /// history.transferProcessorMaxPollRPS=1000`.
+    #[arg(long)]
+    fast_server: bool,
+}
+
+#[derive(Debug, Args)]
+struct HandoffArgs {
+    /// Kills of each kind.
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Turns of the cold-replay run.
+    #[arg(long, default_value_t = 500)]
+    replay_turns: u32,
+    /// Start the dev server with `--dynamic-config-value
+    /// history.transferProcessorMaxPollRPS=1000`.
+    #[arg(long)]
+    fast_server: bool,
+}
+
+#[derive(Debug, Args)]
 struct AllArgs {
     /// CI smoke mode: 10 turns, 1 rep (numbers are printed, not checked).
     #[arg(long)]
@@ -83,6 +132,9 @@ struct AllArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var_os(bare::SERVE_ENV).is_some() {
+        return bare::serve_from_env().await;
+    }
     let cli = Cli::parse();
     let started = Instant::now();
     println!("{}\n", host::describe());
@@ -93,6 +145,32 @@ async fn main() -> anyhow::Result<()> {
                 reps: args.reps,
                 fast_server: args.fast_server,
                 stream: args.stream,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
+        Command::Throughput(args) => {
+            let report = throughput::run(throughput::Settings {
+                concurrency: args.runs,
+                turns: args.turns,
+                fast_server: args.fast_server,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
+        Command::Density(args) => {
+            let report = density::run(density::Settings {
+                runs: args.runs,
+                fast_server: args.fast_server,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
+        Command::Handoff(args) => {
+            let report = handoff::run(handoff::Settings {
+                reps: args.reps,
+                replay_turns: args.replay_turns,
+                fast_server: args.fast_server,
             })
             .await?;
             println!("{}", report.render());
@@ -113,6 +191,20 @@ async fn main() -> anyhow::Result<()> {
                 reports.push(report);
             }
             println!("{}", report::summary(&reports));
+            let (concurrency, turns) = if args.short {
+                (vec![5], 5)
+            } else {
+                (vec![50, 200], 20)
+            };
+            for fast_server in [false, true] {
+                let report = throughput::run(throughput::Settings {
+                    concurrency: concurrency.clone(),
+                    turns,
+                    fast_server,
+                })
+                .await?;
+                println!("{}", report.render());
+            }
         }
     }
     println!("total time: {:.1} s", started.elapsed().as_secs_f64());

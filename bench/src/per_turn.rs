@@ -155,7 +155,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
 
 /// A dev server with baton's search attributes (as `DevServer::start` registers them) and,
 /// if `fast`, [`FAST_SERVER_CONFIG`].
-fn start_server(fast: bool) -> anyhow::Result<DevServer> {
+pub(crate) fn start_server(fast: bool) -> anyhow::Result<DevServer> {
     let extra: &[&str] = if fast {
         &["--dynamic-config-value", FAST_SERVER_CONFIG]
     } else {

@@ -6,8 +6,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use baton_proto::{ApprovalPolicy, Limits, ModelConfig, RunSpec};
-use baton_tests::MockOpenAi;
-use baton_workflows::tools::READ_FILE;
+use std::sync::Arc;
+
+use baton_tests::{CapturedRequest, MockOpenAi, MockResponse, Responder};
+use baton_workflows::tools::{READ_FILE, SHELL};
+use serde_json::Value;
 
 /// The file every turn's tool call reads (one line of it), in the run's workspace.
 pub(crate) const NOTES_FILE: &str = "notes.txt";
@@ -21,15 +24,35 @@ pub(crate) const ANSWER: &str = "All notes read.";
 /// call in each turn but the last, the final answer in the last.
 pub(crate) fn push_replies(llm: &MockOpenAi, turns: u32) {
     llm.clear_queue();
-    for turn in 1..turns {
-        let id = format!("call_{turn}");
-        let arguments = format!(
-            r#"{{"path":"{NOTES_FILE}","offset":{},"limit":1}}"#,
-            turn % NOTES_LINES + 1
-        );
-        llm.push_tool_calls(&[(&id, READ_FILE, &arguments)]);
+    for turn in 1..=turns {
+        llm.push(reply(turn, turns));
     }
-    llm.push_text(ANSWER);
+}
+
+/// The model's reply at `turn` (1-based) of a run of `turns` turns.
+pub(crate) fn reply(turn: u32, turns: u32) -> Value {
+    if turn >= turns {
+        return MockOpenAi::text_reply(ANSWER);
+    }
+    let id = format!("call_{turn}");
+    let arguments = format!(
+        r#"{{"path":"{NOTES_FILE}","offset":{},"limit":1}}"#,
+        turn % NOTES_LINES + 1
+    );
+    MockOpenAi::tool_calls_reply(&[(&id, READ_FILE, &arguments)])
+}
+
+/// Answers each request with [`reply`] for the turn its conversation is at (one more than
+/// the assistant messages it holds): many concurrent runs of `turns` turns on one mock.
+pub(crate) fn responder(turns: u32) -> Responder {
+    Arc::new(move |request: &CapturedRequest| {
+        let done = request
+            .messages()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .count();
+        Some(MockResponse::ok(reply(done as u32 + 1, turns)))
+    })
 }
 
 /// Writes [`NOTES_FILE`] into `workspace` (created if missing).
@@ -62,4 +85,37 @@ pub(crate) fn spec(turns: u32) -> RunSpec {
         labels: HashMap::from([("submitter".to_owned(), "baton-bench".to_owned())]),
         ..Default::default()
     }
+}
+
+/// The command every run of the density scenario asks to run (and waits for approval of).
+pub(crate) const WAITING_COMMAND: &str = "echo density";
+
+/// A run that asks, in its first turn, to run a shell command that needs approval (the
+/// default policy), then waits for a human: the density scenario.
+pub(crate) fn waiting_spec() -> RunSpec {
+    RunSpec {
+        task: "Say hello with the shell.".to_owned(),
+        model: Some(ModelConfig {
+            provider: "openai".to_owned(),
+            model: "mock".to_owned(),
+            ..Default::default()
+        }),
+        tools: vec![SHELL.to_owned()],
+        approval: Some(ApprovalPolicy {
+            require_approval: vec![SHELL.to_owned()],
+            ..Default::default()
+        }),
+        labels: HashMap::from([("submitter".to_owned(), "baton-bench".to_owned())]),
+        ..Default::default()
+    }
+}
+
+/// Answers every request with a call to [`WAITING_COMMAND`].
+pub(crate) fn waiting_responder() -> Responder {
+    Arc::new(|_: &CapturedRequest| {
+        let arguments = serde_json::json!({ "command": WAITING_COMMAND }).to_string();
+        Some(MockResponse::ok(MockOpenAi::tool_calls_reply(&[(
+            "call_1", SHELL, &arguments,
+        )])))
+    })
 }
