@@ -94,6 +94,14 @@ const SETTING_KEYS: [&str; 20] = [
     "anthropic",
 ];
 
+/// `BATON_*` variables that are read elsewhere, not settings: the payload encryption keys
+/// (read by `baton_codec`, never stored in the settings) and the CLI's codec-server token.
+const OTHER_BATON_VARS: [&str; 3] = [
+    baton_codec::KEYS_ENV,
+    baton_codec::ACTIVE_KEY_ENV,
+    "BATON_CODEC_TOKEN",
+];
+
 /// The `BATON_*` variables of `vars` that name a setting, and the names of those that do not.
 fn settings_env(
     vars: impl Iterator<Item = (String, String)>,
@@ -106,6 +114,9 @@ fn settings_env(
         };
         let key = rest.to_ascii_lowercase();
         let top = key.split("__").next().unwrap_or_default();
+        if OTHER_BATON_VARS.contains(&name.as_str()) {
+            continue;
+        }
         if SETTING_KEYS.contains(&top) {
             kept.insert(name, value);
         } else {
@@ -312,6 +323,7 @@ mod env_tests {
             ("BATON_OPENAI__BASE_URL", "http://x"),
             ("BATON_WORKER_METRICS_SERVICE_HOST", "10.0.0.1"),
             ("BATON_RUN_ID", "r"),
+            ("BATON_CODEC_KEYS", "k1=c2VjcmV0"),
             ("PATH", "/bin"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
