@@ -23,6 +23,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register_descriptors(&std::fs::read(&descriptor_path)?)?
         .preserve_proto_field_names()
         .emit_fields()
+        // Forward compatibility: a worker must accept input from a newer client (a rolling
+        // upgrade) and ignore fields it does not know, as proto3 binary decoding does.
+        .ignore_unknown_fields()
         .build(&[".baton"])?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use baton_proto::{RunResult, RunState};
+use baton_proto::{RunResult, RunSpec, RunState};
 use baton_tests::{DevServer, MockOpenAi, Worker, unique};
 use baton_workflows::AgentRun;
 use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowStartOptions};
@@ -54,10 +54,25 @@ impl BatonWorker {
         id: &str,
         turns: u32,
     ) -> anyhow::Result<Duration> {
+        self.run_with(llm, id, turns, false).await
+    }
+
+    /// [`Self::run`], with the run's read-only tool calls as local activities if `local`.
+    pub(crate) async fn run_with(
+        &self,
+        llm: &MockOpenAi,
+        id: &str,
+        turns: u32,
+        local: bool,
+    ) -> anyhow::Result<Duration> {
         scenario::push_replies(llm, turns);
         scenario::write_notes(&self.worker.workspace_root().join(id))?;
         let calls_before = llm.request_count();
-        let wall = run_agent(&self.client, self.worker.task_queue(), id, turns)
+        let spec = RunSpec {
+            local_read_tools: local,
+            ..scenario::spec(turns)
+        };
+        let wall = run_spec(&self.client, self.worker.task_queue(), id, spec, turns)
             .await
             .with_context(|| format!("worker log {}", self.worker.log_path().display()))?;
         let calls = llm.request_count() - calls_before;
@@ -78,12 +93,23 @@ pub(crate) async fn run_agent(
     id: &str,
     turns: u32,
 ) -> anyhow::Result<Duration> {
+    run_spec(client, task_queue, id, scenario::spec(turns), turns).await
+}
+
+/// Runs `spec` as run `id` and checks it completed `turns` turns; returns its wall time.
+async fn run_spec(
+    client: &Client,
+    task_queue: &str,
+    id: &str,
+    spec: RunSpec,
+    turns: u32,
+) -> anyhow::Result<Duration> {
     let options = WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
         .task_timeout(WORKFLOW_TASK_TIMEOUT)
         .build();
     let started = Instant::now();
     let handle = client
-        .start_workflow(AgentRun::run, scenario::spec(turns), options)
+        .start_workflow(AgentRun::run, spec, options)
         .await
         .with_context(|| format!("starting AgentRun {id}"))?;
     let result: RunResult = handle

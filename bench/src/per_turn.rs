@@ -79,6 +79,9 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
     baton
         .run(&llm, &format!("{tag}-a-warmup"), WARMUP_TURNS)
         .await?;
+    baton
+        .run_with(&llm, &format!("{tag}-l-warmup"), WARMUP_TURNS, true)
+        .await?;
     bare.run(&format!("{tag}-b-warmup"), WARMUP_TURNS, false)
         .await?;
     bare.run(&format!("{tag}-u-warmup"), WARMUP_TURNS, true)
@@ -91,17 +94,24 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
     let mut report = PerTurnReport {
         settings,
         a: Row::default(),
+        l: Row::default(),
         b: Row::default(),
         u: Row::default(),
         c: Row::default(),
     };
     let (mut a_ids, mut b_ids, mut u_ids) = (Vec::new(), Vec::new(), Vec::new());
+    let mut l_ids = Vec::new();
     let per_turn = |wall: Duration| wall.as_secs_f64() * 1000.0 / n;
     for rep in 1..=settings.reps {
         let id = format!("{tag}-a-{rep}");
         let wall = baton.run(&llm, &id, settings.turns).await?;
         report.a.wall_ms_per_turn.push(per_turn(wall));
         a_ids.push(id);
+
+        let id = format!("{tag}-l-{rep}");
+        let wall = baton.run_with(&llm, &id, settings.turns, true).await?;
+        report.l.wall_ms_per_turn.push(per_turn(wall));
+        l_ids.push(id);
 
         let id = format!("{tag}-b-{rep}");
         let wall = bare.run(&id, settings.turns, false).await?;
@@ -119,10 +129,11 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
         report.c.turn_ms.extend(run.turn_ms);
         let last = |row: &Row| row.wall_ms_per_turn.last().copied().unwrap_or_default();
         eprintln!(
-            "  rep {rep}/{}: ms/turn: baton {:.1}, bare Temporal {:.1}, bare + upserts {:.1}, \
-             in-process {:.2}",
+            "  rep {rep}/{}: ms/turn: baton {:.1}, baton local reads {:.1}, bare Temporal {:.1}, \
+             bare + upserts {:.1}, in-process {:.2}",
             settings.reps,
             last(&report.a),
+            last(&report.l),
             last(&report.b),
             last(&report.u),
             last(&report.c),
@@ -132,6 +143,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
 
     for (row, ids, activity) in [
         (&mut report.a, &a_ids, agent::TURN_ACTIVITY),
+        (&mut report.l, &l_ids, agent::TURN_ACTIVITY),
         (&mut report.b, &b_ids, bare::TURN_ACTIVITY),
         (&mut report.u, &u_ids, bare::TURN_ACTIVITY),
     ] {

@@ -43,6 +43,8 @@ pub(crate) struct PerTurnReport {
     pub(crate) settings: Settings,
     /// (a) baton.
     pub(crate) a: Row,
+    /// (a') baton with read-only tools as local activities (the lever of scenario 5).
+    pub(crate) l: Row,
     /// (b) bare Temporal.
     pub(crate) b: Row,
     /// (b+) bare Temporal with `AgentRun`'s status upserts (ablation).
@@ -77,6 +79,10 @@ impl PerTurnReport {
         let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for (label, row) in [
             ("(a) baton AgentRun (baton-worker process)", &self.a),
+            (
+                "(a') lever: (a) with read-only tools as local activities",
+                &self.l,
+            ),
             ("(b) bare Temporal BareLoop (in-process worker)", &self.b),
             (
                 "(b+) ablation: (b) + AgentRun's per-step memo/search-attribute upserts",
@@ -115,6 +121,14 @@ impl PerTurnReport {
             self.a.ms_per_turn() / self.c.ms_per_turn(),
             self.a.p50() / self.c.p50(),
         );
+        let _ = writeln!(
+            out,
+            "lever (a') / (a): **{:.2}x** by ms/turn (local activities for read-only tools save \
+             {:.1} ms per turn); (a') / bare Temporal: {:.2}x",
+            self.l.ms_per_turn() / self.a.ms_per_turn(),
+            self.a.ms_per_turn() - self.l.ms_per_turn(),
+            self.l.ms_per_turn() / self.b.ms_per_turn(),
+        );
         if let (Some(a), Some(b), Some(u)) = (&self.a.phases, &self.b.phases, &self.u.phases) {
             let _ = writeln!(
                 out,
@@ -124,8 +138,10 @@ impl PerTurnReport {
                  workflow task run | rest (server) | total |\n|---|--:|--:|--:|--:|--:|"
             );
             let (diff, upserts) = (a.minus(b), u.minus(b));
+            let l = self.l.phases.unwrap_or_default();
             for (label, p) in [
                 ("(a) baton", a),
+                ("(a') baton, local read-only tools", &l),
                 ("(b) bare Temporal", b),
                 ("(b+) bare + upserts", u),
                 ("(a) - (b): what baton adds", &diff),
@@ -150,6 +166,7 @@ impl PerTurnReport {
         );
         for (label, row) in [
             ("(a) baton", &self.a),
+            ("(a') baton, local read-only tools", &self.l),
             ("(b) bare", &self.b),
             ("(b+) bare + upserts", &self.u),
         ] {
@@ -169,18 +186,21 @@ impl PerTurnReport {
 /// A summary of several per-turn reports (one per server setting), as Markdown.
 pub(crate) fn summary(reports: &[PerTurnReport]) -> String {
     let mut out = String::from(
-        "### summary\n\n| server | baton ms/turn | bare Temporal ms/turn | in-process ms/turn | \
-         baton / bare Temporal | baton / in-process |\n|---|--:|--:|--:|--:|--:|\n",
+        "### summary\n\n| server | baton ms/turn | baton, local read-only tools, ms/turn | \
+         bare Temporal ms/turn | in-process ms/turn | baton / bare Temporal | (a') / bare \
+         Temporal | baton / in-process |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for r in reports {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.2}x | {:.1}x |",
+            "| {} | {} | {} | {} | {} | {:.2}x | {:.2}x | {:.1}x |",
             r.settings.server_label(),
             ms(r.a.ms_per_turn()),
+            ms(r.l.ms_per_turn()),
             ms(r.b.ms_per_turn()),
             ms(r.c.ms_per_turn()),
             r.headline(),
+            r.l.ms_per_turn() / r.b.ms_per_turn(),
             r.a.ms_per_turn() / r.c.ms_per_turn(),
         );
     }

@@ -140,6 +140,11 @@ pub(crate) struct SubmitArgs {
     /// Confinement of the shell tool's processes (Linux Landlock + seccomp on the workers).
     #[arg(long, value_enum, default_value = "workspace-write")]
     pub(crate) sandbox: SandboxMode,
+    /// Run read-only tool calls (read_file, list_files, search_files, glob) as local
+    /// activities on the worker running the run: one workflow task per turn instead of two. A
+    /// worker dying mid-call re-runs the read (harmless: it changes nothing).
+    #[arg(long)]
+    pub(crate) local_read_tools: bool,
     /// Let tool processes open network sockets (default: off, only Unix sockets).
     #[arg(long)]
     pub(crate) network: bool,

@@ -16,6 +16,7 @@ mod decide;
 mod exit;
 mod inspect;
 mod render;
+mod strict;
 mod style;
 mod submit;
 mod visibility;

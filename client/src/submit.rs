@@ -213,6 +213,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             network: args.network || !args.allow_hosts.is_empty(),
             allowed_hosts: args.allow_hosts.clone(),
         }),
+        local_read_tools: args.local_read_tools,
         task,
         model: Some(ModelConfig {
             provider,
@@ -341,7 +342,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
             ))
         })?
     };
-    serde_json::from_value(value).map_err(|e| {
+    crate::strict::from_value(value).map_err(|e| {
         Exit::usage(format!(
             "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
             path.display()
@@ -416,7 +417,7 @@ pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
             }
         }
     }
-    let script: Script = serde_json::from_value(v).map_err(|e| {
+    let script: Script = crate::strict::from_value(v).map_err(|e| {
         Exit::usage(format!(
             "script file {} does not match the script format ({e}); expected {{\"turns\": [{{\"text\": \"...\", \"tool_calls\": [{{\"name\": \"shell\", \"arguments\": {{\"command\": \"ls\"}}}}]}}]}}",
             path.display()

@@ -48,6 +48,7 @@ mod mock_openai;
 pub mod moto;
 mod process;
 mod server;
+pub mod tls_proxy;
 mod wait;
 mod worker;
 

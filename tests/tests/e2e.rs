@@ -966,3 +966,64 @@ fn approvals_are_attributed_and_restricted_by_identity() {
     let r = result(&server, &ci, 0);
     assert_eq!(r["status"], "COMPLETED", "{r}");
 }
+
+/// `--local-read-tools`: read-only calls run as local activities (markers in history, no
+/// activity task of their own, one workflow task per turn); a mutating call of the same run
+/// stays a regular activity.
+#[test]
+fn read_only_tools_can_run_as_local_activities() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("local-reads");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "local",
+        json!([
+            {"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": {"path": "n.txt", "content": "local-read-ok\n"}}]},
+            {"text": "Reading.", "tool_calls": [{"name": "read_file", "arguments": {"path": "n.txt"}}]},
+            {"text": "Listing.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Done."}
+        ]),
+    );
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-local"),
+        &[
+            "--script",
+            s.to_str().unwrap(),
+            "--no-approval",
+            "--local-read-tools",
+        ],
+        "read locally",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    assert_eq!(r["turns"], 4);
+    let history = server.workflow_history_json(&run, None).unwrap();
+    let events = history["events"].as_array().unwrap();
+    let scheduled: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.pointer("/activityTaskScheduledEventAttributes/activityType/name"))
+        .filter_map(Value::as_str)
+        .collect();
+    // read_instructions, 4 model calls, and the write_file call: the reads are not there.
+    assert_eq!(
+        scheduled.iter().filter(|n| **n == "run_tool").count(),
+        1,
+        "{scheduled:?}"
+    );
+    let local_markers = events
+        .iter()
+        .filter(|e| {
+            e.pointer("/markerRecordedEventAttributes/markerName")
+                .and_then(Value::as_str)
+                == Some("core_local_activity")
+        })
+        .count();
+    assert_eq!(local_markers, 2, "one local activity marker per read");
+    // The model saw what the local read returned.
+    assert!(decode_history_payloads(&history).contains("local-read-ok"));
+    assert!(w.workspace_root().join(&run).join("n.txt").exists());
+}

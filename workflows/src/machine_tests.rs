@@ -1,9 +1,9 @@
 //! Unit tests of the state machine: whole runs driven step by step, no server.
 
 use baton_proto::{
-    ApprovalDecision, ApprovalPolicy, ApprovalTimeoutAction, AssistantMessage, FinishReason, Item,
-    Limits, LlmResponse, RunSpec, RunState as StateName, TerminationReason, ToolCall, ToolResult,
-    Usage, item,
+    ApprovalDecision, ApprovalPolicy, ApprovalTimeoutAction, ApproverRule, AssistantMessage,
+    FinishReason, Item, Limits, LlmResponse, RunSpec, RunState as StateName, TerminationReason,
+    ToolCall, ToolResult, Usage, item,
 };
 use pretty_assertions::assert_eq;
 
@@ -483,6 +483,66 @@ fn decisions_are_validated() {
     let reqs = expect_tools(&mut s);
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].call.as_ref().unwrap().id, "s");
+}
+
+#[test]
+fn approvers_restrict_who_may_decide_which_tool() {
+    let mut spec = spec(&["shell", "write_file"]);
+    spec.approval.as_mut().unwrap().approvers = vec![ApproverRule {
+        tool: "shell".into(),
+        identities: vec!["alice@*".into()],
+    }];
+    let mut s = RunState::new("run-1", spec, T0).unwrap();
+    let d = |id: &str, identity: &str| ApprovalDecision {
+        call_id: id.into(),
+        approved: true,
+        approver: "alice".into(),
+        identity: identity.into(),
+        ..Default::default()
+    };
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("s", "shell", r#"{"command":"x"}"#),
+                call("w", "write_file", r#"{"path":"a","content":""}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    // The claimed approver name does not count; the identity does.
+    let refused = DecisionError::NotAllowed {
+        identity: "bob@box".into(),
+        tool: "shell".into(),
+        allowed: vec!["alice@*".into()],
+    };
+    assert_eq!(
+        s.validate_decision(&d("s", "bob@box")),
+        Err(refused.clone())
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("identity 'bob@box' may not decide calls of tool 'shell'")
+    );
+    // "*" covers the shell call too, so bob may not decide everything at once...
+    assert!(s.validate_decision(&d("*", "bob@box")).is_err());
+    // ...but write_file has no entry: anyone may decide it.
+    s.on_decision(d("w", "bob@box"), T0).unwrap();
+    // A refused signal leaves the call pending and says why.
+    assert!(s.on_decision(d("s", ""), T0).is_err());
+    assert!(!s.approvals_settled());
+    assert!(
+        s.status()
+            .last_event
+            .contains("a client with no identity may not decide"),
+        "{}",
+        s.status().last_event
+    );
+    s.on_decision(d("s", "alice@laptop"), T0).unwrap();
+    assert_eq!(expect_tools(&mut s).len(), 2);
 }
 
 #[test]

@@ -66,12 +66,16 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         }
     }
     for (i, rule) in policy.approvers.iter().enumerate() {
-        if rule.tool != "*" && tools::definition(&rule.tool).is_none() {
+        if rule.tool != "*"
+            && rule.tool != crate::machine::QUESTION_TOOL
+            && tools::definition(&rule.tool).is_none()
+        {
             return Err(format!(
-                "approvers entry {}: unknown tool '{}'; use one of {} or *",
+                "approvers entry {}: unknown tool '{}'; use one of {}, {} or *",
                 i + 1,
                 rule.tool,
-                tools::BUILTIN_TOOLS.join(", ")
+                tools::BUILTIN_TOOLS.join(", "),
+                crate::machine::QUESTION_TOOL
             ));
         }
         if rule.identities.is_empty() {
@@ -435,5 +439,44 @@ mod tests {
         let mut p = policy(&[], vec![]);
         p.mode = "yolo".into();
         assert!(validate(&p).unwrap_err().contains("unknown policy mode"));
+    }
+
+    #[test]
+    fn approvers_match_identities_by_tool() {
+        let rules = vec![
+            ApproverRule {
+                tool: "shell".into(),
+                identities: vec!["alice@*".into(), "ci:github:*@acme/app/*".into()],
+            },
+            ApproverRule {
+                tool: "*".into(),
+                identities: vec!["*@ops-*".into()],
+            },
+        ];
+        assert_eq!(may_decide(&rules, "shell", "alice@laptop"), Ok(()));
+        assert_eq!(
+            may_decide(&rules, "shell", "ci:github:bob@acme/app/runs/7"),
+            Ok(())
+        );
+        // The first entry naming the tool decides: the "*" entry does not widen it.
+        assert!(may_decide(&rules, "shell", "root@ops-1").is_err());
+        assert_eq!(may_decide(&rules, "write_file", "root@ops-1"), Ok(()));
+        assert_eq!(
+            may_decide(&rules, "write_file", "alice@laptop"),
+            Err(vec!["*@ops-*".to_string()])
+        );
+        assert_eq!(may_decide(&[], "shell", ""), Ok(()));
+        let mut p = ApprovalPolicy {
+            approvers: vec![ApproverRule {
+                tool: "sh".into(),
+                identities: vec!["x".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(validate(&p).unwrap_err().contains("unknown tool 'sh'"));
+        p.approvers[0].tool = "baton.continue".into();
+        assert_eq!(validate(&p), Ok(()));
+        p.approvers[0].identities.clear();
+        assert!(validate(&p).unwrap_err().contains("no identities"));
     }
 }

@@ -12,8 +12,8 @@ use temporalio_common::{RetryPolicy, error::IncomingError, search_attributes::Se
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ContinueAsNewOptions,
-    MemoValue, SyncWorkflowContext, TimerResult, WorkflowCancellationToken, WorkflowContext,
-    WorkflowContextView, WorkflowResult, WorkflowTermination,
+    LocalActivityOptions, MemoValue, SyncWorkflowContext, TimerResult, WorkflowCancellationToken,
+    WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 
 use crate::{
@@ -431,19 +431,33 @@ async fn run_tools(
         .first()
         .map(|r| r.snapshot.clone())
         .unwrap_or_default();
+    // Read-only calls as local activities (the run asked for it; they change nothing, so
+    // running one again after a worker failure is harmless).
+    let local = ctx.state(|s| s.run.spec.local_read_tools) && requests.iter().all(|r| !r.mutating);
     for group in requests.chunks(chunk) {
-        let futures: Vec<_> = group
-            .iter()
-            .map(|r| {
-                let opts = tool_options(r, token);
-                let request = ToolRequest {
-                    snapshot: snapshot.clone(),
-                    ..r.clone()
-                };
-                ctx.execute_activity(ToolActivities::run_tool, request, opts)
-            })
-            .collect();
-        let outcomes = temporalio_workflow::join_all(futures).await;
+        let with_snapshot = |r: &ToolRequest| ToolRequest {
+            snapshot: snapshot.clone(),
+            ..r.clone()
+        };
+        let outcomes = if local {
+            let futures: Vec<_> = group
+                .iter()
+                .map(|r| {
+                    let opts = local_tool_options(r, token);
+                    ctx.execute_local_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                })
+                .collect();
+            temporalio_workflow::join_all(futures).await
+        } else {
+            let futures: Vec<_> = group
+                .iter()
+                .map(|r| {
+                    let opts = tool_options(r, token);
+                    ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                })
+                .collect();
+            temporalio_workflow::join_all(futures).await
+        };
         for (request, outcome) in group.iter().zip(outcomes) {
             let call = request.call.clone().unwrap_or_default();
             results.push(match outcome {
@@ -538,7 +552,8 @@ fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> ActivityOpti
         .build()
 }
 
-fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> ActivityOptions {
+/// What a tool activity is called (its id), how long it may take, and its one-line summary.
+fn tool_identity(request: &ToolRequest) -> (String, Duration, String) {
     let call = request.call.clone().unwrap_or_default();
     let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
     let mut summary = format!("{}: {}", call.name, call.arguments);
@@ -549,20 +564,42 @@ fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> Act
     } else {
         call.id
     };
+    (activity_id, timeout, summary)
+}
+
+fn tool_retry_policy() -> RetryPolicy {
+    RetryPolicy::builder()
+        // A retry is a worker failure being handed to another worker: no reason to wait long
+        // before the first one.
+        .initial_interval(Duration::from_millis(200))
+        .backoff_coefficient(2.0)
+        .maximum_interval(Duration::from_secs(30))
+        .maximum_attempts(TOOL_MAX_ATTEMPTS)
+        .non_retryable_error_types([BAD_INPUT])
+        .build()
+}
+
+fn local_tool_options(
+    request: &ToolRequest,
+    token: &WorkflowCancellationToken,
+) -> LocalActivityOptions {
+    let (activity_id, timeout, summary) = tool_identity(request);
+    LocalActivityOptions::builder()
+        .activity_id(activity_id)
+        .start_to_close_timeout(timeout)
+        .retry_policy(tool_retry_policy())
+        .cancel_type(ActivityCancellationType::WaitCancellationCompleted)
+        .cancellation_token(token.clone())
+        .summary(summary)
+        .build()
+}
+
+fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> ActivityOptions {
+    let (activity_id, timeout, summary) = tool_identity(request);
     ActivityOptions::with_start_to_close_timeout(timeout)
         .activity_id(activity_id)
         .heartbeat_timeout(TOOL_HEARTBEAT)
-        .retry_policy(
-            RetryPolicy::builder()
-                // A retry is a worker failure being handed to another worker: no reason to
-                // wait long before the first one.
-                .initial_interval(Duration::from_millis(200))
-                .backoff_coefficient(2.0)
-                .maximum_interval(Duration::from_secs(30))
-                .maximum_attempts(TOOL_MAX_ATTEMPTS)
-                .non_retryable_error_types([BAD_INPUT])
-                .build(),
-        )
+        .retry_policy(tool_retry_policy())
         .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
         .cancellation_token(token.clone())
         .summary(summary)
