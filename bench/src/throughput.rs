@@ -26,6 +26,8 @@ pub(crate) struct Settings {
     pub(crate) turns: u32,
     /// Start the dev server with [`per_turn::FAST_SERVER_CONFIG`].
     pub(crate) fast_server: bool,
+    /// Also measure two `baton-worker` processes (at the lowest concurrency).
+    pub(crate) two_workers: bool,
 }
 
 /// Which workflow a measurement runs.
@@ -151,25 +153,28 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
             rows.push(row);
         }
     }
-    // Two baton workers on the same task queue, at the highest concurrency.
-    workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
-    let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
-    let runs = settings.concurrency.iter().copied().max().unwrap_or(1);
-    let row = m
-        .batch(
-            Variant::Baton,
-            &queue,
-            &pids,
-            Some(root.path()),
-            runs,
-            &format!("{tag}-2w-{runs}"),
-        )
-        .await?;
-    eprintln!(
-        "  Baton x{runs} on 2 workers: {:.1} turns/s",
-        row.turns_per_s()
-    );
-    rows.push(row);
+    if settings.two_workers {
+        // Two baton workers on the same task queue, at the lowest concurrency (the server, not the
+        // worker, is what saturates on this machine).
+        workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
+        let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
+        let runs = settings.concurrency.iter().copied().min().unwrap_or(1);
+        let row = m
+            .batch(
+                Variant::Baton,
+                &queue,
+                &pids,
+                Some(root.path()),
+                runs,
+                &format!("{tag}-2w-{runs}"),
+            )
+            .await?;
+        eprintln!(
+            "  Baton x{runs} on 2 workers: {:.1} turns/s",
+            row.turns_per_s()
+        );
+        rows.push(row);
+    }
     for mut w in workers {
         w.terminate()?;
     }

@@ -43,6 +43,15 @@ pub const PATCH_SERIAL_MUTATING: &str = "serial-mutating-tools-v1";
 /// publish every step.
 pub const PATCH_QUIET_READ_STEPS: &str = "quiet-read-steps-v1";
 
+/// Patch marker: the status memo and search attributes are refreshed when the run's coarse
+/// state changes (running, waiting for a human, ended, or the pending calls change) and every
+/// [`STATUS_EVERY_TURNS`] turns, not on every step: each refresh is a history event and a
+/// visibility write, the largest per-turn cost baton added to the server (BENCHMARKS.md). The
+/// live `status` query stays exact. Histories recorded before it follow the older rules.
+pub const PATCH_STATUS_ON_CHANGE: &str = "status-on-change-v1";
+/// Turns between two refreshes of the status memo while the coarse state does not change.
+pub const STATUS_EVERY_TURNS: u32 = 10;
+
 /// Search attribute: the run's state (`THINKING`, `AWAITING_APPROVAL`, ...). Keyword.
 pub const SA_STATE: SearchAttributeKey<String> = SearchAttributeKey::keyword("BatonState");
 /// Search attribute: a call waits for a human. Bool.
@@ -93,6 +102,9 @@ pub struct AgentRun {
     /// Search attribute values last sent (state, awaiting approval, turns); not part of the
     /// run's state: rebuilt identically on replay.
     indexed: Option<(String, bool, u32)>,
+    /// What the last status refresh showed (coarse state, pending call ids) and at which turn
+    /// (patch `status-on-change-v1`); rebuilt identically on replay.
+    published: Option<(String, Vec<String>, u32)>,
 }
 
 #[workflow_methods]
@@ -113,7 +125,11 @@ impl AgentRun {
             None => RunState::new(&id, spec.clone(), now)
                 .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail)),
         };
-        Self { run, indexed: None }
+        Self {
+            run,
+            indexed: None,
+            published: None,
+        }
     }
 
     /// Runs the agent loop until it finishes, fails or is cancelled.
@@ -144,13 +160,30 @@ impl AgentRun {
             }
             let now = now_ms(ctx.workflow_time());
             let step = ctx.state_mut(|s| s.run.next_step(now));
-            let quiet = matches!(&step, Step::RunTools { requests, .. }
-                if requests.iter().all(|r| !r.mutating))
-                && ctx.patched(PATCH_QUIET_READ_STEPS);
-            if quiet {
-                set_details(ctx);
+            if ctx.patched(PATCH_STATUS_ON_CHANGE) {
+                let status = set_details(ctx);
+                let key = status_key(&status);
+                let due = ctx.state(|s| match &s.published {
+                    None => true,
+                    Some((state, pending, turn)) => {
+                        (state, pending) != (&key.0, &key.1)
+                            || status.turn >= turn + STATUS_EVERY_TURNS
+                            || matches!(step, Step::Finish(_))
+                    }
+                });
+                if due {
+                    publish_status(ctx);
+                    ctx.state_mut(|s| s.published = Some((key.0, key.1, status.turn)));
+                }
             } else {
-                publish_status(ctx);
+                let quiet = matches!(&step, Step::RunTools { requests, .. }
+                    if requests.iter().all(|r| !r.mutating))
+                    && ctx.patched(PATCH_QUIET_READ_STEPS);
+                if quiet {
+                    set_details(ctx);
+                } else {
+                    publish_status(ctx);
+                }
             }
             match step {
                 Step::Finish(result) => {
@@ -651,6 +684,19 @@ fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
     updates.extend(SA_TURNS.try_value_set(i64::from(indexed.2)).ok());
     ctx.upsert_search_attributes(updates);
     ctx.state_mut(|s| s.indexed = Some(indexed));
+}
+
+/// What a status refresh is keyed on: the coarse state (thinking, running tools and
+/// compacting are all "running") and the calls waiting for a decision.
+fn status_key(status: &RunStatus) -> (String, Vec<String>) {
+    let state = match status.state() {
+        baton_proto::RunState::Thinking
+        | baton_proto::RunState::Executing
+        | baton_proto::RunState::Compacting => "RUNNING".to_owned(),
+        other => other.as_str_name().to_owned(),
+    };
+    let pending = status.pending.iter().map(|p| p.call_id.clone()).collect();
+    (state, pending)
 }
 
 /// Sets the run's current details (shown by the Web UI; answered by a query, so no command
