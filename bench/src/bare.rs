@@ -3,9 +3,9 @@
 //! call and one for the tool call) — on an in-process worker set up like `baton-worker`'s.
 //!
 //! With [`BareInput::status_upserts`] it also keeps a status memo and baton's search
-//! attributes current before every model call, as `AgentRun` does in a run whose tool calls
-//! are read-only (their steps are not published, patch `quiet-read-steps-v1`): the ablation
-//! that tells how much of baton's overhead those upserts are.
+//! attributes current before every model call (one memo and one search-attribute upsert per
+//! turn, as `AgentRun` did before patch `status-on-change-v1`): the ablation that tells what
+//! those upserts cost.
 
 // The workflow/activity macros generate `pub` items of their own.
 #![allow(unreachable_pub)]

@@ -85,7 +85,7 @@ impl PerTurnReport {
             ),
             ("(b) bare Temporal BareLoop (in-process worker)", &self.b),
             (
-                "(b+) ablation: (b) + AgentRun's per-step memo/search-attribute upserts",
+                "(b+) ablation: (b) + one memo and one search-attribute upsert per turn",
                 &self.u,
             ),
             ("(c) in-process RunState loop (no Temporal)", &self.c),
