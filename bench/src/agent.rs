@@ -8,15 +8,13 @@ use anyhow::{Context, ensure};
 use baton_proto::{RunResult, RunSpec, RunState};
 use baton_tests::{DevServer, MockOpenAi, Worker, unique};
 use baton_workflows::AgentRun;
-use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowStartOptions};
+use temporalio_client::{Client, WorkflowGetResultOptions};
 
 use crate::scenario;
 
 /// The activity of a model call; a turn starts when it is scheduled.
 pub(crate) const TURN_ACTIVITY: &str = "llm_generate";
 
-/// Workflow task timeout `baton submit` sets.
-const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the worker may take to start.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -104,9 +102,7 @@ async fn run_spec(
     spec: RunSpec,
     turns: u32,
 ) -> anyhow::Result<Duration> {
-    let options = WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
-        .task_timeout(WORKFLOW_TASK_TIMEOUT)
-        .build();
+    let options = crate::scenario::start_options(task_queue, id);
     let started = Instant::now();
     let handle = client
         .start_workflow(AgentRun::run, spec, options)

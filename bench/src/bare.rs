@@ -18,7 +18,6 @@ use baton_workflows::workflow::{SA_AWAITING_APPROVAL, SA_STATE, SA_TURNS, STATUS
 use serde::{Deserialize, Serialize};
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, Url, WorkflowGetResultOptions,
-    WorkflowStartOptions,
 };
 use temporalio_macros::{activities, workflow, workflow_methods};
 use temporalio_sdk::{
@@ -32,8 +31,6 @@ pub const WORKFLOW_TYPE: &str = "BareLoop";
 /// The activity standing in for the model call; a turn starts when it is scheduled.
 pub const TURN_ACTIVITY: &str = "bare_llm";
 
-/// Same as baton's runs (`baton submit`): a dead worker's task moves on within seconds.
-const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Same as `baton-worker`'s default `sticky_queue_timeout_secs`.
 const STICKY_QUEUE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -208,9 +205,7 @@ pub(crate) async fn run_loop(
     turns: u32,
     status_upserts: bool,
 ) -> anyhow::Result<Duration> {
-    let options = WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
-        .task_timeout(WORKFLOW_TASK_TIMEOUT)
-        .build();
+    let options = crate::scenario::start_options(task_queue, id);
     let started = Instant::now();
     let handle = client
         .start_workflow(

@@ -12,7 +12,7 @@ use anyhow::Context;
 use baton_tests::{DevServer, MockOpenAi, Worker, unique};
 use baton_workflows::AgentRun;
 use futures::future::try_join_all;
-use temporalio_client::{Client, WorkflowCountOptions, WorkflowStartOptions};
+use temporalio_client::{Client, WorkflowCountOptions};
 
 use crate::{bare, history, per_turn, procfs, scenario};
 
@@ -159,9 +159,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 async fn start(client: &Client, queue: &str, ids: &[String]) -> anyhow::Result<()> {
     try_join_all(ids.iter().map(|id| async move {
-        let options = WorkflowStartOptions::new(queue.to_owned(), id.clone())
-            .task_timeout(Duration::from_secs(5))
-            .build();
+        let options = scenario::start_options(queue, id);
         client
             .start_workflow(AgentRun::run, scenario::waiting_spec(), options)
             .await

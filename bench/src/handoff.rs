@@ -24,7 +24,7 @@ use baton_workflows::{
     tools::{READ_FILE, SHELL},
     workflow::TOOL_HEARTBEAT,
 };
-use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowHandle, WorkflowStartOptions};
+use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowHandle};
 
 use crate::{bare, history, per_turn, scenario, stats};
 
@@ -278,9 +278,7 @@ async fn start(
     id: &str,
     spec: RunSpec,
 ) -> anyhow::Result<WorkflowHandle<Client, AgentRun>> {
-    let options = WorkflowStartOptions::new(queue.to_owned(), id.to_owned())
-        .task_timeout(Duration::from_secs(5))
-        .build();
+    let options = scenario::start_options(queue, id);
     client
         .start_workflow(AgentRun::run, spec, options)
         .await

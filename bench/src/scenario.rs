@@ -119,3 +119,11 @@ pub(crate) fn waiting_responder() -> Responder {
         )])))
     })
 }
+
+/// Start options of every workflow the bench starts: `task_queue`, id `id`, and the workflow
+/// task timeout `baton submit` sets (5 s: a dead worker's task moves on within seconds).
+pub(crate) fn start_options(task_queue: &str, id: &str) -> temporalio_client::WorkflowStartOptions {
+    temporalio_client::WorkflowStartOptions::new(task_queue.to_owned(), id.to_owned())
+        .task_timeout(std::time::Duration::from_secs(5))
+        .build()
+}
