@@ -59,8 +59,9 @@ pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
 pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
 pub use process::{
-    CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_PREFIXES, bin_path, clean_command,
-    describe_status, pids_matching, process_exists_matching, run_cmd, send_signal, temporal_bin,
+    CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES,
+    bin_path, clean_command, describe_status, pids_matching, process_exists_matching, run_cmd,
+    send_signal, temporal_bin,
 };
 pub use server::{
     DevServer, SERVER_START_TIMEOUT, SERVER_STOP_TIMEOUT, TEMPORAL_CMD_TIMEOUT, free_port,

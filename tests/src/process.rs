@@ -23,7 +23,20 @@ use nix::unistd::Pid;
 /// shell configuration (a real `OPENAI_API_KEY`, a `TEMPORAL_ADDRESS` pointing
 /// at a real cluster, ...) can never leak into a test. The harness sets the
 /// variables it needs explicitly; tests pass anything else via `env`.
-pub const SCRUBBED_ENV_PREFIXES: &[&str] = &["TEMPORAL_", "BATON_", "OPENAI_", "ANTHROPIC_"];
+pub const SCRUBBED_ENV_PREFIXES: &[&str] = &[
+    "TEMPORAL_",
+    "BATON_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    // The CLI names its Temporal client identity after the CI job it runs in; tests
+    // that need a CI identity set these themselves.
+    "GITHUB_",
+    "GITLAB_",
+    "CI_",
+];
+
+/// Variables removed by name (see [`SCRUBBED_ENV_PREFIXES`]).
+pub const SCRUBBED_ENV_NAMES: &[&str] = &["CI"];
 
 /// Default timeout of [`crate::baton`] / [`crate::baton_with`] /
 /// [`crate::baton_at`] invocations.
@@ -221,7 +234,7 @@ pub fn run_cmd(cmd: Command, stdin: Option<&str>, timeout: Duration) -> anyhow::
 }
 
 /// A `Command` for `program` whose environment has the variables matching
-/// [`SCRUBBED_ENV_PREFIXES`] removed, and `NO_COLOR=1` set so that logs and
+/// [`SCRUBBED_ENV_PREFIXES`] or named in [`SCRUBBED_ENV_NAMES`] removed, and `NO_COLOR=1` set so that logs and
 /// output stay greppable.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
@@ -230,6 +243,7 @@ pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
         .filter(|k| {
             let k = k.to_string_lossy();
             SCRUBBED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+                || SCRUBBED_ENV_NAMES.contains(&k.as_ref())
         })
         .collect();
     for k in scrub {
