@@ -189,6 +189,10 @@ impl ToolService {
 /// AGENTS.md beyond this is cut.
 pub const MAX_AGENTS_MD: usize = 32 * 1024;
 
+/// How long `read_instructions` may spend on the run's initial workspace snapshot (its
+/// start-to-close timeout is 30 s).
+const INITIAL_SNAPSHOT_BUDGET: Duration = Duration::from_secs(10);
+
 #[activities]
 impl ToolService {
     /// The workspace path and its AGENTS.md (capped), for the system prompt.
@@ -221,10 +225,28 @@ impl ToolService {
             }
             Err(_) => (String::new(), false),
         };
+        // The run's first snapshot, so that mutating calls always carry their base in their
+        // input. Bounded: a huge workspace is left to the first mutating call, which
+        // heartbeats while it works.
+        let snapshot = if self.snapshots {
+            tokio::time::timeout(
+                INITIAL_SNAPSHOT_BUDGET,
+                self.take_snapshot(&run_id, &workspace),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                info!(run_id, budget = ?INITIAL_SNAPSHOT_BUDGET, "initial workspace snapshot left to the first mutating call");
+                None
+            })
+            .unwrap_or_default()
+        } else {
+            String::new()
+        };
         Ok(WorkspaceInstructions {
             workspace: workspace.display().to_string(),
             agents_md,
             truncated,
+            snapshot,
         })
     }
 
@@ -294,9 +316,11 @@ impl ToolService {
             elapsed_secs,
             base_snapshot: base.clone(),
         };
-        if snapshots {
-            // A retry of this call must start from `base`: record it before the call runs.
-            // Read-only calls skip this (one RPC and one server write less per call).
+        if snapshots && request.snapshot.is_empty() {
+            // The base is not in the call's input (the run had no snapshot yet): a retry of
+            // this call must start from it, so record it before the call runs. Calls with a
+            // base in their input skip this: a heartbeat now would only make the server
+            // re-arm its heartbeat timer, and a SIGKILLed worker's call would be retried later.
             let _ = ctx.record_heartbeat(progress(0)).await;
         }
         let sandbox = Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())

@@ -554,6 +554,12 @@ impl RunState {
                 "could not read the workspace's instructions; going on without them",
             ),
         }
+        if let Some(i) = &instructions
+            && !i.snapshot.is_empty()
+            && self.workspace_snapshot.is_none()
+        {
+            self.workspace_snapshot = Some(i.snapshot.clone());
+        }
         self.instructions = instructions;
     }
 

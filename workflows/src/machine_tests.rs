@@ -1512,3 +1512,60 @@ fn an_interrupted_call_waits_for_a_human_who_reruns_or_skips_it() {
         expect_llm(&mut s);
     }
 }
+
+/// The snapshot `read_instructions` took is the base of the run's first tool calls, so even
+/// the first mutating call carries it in its input; a mutating call's snapshot replaces it.
+#[test]
+fn the_initial_snapshot_is_the_first_calls_base_until_a_call_changes_the_workspace() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    s.on_instructions(
+        Some(WorkspaceInstructions {
+            workspace: "/w/run-1".into(),
+            snapshot: "s0".into(),
+            ..Default::default()
+        }),
+        T0,
+    );
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "shell", r#"{"command":"touch x"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let reqs = expect_tools(&mut s);
+    assert_eq!((reqs[0].snapshot.as_str(), reqs[0].mutating), ("s0", true));
+    s.on_tool_results(
+        vec![ToolResult {
+            snapshot: "s1".into(),
+            ..ok_result("")
+        }],
+        T0,
+    );
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("b", "read_file", r#"{"path":"x"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert_eq!(expect_tools(&mut s)[0].snapshot, "s1");
+
+    // Without one (snapshots off, or not taken in time), the first call has no base.
+    let mut off = RunState::new("run-2", spec(&[]), T0).unwrap();
+    off.on_instructions(Some(WorkspaceInstructions::default()), T0);
+    expect_llm(&mut off);
+    off.on_llm_response(
+        reply(
+            "",
+            vec![call("a", "shell", r#"{"command":"touch x"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert_eq!(expect_tools(&mut off)[0].snapshot, "");
+}

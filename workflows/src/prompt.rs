@@ -76,6 +76,7 @@ mod tests {
             workspace: "/w/run-1".into(),
             agents_md: "Run `make test` before you finish.".into(),
             truncated: true,
+            ..Default::default()
         };
         let p = build(0, Some(&ws), "Only touch docs/.");
         let i_base = p.find("You are baton").unwrap();
