@@ -95,6 +95,9 @@ impl ToolService {
             .locks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget the locks nobody holds or waits for (the map would otherwise keep an entry
+        // for every run this worker ever served).
+        locks.retain(|id, lock| id == run_id || Arc::strong_count(lock) > 1);
         locks.entry(run_id.to_owned()).or_default().clone()
     }
 
@@ -433,5 +436,22 @@ mod tests {
             source: "disk full".into(),
         };
         assert!(!failure(setup).is_non_retryable());
+    }
+
+    #[test]
+    fn workspace_locks_are_forgotten_once_nobody_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::LocalStore::new(dir.path().join("blobs")).unwrap();
+        let service = ToolService::new(dir.path().join("ws"), Arc::new(store), true);
+        let held = service.lock_of("run-a");
+        drop(service.lock_of("run-b"));
+        // The same run gets the same lock while it is held.
+        assert!(Arc::ptr_eq(&held, &service.lock_of("run-a")));
+        drop(service.lock_of("run-c"));
+        let ids = |s: &ToolService| s.locks.lock().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(ids(&service), ["run-a", "run-c"]);
+        drop(held);
+        drop(service.lock_of("run-d"));
+        assert_eq!(ids(&service), ["run-d"]);
     }
 }

@@ -104,14 +104,18 @@ async fn phase(
     let queue = unique("density");
     let cache_setting = cache.to_string();
     let url = llm.base_url();
-    let mut worker = Worker::spawn(
-        server,
-        &queue,
-        &[
-            ("OPENAI_BASE_URL", url.as_str()),
-            ("BATON_MAX_CACHED_WORKFLOWS", cache_setting.as_str()),
-        ],
-    )?;
+    let mut env = vec![
+        ("OPENAI_BASE_URL", url.as_str()),
+        ("BATON_MAX_CACHED_WORKFLOWS", cache_setting.as_str()),
+    ];
+    // For profiling: a heap profiler's preload for the worker only, e.g.
+    // `BATON_BENCH_WORKER_PRELOAD=/usr/lib/heaptrack/libheaptrack_preload.so` with
+    // `DUMP_HEAPTRACK_OUTPUT=/tmp/hp/worker.$$` (then `heaptrack_interpret`).
+    let preload = std::env::var("BATON_BENCH_WORKER_PRELOAD").unwrap_or_default();
+    if !preload.is_empty() {
+        env.push(("LD_PRELOAD", preload.as_str()));
+    }
+    let mut worker = Worker::spawn(server, &queue, &env)?;
     worker.wait_ready(Duration::from_secs(60)).await?;
     start(client, &queue, &[format!("{queue}-warmup")]).await?;
     wait_waiting(client, &queue, 1).await?;
@@ -142,6 +146,14 @@ async fn phase(
         rss as f64 / MIB,
         baseline_rss as f64 / MIB
     );
+    if let Some(secs) = std::env::var("BATON_BENCH_HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        // For profiling: the worker stays up with every run waiting (attach a profiler).
+        eprintln!("  holding worker pid {} for {secs} s", worker.pid());
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
     worker.terminate()?;
     Ok(Measured {
         phase: Phase {
