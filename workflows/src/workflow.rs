@@ -12,8 +12,9 @@ use temporalio_common::{RetryPolicy, error::IncomingError, search_attributes::Se
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ContinueAsNewOptions,
-    LocalActivityOptions, MemoValue, SyncWorkflowContext, TimerResult, WorkflowCancellationToken,
-    WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
+    LocalActivityOptions, MemoValue, SyncWorkflowContext, TimerOptions, TimerResult,
+    WaitConditionOptions, WorkflowCancellationToken, WorkflowContext, WorkflowContextView,
+    WorkflowResult, WorkflowTermination,
 };
 
 use crate::{
@@ -141,11 +142,12 @@ impl AgentRun {
             && ctx.patched(PATCH_READ_INSTRUCTIONS)
             && ctx.state(|s| s.run.result().is_none())
         {
+            let token = step_token(ctx);
             let outcome = ctx
                 .execute_activity(
                     ToolActivities::read_instructions,
                     InstructionsRequest {},
-                    instructions_options(),
+                    instructions_options(&token),
                 )
                 .await;
             let now = now_ms(ctx.workflow_time());
@@ -193,7 +195,7 @@ impl AgentRun {
                     return Ok(result);
                 }
                 Step::CallLlm(request) => {
-                    let token = ctx.cancellation_token().child_token();
+                    let token = step_token(ctx);
                     let call = ctx.execute_activity(
                         LlmActivities::llm_generate,
                         request,
@@ -218,7 +220,7 @@ impl AgentRun {
                     }
                 }
                 Step::Compact(request) => {
-                    let token = ctx.cancellation_token().child_token();
+                    let token = step_token(ctx);
                     let call = ctx.execute_activity(
                         LlmActivities::compact_context,
                         request,
@@ -238,19 +240,28 @@ impl AgentRun {
                     }
                 }
                 Step::AwaitApproval { timeout_seconds } => {
-                    let token = ctx.cancellation_token().child_token();
+                    let token = step_token(ctx);
+                    let settled = || {
+                        ctx.wait_condition_with_options(
+                            |s: &Self| s.run.approvals_settled(),
+                            WaitConditionOptions::builder()
+                                .cancellation_token(token.clone())
+                                .build(),
+                        )
+                    };
                     let wait = async {
                         match timeout_seconds {
                             None => {
-                                let _ = ctx
-                                    .wait_condition(|s: &Self| s.run.approvals_settled())
-                                    .await;
+                                let _ = settled().await;
                                 false
                             }
                             Some(secs) => {
-                                let mut timer = ctx.timer(Duration::from_secs(u64::from(secs)));
+                                let mut timer = ctx.timer(timer_options(
+                                    Duration::from_secs(u64::from(secs)),
+                                    &token,
+                                ));
                                 temporalio_workflow::select! {
-                                    _ = ctx.wait_condition(|s: &Self| s.run.approvals_settled()) => false,
+                                    _ = settled() => false,
                                     fired = timer => matches!(fired, TimerResult::Fired),
                                 }
                             }
@@ -269,7 +280,7 @@ impl AgentRun {
                     requests,
                     max_parallel,
                 } => {
-                    let token = ctx.cancellation_token().child_token();
+                    let token = step_token(ctx);
                     let work = run_tools(ctx, requests, max_parallel, &token);
                     let (results, late) = until_deadline(ctx, &token, work, true).await;
                     let Some(results) = settle(ctx, late, results) else {
@@ -537,7 +548,7 @@ async fn until_deadline<T>(
     };
     let left = (deadline - now_ms(ctx.workflow_time())).max(0) as u64;
     let mut work = std::pin::pin!(work.fuse());
-    let mut timer = ctx.timer(Duration::from_millis(left.max(1)));
+    let mut timer = ctx.timer(timer_options(Duration::from_millis(left.max(1)), token));
     temporalio_workflow::select! {
         out = work => (Some(out), false),
         fired = timer => {
@@ -639,8 +650,29 @@ fn tool_options(request: &ToolRequest, token: &WorkflowCancellationToken) -> Act
         .build()
 }
 
-fn instructions_options() -> ActivityOptions {
+/// The cancellation token of one step's timers, waits and activities: a child of the run's,
+/// owned by the step.
+///
+/// Everything the SDK starts with the run's own token registers a callback in that token,
+/// which the run's context owns, and the callback holds the context: a reference cycle that
+/// only the operation's completion breaks. An operation dropped before it completes (the
+/// timer that lost a `select!`, or anything in flight when the run is evicted from the
+/// worker's cache) would then keep the whole context alive for the life of the worker. A
+/// child token is owned by the step's future and freed with it (the run's token holds it
+/// weakly), and the run's cancellation still reaches it.
+fn step_token(ctx: &WorkflowContext<AgentRun>) -> WorkflowCancellationToken {
+    ctx.cancellation_token().child_token()
+}
+
+fn timer_options(duration: Duration, token: &WorkflowCancellationToken) -> TimerOptions {
+    TimerOptions::builder(duration)
+        .cancellation_token(token.clone())
+        .build()
+}
+
+fn instructions_options(token: &WorkflowCancellationToken) -> ActivityOptions {
     ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
+        .cancellation_token(token.clone())
         .retry_policy(
             RetryPolicy::builder()
                 .initial_interval(Duration::from_millis(500))
