@@ -20,6 +20,8 @@ use crate::{bare, history, per_turn, procfs, scenario};
 pub(crate) const SMALL_CACHE: usize = 10;
 /// How long the runs may take to reach their approval wait.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Pause before reading the worker's memory: its last workflow tasks finish.
+const SETTLE_PAUSE: Duration = Duration::from_secs(1);
 /// Runs started at once.
 const START_CHUNK: usize = 100;
 
@@ -120,7 +122,7 @@ async fn phase(
     start(client, &queue, &[format!("{queue}-warmup")]).await?;
     wait_waiting(client, &queue, 1).await?;
     // Let the worker finish the first run's last task before reading its memory.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(SETTLE_PAUSE).await;
     let baseline_rss = procfs::rss_bytes(worker.pid())?;
 
     let ids: Vec<String> = (0..runs).map(|i| format!("{queue}-{i}")).collect();
@@ -133,12 +135,12 @@ async fn phase(
         }
         wait_waiting(client, &queue, n + 1).await?;
         if n == half {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::time::sleep(SETTLE_PAUSE).await;
             half_rss = procfs::rss_bytes(worker.pid())?;
         }
     }
     let settle_s = started.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(SETTLE_PAUSE).await;
     let rss = procfs::rss_bytes(worker.pid())?;
     eprintln!(
         "  cache {cache}: {runs} runs waiting after {settle_s:.1} s; worker RSS {:.1} MiB \
