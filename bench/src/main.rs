@@ -103,6 +103,9 @@ struct ThroughputArgs {
     /// history.transferProcessorMaxPollRPS=1000`.
     #[arg(long)]
     fast_server: bool,
+    /// Also run the bare loop with one status upsert pair per turn.
+    #[arg(long)]
+    ablation: bool,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
                 turns: args.turns,
                 fast_server: args.fast_server,
                 two_workers: true,
+                ablation: args.ablation,
             })
             .await?;
             println!("{}", report.render());
@@ -273,6 +277,7 @@ async fn main() -> anyhow::Result<()> {
                     turns,
                     fast_server: true,
                     two_workers: i == 0,
+                    ablation: false,
                 })
                 .await?;
                 println!("{}", report.render());

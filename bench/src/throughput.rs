@@ -28,6 +28,9 @@ pub(crate) struct Settings {
     pub(crate) fast_server: bool,
     /// Also measure two `baton-worker` processes (at the lowest concurrency).
     pub(crate) two_workers: bool,
+    /// Also measure the bare loop with one status memo and search-attribute upsert per turn
+    /// (what the visibility writes cost at each concurrency).
+    pub(crate) ablation: bool,
 }
 
 /// Which workflow a measurement runs.
@@ -37,6 +40,8 @@ pub(crate) enum Variant {
     Baton,
     /// `BareLoop` (no status upserts) on a bench worker process.
     Bare,
+    /// `BareLoop` with a status memo and search-attribute upsert per turn.
+    BareUpserts,
 }
 
 /// One measurement: `runs` concurrent runs of `turns` turns.
@@ -138,9 +143,15 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
 
     let mut rows = Vec::new();
     for &runs in &settings.concurrency {
-        for variant in [Variant::Bare, Variant::Baton] {
+        let mut variants = vec![Variant::Bare, Variant::Baton];
+        if settings.ablation {
+            variants.push(Variant::BareUpserts);
+        }
+        for variant in variants {
             let (q, pids, notes) = match variant {
-                Variant::Bare => (bare_queue.as_str(), vec![bare_worker.pid()], None),
+                Variant::Bare | Variant::BareUpserts => {
+                    (bare_queue.as_str(), vec![bare_worker.pid()], None)
+                }
                 Variant::Baton => (queue.as_str(), pids.clone(), Some(root.path())),
             };
             let id = format!("{tag}-{variant:?}-{runs}");
@@ -229,6 +240,7 @@ impl Measure<'_> {
             match variant {
                 Variant::Baton => agent::run_agent(client, queue, id, turns).await,
                 Variant::Bare => bare::run_loop(client, queue, id, turns, false).await,
+                Variant::BareUpserts => bare::run_loop(client, queue, id, turns, true).await,
             }
         }))
         .await?;
@@ -270,6 +282,9 @@ impl ThroughputReport {
             let name = match r.variant {
                 Variant::Baton => "baton AgentRun (baton-worker)",
                 Variant::Bare => "bare Temporal BareLoop (bench worker process)",
+                Variant::BareUpserts => {
+                    "ablation: BareLoop + one memo and search-attribute upsert per turn"
+                }
             };
             let _ = writeln!(
                 out,
