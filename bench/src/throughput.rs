@@ -87,12 +87,47 @@ pub(crate) struct ThroughputReport {
     pub(crate) rows: Vec<Row>,
 }
 
-/// Runs the scenario on a fresh dev server.
+/// Runs the scenario, each measurement on a dev server of its own: a server slows down as
+/// the histories of finished runs pile up (the 50-run measurement after the 200-run ones took
+/// 1.6x the server CPU per turn), so one shared server favours whichever variant runs first.
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> {
     anyhow::ensure!(
         settings.turns >= 1 && settings.concurrency.iter().all(|&c| c >= 1),
         "turns and concurrency must be at least 1"
     );
+    let mut variants = vec![Variant::Bare, Variant::Baton];
+    if settings.ablation {
+        variants.push(Variant::BareUpserts);
+    }
+    let mut rows = Vec::new();
+    for &runs in &settings.concurrency {
+        for &variant in &variants {
+            let cell = Settings {
+                concurrency: vec![runs],
+                two_workers: false,
+                ..settings.clone()
+            };
+            rows.extend(run_on_one_server(cell, &[variant]).await?.rows);
+        }
+    }
+    if settings.two_workers {
+        let runs = settings.concurrency.iter().copied().min().unwrap_or(1);
+        let cell = Settings {
+            concurrency: vec![runs],
+            two_workers: true,
+            ..settings.clone()
+        };
+        rows.extend(run_on_one_server(cell, &[]).await?.rows);
+    }
+    Ok(ThroughputReport { settings, rows })
+}
+
+/// Measures `variants` (and, with `settings.two_workers`, two baton workers) at each of
+/// `settings.concurrency` on one fresh dev server.
+async fn run_on_one_server(
+    settings: Settings,
+    variants: &[Variant],
+) -> anyhow::Result<ThroughputReport> {
     let server = per_turn::start_server(settings.fast_server)?;
     let llm = MockOpenAi::start()?;
     llm.count_requests_only();
@@ -121,33 +156,33 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
         server: &server,
         turns: settings.turns,
     };
-    m.batch(
-        Variant::Bare,
-        &bare_queue,
-        &[bare_worker.pid()],
-        None,
-        4,
-        &format!("{tag}-bw"),
-    )
-    .await?;
     let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
-    m.batch(
-        Variant::Baton,
-        &queue,
-        &pids,
-        Some(root.path()),
-        4,
-        &format!("{tag}-aw"),
-    )
-    .await?;
+    if variants.iter().any(|v| *v != Variant::Baton) {
+        m.batch(
+            Variant::Bare,
+            &bare_queue,
+            &[bare_worker.pid()],
+            None,
+            4,
+            &format!("{tag}-bw"),
+        )
+        .await?;
+    }
+    if variants.contains(&Variant::Baton) || settings.two_workers {
+        m.batch(
+            Variant::Baton,
+            &queue,
+            &pids,
+            Some(root.path()),
+            4,
+            &format!("{tag}-aw"),
+        )
+        .await?;
+    }
 
     let mut rows = Vec::new();
     for &runs in &settings.concurrency {
-        let mut variants = vec![Variant::Bare, Variant::Baton];
-        if settings.ablation {
-            variants.push(Variant::BareUpserts);
-        }
-        for variant in variants {
+        for &variant in variants {
             let (q, pids, notes) = match variant {
                 Variant::Bare | Variant::BareUpserts => {
                     (bare_queue.as_str(), vec![bare_worker.pid()], None)
