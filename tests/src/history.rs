@@ -34,6 +34,51 @@ pub fn history_search_text(history_json: &Value) -> String {
     format!("{history_json}\n{}", decode_history_payloads(history_json))
 }
 
+/// One activity a run completed: its type, and its input and result payloads decoded as JSON
+/// (`Null` where a payload is missing or not JSON).
+#[derive(Debug, Clone)]
+pub struct CompletedActivity {
+    pub name: String,
+    pub input: Value,
+    pub result: Value,
+}
+
+/// The activities of `history_json` that completed, in completion order.
+pub fn completed_activities(history_json: &Value) -> Vec<CompletedActivity> {
+    let events = history_json["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let id_of = |v: &Value| {
+        v.as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let first_payload = |p: &Value| {
+        p["payloads"][0]["data"]
+            .as_str()
+            .and_then(decode_b64)
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or(Value::Null)
+    };
+    events
+        .iter()
+        .filter_map(|e| {
+            let done = e.get("activityTaskCompletedEventAttributes")?;
+            let scheduled_id = id_of(&done["scheduledEventId"]);
+            let scheduled = events
+                .iter()
+                .find(|s| id_of(&s["eventId"]) == scheduled_id)?
+                .get("activityTaskScheduledEventAttributes")?;
+            Some(CompletedActivity {
+                name: scheduled["activityType"]["name"].as_str()?.to_owned(),
+                input: first_payload(&scheduled["input"]),
+                result: first_payload(&done["result"]),
+            })
+        })
+        .collect()
+}
+
 fn walk(v: &Value, depth: usize, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {

@@ -54,7 +54,9 @@ mod worker;
 
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
 pub use codec::{PayloadSeen, codec_key, history_payloads};
-pub use history::{decode_history_payloads, history_search_text};
+pub use history::{
+    CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
+};
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
 pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};

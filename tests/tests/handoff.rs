@@ -117,54 +117,22 @@ fn a_run_moves_to_a_worker_with_another_workspace_root_and_finds_its_files() {
 
     // The run's first snapshot came with its instructions, so every write carried its base
     // snapshot in its input: a retry needs nothing from the attempt's heartbeats.
-    let payloads = activity_payloads(&server, &run);
-    let initial = payloads
+    let activities = completed_activities(&server.workflow_history_json(&run, None).unwrap());
+    let initial = activities
         .iter()
-        .find(|(name, _, _)| name == "read_instructions")
-        .map(|(_, _, result)| result["snapshot"].as_str().unwrap().to_owned())
+        .find(|a| a.name == "read_instructions")
+        .map(|a| a.result["snapshot"].as_str().unwrap().to_owned())
         .unwrap();
     assert_eq!(initial.len(), 64, "a snapshot id: {initial:?}");
-    let bases: Vec<&str> = payloads
+    let bases: Vec<&str> = activities
         .iter()
-        .filter(|(name, _, _)| name == "run_tool")
-        .map(|(_, input, _)| input["snapshot"].as_str().unwrap_or(""))
+        .filter(|a| a.name == "run_tool")
+        .map(|a| a.input["snapshot"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(bases.len(), 3, "{payloads:?}");
+    assert_eq!(bases.len(), 3, "{activities:?}");
     assert_eq!(bases[0], initial);
     assert!(bases.iter().all(|b| b.len() == 64), "{bases:?}");
     assert!(bases[1] != initial, "the first write changed the workspace");
-}
-
-/// (activity type, input, result) of every activity the run completed, payloads decoded.
-fn activity_payloads(server: &DevServer, run: &str) -> Vec<(String, Value, Value)> {
-    use base64::Engine as _;
-    let decode = |p: &Value| -> Value {
-        let data = p["payloads"][0]["data"].as_str().unwrap_or("");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .unwrap();
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-    };
-    let history = server.workflow_history_json(run, None).unwrap();
-    let events = history["events"].as_array().unwrap();
-    let scheduled = |id: &Value| {
-        events
-            .iter()
-            .find(|e| e["eventId"].as_str() == id.as_str() || e["eventId"] == *id)
-            .unwrap()
-    };
-    events
-        .iter()
-        .filter_map(|e| {
-            let done = e.get("activityTaskCompletedEventAttributes")?;
-            let s = &scheduled(&done["scheduledEventId"])["activityTaskScheduledEventAttributes"];
-            Some((
-                s["activityType"]["name"].as_str().unwrap().to_owned(),
-                decode(&s["input"]),
-                decode(&done["result"]),
-            ))
-        })
-        .collect()
 }
 
 /// What a run of the chaos script leaves in its workspace when nothing fails.
