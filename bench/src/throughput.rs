@@ -135,12 +135,23 @@ async fn run_on_one_server(
     // Both baton workers share one workspace root, so either can read a run's notes.
     let root = tempfile::tempdir().context("creating the workspace root")?;
     let queue = unique("tp-baton");
-    let mut workers = vec![spawn_baton(&server, &llm, &queue, root.path()).await?];
+    // Only the workers this server's measurements use (an idle one would still poll it).
+    let needs_baton = variants.contains(&Variant::Baton) || settings.two_workers;
+    let needs_bare = variants.iter().any(|v| *v != Variant::Baton);
+    let mut workers = Vec::new();
+    if needs_baton {
+        workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
+    }
     let bare_queue = unique("tp-bare");
-    let exe = std::env::current_exe().context("locating baton-bench")?;
-    let mut bare_worker =
-        Worker::spawn_program(&exe, &server, &bare_queue, None, &[(bare::SERVE_ENV, "1")])?;
-    bare_worker.wait_ready(READY_TIMEOUT).await?;
+    let mut bare_worker = None;
+    if needs_bare {
+        let exe = std::env::current_exe().context("locating baton-bench")?;
+        let mut w =
+            Worker::spawn_program(&exe, &server, &bare_queue, None, &[(bare::SERVE_ENV, "1")])?;
+        w.wait_ready(READY_TIMEOUT).await?;
+        bare_worker = Some(w);
+    }
+    let bare_pids: Vec<u32> = bare_worker.iter().map(Worker::pid).collect();
     let client = bare::connect(&server.url(), "baton-bench").await?;
     let tag = unique("tp");
 
@@ -157,18 +168,18 @@ async fn run_on_one_server(
         turns: settings.turns,
     };
     let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
-    if variants.iter().any(|v| *v != Variant::Baton) {
+    if needs_bare {
         m.batch(
             Variant::Bare,
             &bare_queue,
-            &[bare_worker.pid()],
+            &bare_pids,
             None,
             4,
             &format!("{tag}-bw"),
         )
         .await?;
     }
-    if variants.contains(&Variant::Baton) || settings.two_workers {
+    if needs_baton {
         m.batch(
             Variant::Baton,
             &queue,
@@ -185,7 +196,7 @@ async fn run_on_one_server(
         for &variant in variants {
             let (q, pids, notes) = match variant {
                 Variant::Bare | Variant::BareUpserts => {
-                    (bare_queue.as_str(), vec![bare_worker.pid()], None)
+                    (bare_queue.as_str(), bare_pids.clone(), None)
                 }
                 Variant::Baton => (queue.as_str(), pids.clone(), Some(root.path())),
             };
@@ -224,7 +235,9 @@ async fn run_on_one_server(
     for mut w in workers {
         w.terminate()?;
     }
-    bare_worker.terminate()?;
+    if let Some(mut w) = bare_worker {
+        w.terminate()?;
+    }
     Ok(ThroughputReport { settings, rows })
 }
 
