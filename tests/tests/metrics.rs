@@ -144,18 +144,24 @@ fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
     let run = unique("run-metrics");
     submit(&server, &queue, &run, &["--script", &s], "metrics");
 
-    // The shell call waits for approval (default policy): the visibility gauge sees it.
-    let (_, samples) = scrape_until(&addr, "baton_approvals_pending = 1", |s| {
-        value(s, "baton_approvals_pending", &[]) == 1.0
-    });
-    assert_eq!(
-        value(
-            &samples,
-            "baton_runs_open",
-            &[("state", "AWAITING_APPROVAL")]
-        ),
-        1.0
+    // The shell call waits for approval (default policy): the visibility gauges see it. The
+    // two gauges come from separate visibility queries, so wait for both rather than assert
+    // one in the scrape where the other first turned.
+    let (_, samples) = scrape_until(
+        &addr,
+        "baton_approvals_pending = 1 and one run open in AWAITING_APPROVAL",
+        |s| {
+            value(s, "baton_approvals_pending", &[]) == 1.0
+                && value(s, "baton_runs_open", &[("state", "AWAITING_APPROVAL")]) == 1.0
+        },
     );
+    for state in ["THINKING", "EXECUTING", "COMPACTING"] {
+        assert_eq!(
+            value(&samples, "baton_runs_open", &[("state", state)]),
+            0.0,
+            "{state}"
+        );
+    }
     assert_eq!(value(&samples, "baton_runs_started_total", &[]), 1.0);
 
     let approved = baton(&server, &["approve", &run, "--all"]).unwrap();

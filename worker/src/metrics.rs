@@ -154,11 +154,17 @@ async fn poll_once(
             .with_context(|| format!("count {query}"))?;
         Ok(counted.count() as u64)
     };
+    // Count everything first, then publish: a scrape between two queries would otherwise
+    // see the gauges of two different moments (a run pending approval but not yet counted
+    // in AWAITING_APPROVAL).
     let pending = count("BatonAwaitingApproval = true").await?;
-    metrics.set_approvals_pending(pending);
+    let mut open = Vec::with_capacity(OPEN_STATES.len());
     for state in OPEN_STATES {
         let name = state.as_str_name();
-        let n = count(&format!("BatonState = '{name}'")).await?;
+        open.push((name, count(&format!("BatonState = '{name}'")).await?));
+    }
+    metrics.set_approvals_pending(pending);
+    for (name, n) in open {
         metrics.set_runs_open(name, n);
     }
     Ok(())
