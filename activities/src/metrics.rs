@@ -32,7 +32,10 @@
 use std::{
     cell::Cell,
     collections::HashMap,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     task::Poll,
     time::{Duration, Instant, SystemTime},
 };
@@ -89,6 +92,10 @@ pub const APPROVALS_PENDING: &str = "baton_approvals_pending";
 /// Gauge: open runs of the worker's task queue, label `state` (`THINKING`, ...; from
 /// visibility).
 pub const RUNS_OPEN: &str = "baton_runs_open";
+/// Gauge: workflow instances (SDK workflow contexts) in this worker's memory: its workflow
+/// cache; above `max_cached_workflows` means instances leak. Per worker, unlike the
+/// visibility gauges.
+pub const WORKFLOWS_RESIDENT: &str = "baton_workflows_resident";
 
 /// Bucket boundaries (seconds) of baton's histograms, keyed by metric name, for the exporter's
 /// histogram bucket overrides.
@@ -120,6 +127,7 @@ pub struct BatonMetrics {
     approval_wait: HistogramDuration,
     approvals_pending: Gauge,
     runs_open: Gauge,
+    workflows_resident: Gauge,
 }
 
 impl std::fmt::Debug for BatonMetrics {
@@ -165,6 +173,10 @@ impl BatonMetrics {
             runs_open: meter.gauge(params(
                 RUNS_OPEN,
                 "Open runs of this task queue by state (from visibility)",
+            )),
+            workflows_resident: meter.gauge(params(
+                WORKFLOWS_RESIDENT,
+                "Workflow instances in this worker's memory (at most its workflow cache)",
             )),
             meter,
         }
@@ -231,6 +243,11 @@ impl BatonMetrics {
     pub fn set_runs_open(&self, state: &str, runs: u64) {
         self.runs_open
             .record(runs, &self.labels([("state", state)]));
+    }
+
+    /// Sets the gauge of workflow instances in this worker's memory.
+    pub fn set_workflows_resident(&self, instances: u64) {
+        self.workflows_resident.record(instances, &self.labels([]));
     }
 
     fn run_started(&self) {
@@ -381,6 +398,42 @@ impl ActivityInboundInterceptor for ActivityObserver {
         .boxed()
     }
 }
+
+static RESIDENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Workflow interceptor that counts the workflow instances alive in this process.
+///
+/// The SDK builds one per workflow instance and keeps it in the instance's context, so it
+/// lives exactly as long as the context: the worker's workflow cache, plus any instance the SDK
+/// fails to free. An SDK timer, wait or activity started with the run's own cancellation token
+/// and dropped before it completes (a timer that lost a `select!`, anything in flight at
+/// eviction) keeps its context alive through a reference cycle; `AgentRun` avoids that with
+/// step tokens, and this count (gauge [`WORKFLOWS_RESIDENT`], checked by a test) shows it.
+/// It intercepts nothing.
+pub struct Resident(());
+
+impl Resident {
+    /// The constructor to register on the worker (`WorkerOptions::workflow_interceptor`).
+    pub fn constructor() -> WorkflowInterceptorConstructor {
+        WorkflowInterceptorConstructor::new(|_| {
+            RESIDENT.fetch_add(1, Ordering::Relaxed);
+            Resident(())
+        })
+    }
+
+    /// Workflow instances alive in this process now.
+    pub fn count() -> usize {
+        RESIDENT.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        RESIDENT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl WorkflowInterceptor for Resident {}
 
 /// Workflow interceptor recording run starts, run completions and approval waits, only when
 /// the workflow is not replaying (see the module docs).

@@ -265,3 +265,74 @@ fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
 
     w.terminate_timeout(Duration::from_secs(20)).unwrap();
 }
+
+/// Runs evicted from a worker's workflow cache leave its memory: with a cache of 2 and 6 runs
+/// waiting for approval, at most 2 `AgentRun` instances stay resident, and none once every run
+/// has finished. An SDK timer, wait or activity started with a run's own cancellation token
+/// keeps the whole instance alive after eviction (a reference cycle in the SDK); this fails if
+/// that comes back.
+#[test]
+fn evicted_and_finished_runs_leave_the_workers_memory() {
+    const CACHE: f64 = 2.0;
+    const RUNS: usize = 6;
+    let server = DevServer::start().unwrap();
+    let queue = unique("resident");
+    let addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut w = Worker::spawn(
+        &server,
+        &queue,
+        &[
+            ("BATON_METRICS_ADDR", addr.as_str()),
+            ("BATON_METRICS_POLL_SECS", "1"),
+            ("BATON_MAX_CACHED_WORKFLOWS", "2"),
+        ],
+    )
+    .unwrap();
+    w.wait_ready_blocking(T).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "r",
+        json!([
+            {"text": "Checking.", "tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo resident-ok"}}
+            ]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    // An approval timeout puts a durable timer in flight next to the wait, as in production.
+    let runs: Vec<String> = (0..RUNS)
+        .map(|i| {
+            submit(
+                &server,
+                &queue,
+                &unique(&format!("run-resident-{i}")),
+                &["--script", &s, "--approval-timeout", "1h"],
+                "resident",
+            )
+        })
+        .collect();
+
+    let wanted = format!("{RUNS} runs pending and at most {CACHE} instances resident");
+    let (text, samples) = scrape_until(&addr, &wanted, |s| {
+        value(s, "baton_approvals_pending", &[]) == RUNS as f64
+            && value(s, "baton_workflows_resident", &[]) <= CACHE
+    });
+    let resident = value(&samples, "baton_workflows_resident", &[]);
+    assert!(resident >= 1.0, "the cache holds the latest runs: {text}");
+
+    for run in &runs {
+        let approved = baton(&server, &["approve", run, "--all"]).unwrap();
+        assert_eq!(approved.code, 0, "{approved}");
+    }
+    for run in &runs {
+        assert_eq!(result(&server, run, 0)["reason"], "completed");
+    }
+    scrape_until(&addr, "no instance resident after every run ended", |s| {
+        value(s, "baton_workflows_resident", &[]) == 0.0
+    });
+    w.terminate_timeout(Duration::from_secs(20)).unwrap();
+}

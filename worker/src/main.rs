@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_activities::{
     llm::{LlmService, Providers},
-    metrics::{ActivityObserver, RunObserver},
+    metrics::{ActivityObserver, Resident, RunObserver},
     senders::{SenderRecorder, SenderStamp, Senders},
     tool_activity::ToolService,
 };
@@ -194,6 +194,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(m) = &metrics {
         options.workflow_interceptor(RunObserver::constructor(m.baton.clone()));
     }
+    options.workflow_interceptor(Resident::constructor());
     // Approval decisions carry the Temporal client identity they came from (history), which
     // approval policies match; see `baton_activities::senders`.
     let senders = std::sync::Arc::new(Senders::default());

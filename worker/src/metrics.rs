@@ -113,7 +113,7 @@ fn open_runs_query(task_queue: &str, filter: &str) -> String {
 }
 
 /// Every `every`, sets the gauges of open runs by state and runs awaiting approval from
-/// Temporal visibility. Runs until the process exits; failures are logged and retried.
+/// Temporal visibility, and the gauge of this worker's resident workflow instances. Runs until the process exits; failures are logged and retried.
 pub(crate) fn spawn_visibility_poller(
     client: Client,
     task_queue: String,
@@ -126,6 +126,9 @@ pub(crate) fn spawn_visibility_poller(
         let mut failing = false;
         loop {
             tick.tick().await;
+            metrics.set_workflows_resident(
+                u64::try_from(baton_activities::metrics::Resident::count()).unwrap_or(u64::MAX),
+            );
             match poll_once(&client, &task_queue, &metrics).await {
                 Ok(()) => failing = false,
                 Err(e) if !failing => {
