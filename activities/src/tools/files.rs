@@ -8,7 +8,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::output::cap;
-use super::workspace::resolve;
+use super::workspace::{is_local_state, resolve};
 use super::{Outcome, ToolContext};
 
 /// `read_file` refuses to hold more than this many bytes of a file in memory; larger files
@@ -312,6 +312,9 @@ fn walk(root: &Path, dir: &Path, recursive: bool, max: usize) -> std::io::Result
             stack.pop();
             continue;
         };
+        if is_local_state(root, &path) {
+            continue;
+        }
         if listing.entries.len() == max {
             listing.truncated = true;
             break;
@@ -820,6 +823,77 @@ mod tests {
         let result = run(&dir, LIST_FILES, serde_json::json!({})).await;
         assert_eq!(result.content, ".git/\nCargo.toml\na-b.txt\nempty/\nsrc/");
         assert!(!result.is_error);
+    }
+
+    /// The worker's state directory at the workspace root (snapshot cache) is neither shown
+    /// nor readable nor writable through any file tool; a `.baton` deeper down is ordinary.
+    #[tokio::test]
+    async fn the_workers_state_directory_is_hidden_from_every_file_tool() {
+        use baton_workflows::tools::{EDIT_FILE, GLOB, SEARCH_FILES};
+        let dir = TempDir::new().unwrap();
+        tree(&dir);
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".baton")).unwrap();
+        std::fs::write(root.join(".baton/snapshot-state.json"), "needle-state\n").unwrap();
+        std::fs::create_dir_all(root.join("src/.baton")).unwrap();
+        std::fs::write(root.join("src/.baton/kept.txt"), "needle-kept\n").unwrap();
+
+        let listed = run(&dir, LIST_FILES, serde_json::json!({"recursive": true})).await;
+        assert!(
+            !listed.content.contains("snapshot-state"),
+            "{}",
+            listed.content
+        );
+        assert!(
+            !listed.content.lines().any(|l| l.starts_with(".baton")),
+            "{}",
+            listed.content
+        );
+        assert!(
+            listed.content.contains("src/.baton/kept.txt"),
+            "{}",
+            listed.content
+        );
+        let globbed = run(&dir, GLOB, serde_json::json!({"pattern": "**/*"})).await;
+        assert!(
+            !globbed.content.contains("snapshot-state"),
+            "{}",
+            globbed.content
+        );
+        assert!(
+            globbed.content.contains("src/.baton/kept.txt"),
+            "{}",
+            globbed.content
+        );
+        let found = run(&dir, SEARCH_FILES, serde_json::json!({"pattern": "needle"})).await;
+        assert!(!found.content.contains("needle-state"), "{}", found.content);
+        assert!(found.content.contains("needle-kept"), "{}", found.content);
+
+        let state = ".baton/snapshot-state.json";
+        for (tool, arguments) in [
+            (READ_FILE, serde_json::json!({"path": state})),
+            (
+                WRITE_FILE,
+                serde_json::json!({"path": state, "content": "{}"}),
+            ),
+            (
+                EDIT_FILE,
+                serde_json::json!({"path": state, "old_text": "needle", "new_text": "x"}),
+            ),
+            (LIST_FILES, serde_json::json!({"path": ".baton"})),
+            (
+                SEARCH_FILES,
+                serde_json::json!({"pattern": "needle", "path": ".baton"}),
+            ),
+            (GLOB, serde_json::json!({"pattern": "*", "path": ".baton"})),
+        ] {
+            let result = run(&dir, tool, arguments).await;
+            assert_error(&result, "the worker's own state directory");
+        }
+        assert_eq!(
+            std::fs::read_to_string(root.join(state)).unwrap(),
+            "needle-state\n"
+        );
     }
 
     #[tokio::test]

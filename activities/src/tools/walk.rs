@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
+use super::workspace::is_local_state;
+
 /// A file (anything but a directory or a link to one) met by [`walk_files`].
 pub(crate) struct Entry<'a> {
     /// Absolute path, below the canonical workspace root. For a symbolic link, the link
@@ -53,6 +55,9 @@ pub(crate) fn walk_files(
             stack.pop();
             continue;
         };
+        if is_local_state(root, &path) {
+            continue;
+        }
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy())

@@ -2,6 +2,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::store::snapshot::LOCAL_DIR;
+
 /// How many symbolic links to dangling targets [`resolve`] follows by hand before giving up
 /// (the kernel's own limit is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -73,15 +75,28 @@ pub fn resolve(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
         }
         let mut resolved = base;
         resolved.extend(&tail_parts);
-        return if resolved.starts_with(&root) {
-            Ok(resolved)
-        } else {
+        return if !resolved.starts_with(&root) {
             Err(outside())
+        } else if is_local_state(&root, &resolved) {
+            Err(format!(
+                "path '{rel}' is in '{LOCAL_DIR}/', the worker's own state directory in the \
+                 workspace (workspace snapshots); tools cannot read or change it, use another path"
+            ))
+        } else {
+            Ok(resolved)
         };
     }
     Err(format!(
         "path '{rel}' goes through too many symbolic links; use a plain path inside the workspace"
     ))
+}
+
+/// Whether `path` (resolved, inside the canonical `root`) is the worker's state directory at
+/// the workspace root ([`LOCAL_DIR`]) or inside it. File tools neither show nor touch it: it
+/// holds the snapshot cache that decides what a hand-off restores.
+pub(crate) fn is_local_state(root: &Path, path: &Path) -> bool {
+    path.strip_prefix(root)
+        .is_ok_and(|rel| rel.components().next() == Some(Component::Normal(LOCAL_DIR.as_ref())))
 }
 
 /// Whether `base` followed by `tail`, with `..` applied textually, stays inside `root`.
@@ -197,6 +212,35 @@ mod tests {
             "{err}"
         );
         assert_outside(resolve(dir.path(), "new/../../x"), "new/../../x");
+    }
+
+    #[test]
+    fn the_workers_state_directory_is_off_limits() {
+        let (dir, root) = setup();
+        std::fs::create_dir(root.join(".baton")).unwrap();
+        std::fs::write(root.join(".baton/snapshot-state.json"), "{}").unwrap();
+        symlink(root.join(".baton"), root.join("state-link")).unwrap();
+        for rel in [
+            ".baton",
+            ".baton/snapshot-state.json",
+            "./.baton/new",
+            "src/../.baton/x",
+            "state-link/snapshot-state.json",
+        ] {
+            let err = resolve(dir.path(), rel).unwrap_err();
+            assert!(
+                err.contains("the worker's own state directory"),
+                "{rel}: {err}"
+            );
+        }
+        let absolute = root.join(".baton/x").display().to_string();
+        assert!(resolve(dir.path(), &absolute).is_err());
+        // Only the root's `.baton` is the worker's; others are ordinary files.
+        assert_eq!(
+            resolve(dir.path(), "src/.baton/x"),
+            Ok(root.join("src/.baton/x"))
+        );
+        assert_eq!(resolve(dir.path(), ".batons"), Ok(root.join(".batons")));
     }
 
     #[test]
