@@ -243,7 +243,7 @@ pub(crate) struct DecideArgs {
     /// Why (the model sees the reason of a denial).
     #[arg(long, default_value = "")]
     pub(crate) reason: String,
-    /// Who decides (default: $USER).
+    /// Who decides, as recorded with the decision (default: the local user, $USER).
     #[arg(long)]
     pub(crate) approver: Option<String>,
     /// With approve: allow the same tool and command/path pattern for the rest of the run.

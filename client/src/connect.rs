@@ -25,7 +25,8 @@ pub(crate) async fn connect() -> Result<Client, Exit> {
         client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
     }
     let address = conn_opts.target.to_string();
-    conn_opts.identity = client_identity(&|k| std::env::var(k).ok(), &hostname());
+    let env = |k: &str| std::env::var(k).ok();
+    conn_opts.identity = client_identity(&env, &hostname(), &local_user(&env));
     conn_opts.connect_timeout = Some(CONNECT_TIMEOUT);
     let unreachable = |detail: String| {
         Exit::infra(format!(
@@ -93,8 +94,12 @@ pub(crate) fn short(s: &str) -> String {
 /// The Temporal client identity of this process: what the server records as the sender of its
 /// signals and updates, and what approval policies (`approvers`) match. In CI, the job:
 /// `ci:github:<actor>@<repo>/runs/<run id>`, `ci:gitlab:<user>@<project>/jobs/<job id>`,
-/// `ci:<host>` for another CI; elsewhere `<user>@<host>`.
-pub(crate) fn client_identity(env: &dyn Fn(&str) -> Option<String>, host: &str) -> String {
+/// `ci:<host>` for another CI; elsewhere `<user>@<host>` ([`local_user`]).
+pub(crate) fn client_identity(
+    env: &dyn Fn(&str) -> Option<String>,
+    host: &str,
+    user: &str,
+) -> String {
     let var = |k: &str| env(k).filter(|v| !v.is_empty());
     let or_unknown = |k: &str| var(k).unwrap_or_else(|| "unknown".to_owned());
     if var("GITHUB_ACTIONS").as_deref() == Some("true") {
@@ -116,10 +121,50 @@ pub(crate) fn client_identity(env: &dyn Fn(&str) -> Option<String>, host: &str) 
     if var("CI").is_some_and(|v| v == "true" || v == "1") {
         return format!("ci:{host}");
     }
-    let user = var("USER")
-        .or_else(|| var("LOGNAME"))
-        .unwrap_or_else(|| "unknown".to_owned());
     format!("{user}@{host}")
+}
+
+/// The account this process runs as: `$USER`, else `$LOGNAME`, else the name `/etc/passwd`
+/// gives the process's uid (containers, cron and services often set neither variable), else
+/// `uid-<n>`.
+pub(crate) fn local_user(env: &dyn Fn(&str) -> Option<String>) -> String {
+    let var = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(user) = var("USER").or_else(|| var("LOGNAME")) {
+        return user;
+    }
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| process_uid(&status));
+    let Some(uid) = uid else {
+        return "unknown".to_owned();
+    };
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| passwd_name(&passwd, uid))
+        .unwrap_or_else(|| format!("uid-{uid}"))
+}
+
+/// The real uid in the text of `/proc/self/status` (`Uid:\treal\teffective\t...`).
+fn process_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The name of `uid` in the text of `/etc/passwd` (`name:x:uid:gid:...`).
+fn passwd_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields
+            .next()
+            .filter(|n| !n.is_empty() && !n.starts_with('#'))?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid).then(|| name.to_owned())
+    })
 }
 
 /// This machine's host name (`unknown-host` if it cannot be read).
@@ -141,17 +186,31 @@ mod identity_tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        client_identity(
-            &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
-            "box",
-        )
+        let env = |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let user = env("USER").unwrap_or_else(|| "someone".to_owned());
+        client_identity(&env, "box", &user)
+    }
+
+    #[test]
+    fn the_local_user_comes_from_the_environment_or_the_uid() {
+        assert_eq!(local_user(&|k| (k == "USER").then(|| "ana".into())), "ana");
+        assert_eq!(local_user(&|k| (k == "LOGNAME").then(|| "bo".into())), "bo");
+        let status = "Name:\tbaton\nUmask:\t0022\nUid:\t1001\t1001\t1001\t1001\nGid:\t5\n";
+        assert_eq!(process_uid(status), Some(1001));
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\n# comment\nana:x:1001:1001::/home/ana:/bin/sh\n";
+        assert_eq!(passwd_name(passwd, 1001).as_deref(), Some("ana"));
+        assert_eq!(passwd_name(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(passwd_name(passwd, 7), None);
+        // Neither variable set: this process's own account, never "unknown" on Linux.
+        let own = local_user(&|_| None);
+        assert!(!own.is_empty() && own != "unknown", "{own}");
     }
 
     #[test]
     fn identities_name_the_person_or_the_ci_job() {
         assert_eq!(id(&[("USER", "ana")]), "ana@box");
-        assert_eq!(id(&[("LOGNAME", "bo")]), "bo@box");
-        assert_eq!(id(&[]), "unknown@box");
+        assert_eq!(id(&[]), "someone@box");
         assert_eq!(
             id(&[
                 ("GITHUB_ACTIONS", "true"),

@@ -26,12 +26,10 @@ const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    let approver = args.approver.clone().unwrap_or_else(|| {
-        std::env::var("USER")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| "cli".to_owned())
-    });
+    let approver = args
+        .approver
+        .clone()
+        .unwrap_or_else(|| crate::connect::local_user(&|k| std::env::var(k).ok()));
     let named = |call_id: String| ApprovalDecision {
         call_id,
         approved,

@@ -247,12 +247,9 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         labels: {
             let mut labels: std::collections::HashMap<String, String> =
                 args.labels.iter().cloned().collect();
-            labels.entry("submitter".to_owned()).or_insert_with(|| {
-                std::env::var("USER")
-                    .ok()
-                    .filter(|u| !u.is_empty())
-                    .unwrap_or_else(|| "unknown".to_owned())
-            });
+            labels
+                .entry("submitter".to_owned())
+                .or_insert_with(|| crate::connect::local_user(&|k| std::env::var(k).ok()));
             labels
         },
         system_prompt: args.instructions.clone().unwrap_or_default(),
