@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 ADDRESS=${TEMPORAL_ADDRESS:-127.0.0.1:7233}
 export TEMPORAL_ADDRESS=$ADDRESS
+UI=http://127.0.0.1:$(( ${ADDRESS##*:} + 1000 ))  # the dev server's default UI port
 mkdir -p .baton
 started_server=""
 started_worker=""
@@ -25,7 +26,8 @@ trap cleanup EXIT
 ensure_temporal
 echo "== building baton (debug)"
 cargo build --quiet --workspace --bins
-BATON=target/debug/baton
+BIN=${CARGO_TARGET_DIR:-target}/debug
+BATON=$BIN/baton
 
 if temporal operator namespace describe --namespace default --address "$ADDRESS" >/dev/null 2>&1; then
   echo "== using the Temporal server already running at $ADDRESS"
@@ -33,7 +35,7 @@ if temporal operator namespace describe --namespace default --address "$ADDRESS"
     temporal operator search-attribute create --address "$ADDRESS" --name "${sa%%=*}" --type "${sa##*=}" >/dev/null 2>&1 || true
   done
 else
-  echo "== starting the Temporal dev server at $ADDRESS (UI http://127.0.0.1:8233, data .baton/temporal.db)"
+  echo "== starting the Temporal dev server at $ADDRESS (UI $UI, data .baton/temporal.db)"
   temporal server start-dev --ip 127.0.0.1 --port "${ADDRESS##*:}" --db-filename .baton/temporal.db \
     --search-attribute BatonState=Keyword --search-attribute BatonAwaitingApproval=Bool \
     --search-attribute BatonTurns=Int --search-attribute BatonSubmitter=Keyword \
@@ -44,7 +46,7 @@ else
 fi
 
 echo "== starting a worker (log: .baton/worker.log)"
-target/debug/baton-worker >.baton/worker.log 2>&1 &
+"$BIN/baton-worker" >.baton/worker.log 2>&1 &
 started_worker=$!
 for _ in $(seq 1 100); do grep -q "worker started" .baton/worker.log && break; sleep 0.1; done
 
@@ -70,5 +72,5 @@ $BATON watch "$RUN"
 echo "== result"
 $BATON result "$RUN" --wait
 if [ -n "${KEEP:-}" ]; then
-  echo "left running: dev server (UI http://127.0.0.1:8233) and worker pid $started_worker"
+  echo "left running: dev server (UI $UI) and worker pid $started_worker"
 fi
