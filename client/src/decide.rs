@@ -139,6 +139,7 @@ async fn deliver(
         Ok(Ok(ApprovalOutcome {
             call_ids,
             still_pending,
+            remembered,
             ..
         })) => {
             if !args.json {
@@ -151,9 +152,12 @@ async fn deliver(
                         String::new()
                     }
                 );
+                for rule in &remembered {
+                    println!("allowed for the rest of the run: {rule}");
+                }
             }
             Ok(
-                json!({"call_ids": call_ids, "approved": approved, "still_pending": still_pending, "sent_as": "update"}),
+                json!({"call_ids": call_ids, "approved": approved, "still_pending": still_pending, "remembered": remembered, "sent_as": "update"}),
             )
         }
         Ok(Err(WorkflowUpdateError::NotFound(_))) => {

@@ -132,6 +132,59 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
         "the second edit of the same file was not asked again"
     );
 
+    // A remembered shell approval covers the same simple command, not a chained one or a
+    // longer program name: those wait for a human again.
+    let sh = |command: &str| json!({"tool_calls": [{"name": "shell", "arguments": {"command": command}}]});
+    let s = script(
+        dir.path(),
+        "remember-shell",
+        json!([
+            sh("ls"),
+            sh("ls -a"),
+            sh("ls; echo PWNED > pwned.txt"),
+            sh("lsblk"),
+            {"text": "Listed."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = unique("run-remember-shell");
+    submit(&server, &queue, &run, &["--script", &s], "list");
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let out = baton(&server, &["approve", &run, "--all", "--remember"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout
+            .contains("allowed for the rest of the run: shell ls *"),
+        "{out}"
+    );
+    // `ls -a` runs on the remembered rule; the chained command asks.
+    let status = wait_until_blocking(T, "the chained command asks", || {
+        let v = baton(&server, &["status", &run, "--json"])?.json()?;
+        Ok((v["state"] == "AWAITING_APPROVAL" && v["turn"] == 3).then_some(v))
+    })
+    .unwrap();
+    assert_eq!(
+        status["pending"][0]["arguments"],
+        json!({"command": "ls; echo PWNED > pwned.txt"}).to_string(),
+        "{status}"
+    );
+    assert!(!w.workspace_root().join(&run).join("pwned.txt").exists());
+    let out = baton(&server, &["deny", &run, "--all", "--reason", "no chaining"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let status = wait_until_blocking(T, "lsblk asks", || {
+        let v = baton(&server, &["status", &run, "--json"])?.json()?;
+        Ok((v["state"] == "AWAITING_APPROVAL" && v["turn"] == 4).then_some(v))
+    })
+    .unwrap();
+    assert_eq!(
+        status["pending"][0]["arguments"],
+        json!({"command": "lsblk"}).to_string()
+    );
+    assert_eq!(baton(&server, &["deny", &run, "--all"]).unwrap().code, 0);
+    assert_eq!(result(&server, &run, 0)["answer"], "Listed.");
+    assert!(!w.workspace_root().join(&run).join("pwned.txt").exists());
+
     // CI mode: an `ask` call is denied at once, the run does not block.
     let s = script(
         dir.path(),

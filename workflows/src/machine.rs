@@ -205,6 +205,11 @@ pub struct RunState {
     /// Allow rules learned from approvals with `remember: true`.
     #[serde(default)]
     pub remembered: Vec<ToolRule>,
+    /// Rules match shell commands strictly ([`policy::Matching::Strict`]): set by the
+    /// workflow for runs since patch `strict-shell-rules-v1`; older histories replay with
+    /// legacy matching.
+    #[serde(default)]
+    pub strict_rules: bool,
     /// Consecutive turns in which a tool call failed (circuit breaker).
     #[serde(default)]
     pub error_streak: u32,
@@ -313,6 +318,7 @@ impl RunState {
             segment_start_turn: 0,
             overflow_retried: false,
             remembered: Vec::new(),
+            strict_rules: false,
             error_streak: 0,
             summary: None,
             calibration: None,
@@ -915,6 +921,7 @@ impl RunState {
             self.note(now_ms, &format!("approval ignored: {e}"));
             return Err(e);
         }
+        let matching = self.matching();
         let Phase::AwaitingApproval(batch) = &mut self.phase else {
             return Err(DecisionError::NothingPending);
         };
@@ -932,8 +939,11 @@ impl RunState {
             if !matches || planned.disposition != Disposition::Pending {
                 continue;
             }
-            if decision.approved && decision.remember {
-                learned.push(policy::remembered_rule(&planned.call));
+            if decision.approved
+                && decision.remember
+                && let Some(rule) = policy::remembered_rule(&planned.call, matching)
+            {
+                learned.push(rule);
             }
             planned.disposition = if decision.approved {
                 Disposition::Run {
@@ -968,19 +978,22 @@ impl RunState {
             applied.push(planned.call.id.clone());
         }
         let still_pending = batch.pending().count() as u32;
+        let mut remembered = Vec::with_capacity(learned.len());
         for rule in learned {
+            let shown = format!(
+                "{} {}",
+                rule.tool,
+                if rule.pattern.is_empty() {
+                    "*"
+                } else {
+                    &rule.pattern
+                }
+            );
             self.note(
                 now_ms,
-                &format!(
-                    "{approver} allowed {} {} for the rest of the run",
-                    rule.tool,
-                    if rule.pattern.is_empty() {
-                        "*"
-                    } else {
-                        &rule.pattern
-                    }
-                ),
+                &format!("{approver} allowed {shown} for the rest of the run"),
             );
+            remembered.push(shown);
             self.remembered.push(rule);
         }
         for call_id in &applied {
@@ -996,6 +1009,7 @@ impl RunState {
             call_ids: applied,
             approved: decision.approved,
             still_pending,
+            remembered,
         })
     }
 
@@ -1344,6 +1358,15 @@ impl RunState {
         }
     }
 
+    /// How this run's rules match shell commands.
+    pub fn matching(&self) -> policy::Matching {
+        if self.strict_rules {
+            policy::Matching::Strict
+        } else {
+            policy::Matching::Legacy
+        }
+    }
+
     /// The result, once finished.
     pub fn result(&self) -> Option<&RunResult> {
         match &self.phase {
@@ -1416,16 +1439,21 @@ impl RunState {
     /// Validates and assesses every call of a batch before any of it runs.
     fn plan_batch(&mut self, calls: Vec<ToolCall>, now_ms: i64) {
         let policy = self.spec.approval.clone().unwrap_or_default();
+        let matching = self.matching();
         let planned: Vec<PlannedCall> = calls
             .into_iter()
             .map(|call| {
                 let disposition = match self.check_call(&call) {
                     Err(content) => Disposition::Refused { content },
-                    Ok(def) => match policy::assess(&call, def, &policy, &self.remembered) {
-                        Assessment::AutoApprove => Disposition::Run { approver: None },
-                        Assessment::AskHuman => Disposition::Pending,
-                        Assessment::Reject { reason } => Disposition::Refused { content: reason },
-                    },
+                    Ok(def) => {
+                        match policy::assess(&call, def, &policy, &self.remembered, matching) {
+                            Assessment::AutoApprove => Disposition::Run { approver: None },
+                            Assessment::AskHuman => Disposition::Pending,
+                            Assessment::Reject { reason } => {
+                                Disposition::Refused { content: reason }
+                            }
+                        }
+                    }
                 };
                 PlannedCall { call, disposition }
             })

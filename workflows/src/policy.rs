@@ -24,6 +24,23 @@ pub const ASK: &str = "ask";
 /// Rule action: refuse.
 pub const DENY: &str = "deny";
 
+/// How rules match shell commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matching {
+    /// Runs recorded before patch `strict-shell-rules-v1`: a pattern is matched against the
+    /// whole command text, so `ls*` also allows `lsblk` and `ls; rm -rf .`. Kept so those
+    /// histories replay.
+    Legacy,
+    /// Every run since: an `allow` rule (or a remembered approval) for `shell` matches only a
+    /// simple command, one with no `;`, `&`, `|`, redirection, command substitution or
+    /// subshell outside quotes (a pattern that is empty or `*` still allows anything);
+    /// `deny` and `ask` rules match the whole command or any part of a compound one; a
+    /// pattern ending in ` *` also matches its prefix alone (`git status *` matches
+    /// `git status`). A remembered approval allows the same first two words (`ls *`, never
+    /// `lsblk`), and approving a call without a command or path remembers nothing.
+    Strict,
+}
+
 /// What the policy says about one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Assessment {
@@ -122,12 +139,18 @@ pub fn assess(
     tool: &ToolDefinition,
     policy: &ApprovalPolicy,
     remembered: &[ToolRule],
+    matching: Matching,
 ) -> Assessment {
     let subject = subject(call);
+    let shell = (matching == Matching::Strict && tool.name == tools::SHELL)
+        .then(|| ShellCommand::parse(&subject));
     let decided = remembered
         .iter()
         .chain(policy.rules.iter())
-        .find(|r| rule_matches(r, &tool.name, &subject));
+        .find(|r| match &shell {
+            None => rule_matches(r, &tool.name, &subject),
+            Some(command) => shell_rule_matches(r, command, &subject),
+        });
     let assessment = match decided {
         Some(rule) => match rule.action.as_str() {
             ALLOW => Assessment::AutoApprove,
@@ -175,9 +198,34 @@ pub fn assess(
 }
 
 /// The rule to remember after a human approved `call` with `remember: true`: the same tool and
-/// the same command prefix (shell: program and first argument) or the same path.
-pub fn remembered_rule(call: &ToolCall) -> ToolRule {
+/// the same command prefix (shell: program and first argument) or the same path. `None` when
+/// there is nothing to tie the rule to (strict matching: no command or path).
+pub fn remembered_rule(call: &ToolCall, matching: Matching) -> Option<ToolRule> {
     let subject = subject(call);
+    if matching == Matching::Strict {
+        let pattern = if call.name == tools::SHELL {
+            // Words with wildcard characters would widen the rule; stop before them.
+            let words: Vec<&str> = subject
+                .split_whitespace()
+                .take(2)
+                .take_while(|w| !w.contains(['*', '?']))
+                .collect();
+            if words.is_empty() {
+                return None;
+            }
+            format!("{} *", words.join(" "))
+        } else if subject.is_empty() || subject.contains(['*', '?']) {
+            return None;
+        } else {
+            subject
+        };
+        return Some(ToolRule {
+            tool: call.name.clone(),
+            pattern,
+            action: ALLOW.to_owned(),
+            reason: "remembered approval".to_owned(),
+        });
+    }
     let pattern = if call.name == tools::SHELL {
         let words: Vec<&str> = subject.split_whitespace().take(2).collect();
         if words.is_empty() {
@@ -188,12 +236,12 @@ pub fn remembered_rule(call: &ToolCall) -> ToolRule {
     } else {
         subject
     };
-    ToolRule {
+    Some(ToolRule {
         tool: call.name.clone(),
         pattern,
         action: ALLOW.to_owned(),
         reason: "remembered approval".to_owned(),
-    }
+    })
 }
 
 /// What a rule's pattern is matched against: the shell command, or a file tool's path.
@@ -214,6 +262,99 @@ fn subject(call: &ToolCall) -> String {
 fn rule_matches(rule: &ToolRule, tool: &str, subject: &str) -> bool {
     (rule.tool == "*" || rule.tool == tool)
         && (rule.pattern.is_empty() || wildcard(&rule.pattern, subject))
+}
+
+/// [`Matching::Strict`] for a shell command (see there).
+fn shell_rule_matches(rule: &ToolRule, command: &ShellCommand, text: &str) -> bool {
+    if rule.tool != "*" && rule.tool != tools::SHELL {
+        return false;
+    }
+    if rule.pattern.is_empty() || rule.pattern == "*" {
+        return true;
+    }
+    let matches = |text: &str| {
+        wildcard(&rule.pattern, text)
+            || rule
+                .pattern
+                .strip_suffix(" *")
+                .is_some_and(|prefix| wildcard(prefix, text))
+    };
+    if rule.action == ALLOW {
+        command.simple && matches(text)
+    } else {
+        matches(text) || command.parts.iter().any(|part| matches(part))
+    }
+}
+
+/// A shell command as far as rules care: whether it is one simple command, and its parts
+/// (the text between control operators, trimmed).
+#[derive(Debug, PartialEq, Eq)]
+struct ShellCommand {
+    /// No control operator (`;`, `&`, `|`, newline), redirection (`<`, `>`), subshell
+    /// (`(`, `)`), command substitution (`$(`, backquote) or unterminated quote outside
+    /// quotes (substitutions count inside double quotes too).
+    simple: bool,
+    parts: Vec<String>,
+}
+
+impl ShellCommand {
+    fn parse(command: &str) -> Self {
+        let mut simple = true;
+        let mut parts = Vec::new();
+        let mut part = String::new();
+        let (mut single, mut double) = (false, false);
+        let mut chars = command.chars().peekable();
+        while let Some(c) = chars.next() {
+            if single {
+                single = c != '\'';
+                part.push(c);
+                continue;
+            }
+            match c {
+                '\\' => {
+                    part.push(c);
+                    if let Some(next) = chars.next() {
+                        part.push(next);
+                    }
+                }
+                '\'' if !double => {
+                    single = true;
+                    part.push(c);
+                }
+                '"' => {
+                    double = !double;
+                    part.push(c);
+                }
+                '`' => {
+                    simple = false;
+                    part.push(c);
+                }
+                '$' if chars.peek() == Some(&'(') => {
+                    simple = false;
+                    part.push(c);
+                }
+                ';' | '&' | '|' | '\n' | '\r' | '(' | ')' if !double => {
+                    simple = false;
+                    parts.push(std::mem::take(&mut part));
+                }
+                '<' | '>' if !double => {
+                    simple = false;
+                    part.push(c);
+                }
+                _ => part.push(c),
+            }
+        }
+        if single || double {
+            simple = false;
+        }
+        parts.push(part);
+        let parts = parts
+            .into_iter()
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .collect();
+        Self { simple, parts }
+    }
 }
 
 /// `*` matches any run of characters (including none), `?` exactly one; everything else
@@ -247,6 +388,19 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `assess` where both matchings agree (simple commands, patterns without ` *`).
+    fn assess_both(
+        call: &ToolCall,
+        tool: &ToolDefinition,
+        policy: &ApprovalPolicy,
+        remembered: &[ToolRule],
+    ) -> Assessment {
+        let legacy = assess(call, tool, policy, remembered, Matching::Legacy);
+        let strict = assess(call, tool, policy, remembered, Matching::Strict);
+        assert_eq!(legacy, strict, "{call:?}");
+        strict
+    }
 
     fn call(name: &str, args: &str) -> ToolCall {
         ToolCall {
@@ -286,15 +440,15 @@ mod tests {
     fn listed_tools_ask_a_human() {
         let sh = def(tools::SHELL);
         assert_eq!(
-            assess(&shell("ls"), &sh, &policy(&["shell"], vec![]), &[]),
+            assess_both(&shell("ls"), &sh, &policy(&["shell"], vec![]), &[]),
             Assessment::AskHuman
         );
         assert_eq!(
-            assess(&shell("ls"), &sh, &policy(&[], vec![]), &[]),
+            assess_both(&shell("ls"), &sh, &policy(&[], vec![]), &[]),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess(&shell("ls"), &sh, &policy(&["*"], vec![]), &[]),
+            assess_both(&shell("ls"), &sh, &policy(&["*"], vec![]), &[]),
             Assessment::AskHuman
         );
     }
@@ -304,16 +458,16 @@ mod tests {
         let read = def(tools::READ_FILE);
         let c = call("read_file", r#"{"path":"secrets/key.pem"}"#);
         assert_eq!(
-            assess(&c, &read, &policy(&["*"], vec![]), &[]),
+            assess_both(&c, &read, &policy(&["*"], vec![]), &[]),
             Assessment::AutoApprove
         );
         let p = policy(&[], vec![rule("read_file", "secrets/*", "deny")]);
         assert!(matches!(
-            assess(&c, &read, &p, &[]),
+            assess_both(&c, &read, &p, &[]),
             Assessment::Reject { .. }
         ));
         let other = call("read_file", r#"{"path":"src/main.rs"}"#);
-        assert_eq!(assess(&other, &read, &p, &[]), Assessment::AutoApprove);
+        assert_eq!(assess_both(&other, &read, &p, &[]), Assessment::AutoApprove);
     }
 
     #[test]
@@ -329,24 +483,24 @@ mod tests {
             ],
         );
         assert_eq!(
-            assess(&shell("git status --short"), &sh, &p, &[]),
+            assess_both(&shell("git status --short"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess(&shell("cargo test -p x"), &sh, &p, &[]),
+            assess_both(&shell("cargo test -p x"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
         assert!(matches!(
-            assess(&shell("rm -rf /usr"), &sh, &p, &[]),
+            assess_both(&shell("rm -rf /usr"), &sh, &p, &[]),
             Assessment::Reject { reason } if reason.contains("rm -rf /*")
         ));
         // Near misses fall through to the catch-all.
         assert_eq!(
-            assess(&shell("git push"), &sh, &p, &[]),
+            assess_both(&shell("git push"), &sh, &p, &[]),
             Assessment::AskHuman
         );
         assert_eq!(
-            assess(&shell("rm -rf build"), &sh, &p, &[]),
+            assess_both(&shell("rm -rf build"), &sh, &p, &[]),
             Assessment::AskHuman
         );
         // Order matters: a deny before an allow wins.
@@ -358,7 +512,7 @@ mod tests {
             ],
         );
         assert!(matches!(
-            assess(&shell("git status"), &sh, &p, &[]),
+            assess_both(&shell("git status"), &sh, &p, &[]),
             Assessment::Reject { .. }
         ));
     }
@@ -369,10 +523,10 @@ mod tests {
         let mut p = policy(&["shell"], vec![rule("shell", "echo *", "allow")]);
         p.mode = MODE_NEVER_ASK.into();
         assert_eq!(
-            assess(&shell("echo hi"), &sh, &p, &[]),
+            assess_both(&shell("echo hi"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
-        match assess(&shell("make deploy"), &sh, &p, &[]) {
+        match assess_both(&shell("make deploy"), &sh, &p, &[]) {
             Assessment::Reject { reason } => assert!(reason.contains("never_ask"), "{reason}"),
             other => panic!("expected a rejection, got {other:?}"),
         }
@@ -382,21 +536,22 @@ mod tests {
     fn remembered_approvals_allow_the_same_pattern() {
         let sh = def(tools::SHELL);
         let p = policy(&["shell", "edit_file"], vec![]);
-        let remembered = vec![remembered_rule(&shell("cargo test --lib"))];
+        let remembered =
+            vec![remembered_rule(&shell("cargo test --lib"), Matching::Legacy).unwrap()];
         assert_eq!(remembered[0].pattern, "cargo test*");
         assert_eq!(
-            assess(&shell("cargo test -p other"), &sh, &p, &remembered),
+            assess_both(&shell("cargo test -p other"), &sh, &p, &remembered),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess(&shell("cargo build"), &sh, &p, &remembered),
+            assess_both(&shell("cargo build"), &sh, &p, &remembered),
             Assessment::AskHuman
         );
         let edit = call(
             "edit_file",
             r#"{"path":"src/lib.rs","old_text":"a","new_text":"b"}"#,
         );
-        let remembered = vec![remembered_rule(&edit)];
+        let remembered = vec![remembered_rule(&edit, Matching::Legacy).unwrap()];
         let edit_def = def(tools::EDIT_FILE);
         let again = call(
             "edit_file",
@@ -407,12 +562,138 @@ mod tests {
             r#"{"path":"src/main.rs","old_text":"c","new_text":"d"}"#,
         );
         assert_eq!(
-            assess(&again, &edit_def, &p, &remembered),
+            assess_both(&again, &edit_def, &p, &remembered),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess(&other, &edit_def, &p, &remembered),
+            assess_both(&other, &edit_def, &p, &remembered),
             Assessment::AskHuman
+        );
+    }
+
+    fn strict(call: &ToolCall, policy: &ApprovalPolicy, remembered: &[ToolRule]) -> Assessment {
+        assess(
+            call,
+            &def(tools::SHELL),
+            policy,
+            remembered,
+            Matching::Strict,
+        )
+    }
+
+    /// A remembered `ls` approval allows `ls -la`, never `lsblk`, a chained `ls; rm` or an
+    /// `ls` with a substitution; legacy matching (old histories) still does what it did.
+    #[test]
+    fn remembered_approvals_allow_only_simple_commands_with_the_same_words() {
+        let p = policy(&["shell"], vec![]);
+        let remembered = vec![remembered_rule(&shell("ls"), Matching::Strict).unwrap()];
+        assert_eq!(remembered[0].pattern, "ls *");
+        for allowed in ["ls", "ls -la", "ls 'a;b'", "ls \"x|y\"", "ls a\\;b"] {
+            assert_eq!(
+                strict(&shell(allowed), &p, &remembered),
+                Assessment::AutoApprove,
+                "{allowed}"
+            );
+        }
+        for asked in [
+            "lsblk",
+            "ls; echo PWNED > pwned.txt",
+            "ls && rm -rf .",
+            "ls | sh",
+            "ls > /tmp/x",
+            "ls $(rm -rf .)",
+            "ls \"$(rm -rf .)\"",
+            "ls `rm -rf .`",
+            "ls &",
+            "ls\nrm -rf .",
+            "ls 'unterminated",
+        ] {
+            assert_eq!(
+                strict(&shell(asked), &p, &remembered),
+                Assessment::AskHuman,
+                "{asked}"
+            );
+        }
+        let legacy = vec![remembered_rule(&shell("ls"), Matching::Legacy).unwrap()];
+        assert_eq!(
+            assess(
+                &shell("ls; echo x"),
+                &def(tools::SHELL),
+                &p,
+                &legacy,
+                Matching::Legacy
+            ),
+            Assessment::AutoApprove
+        );
+
+        let two = remembered_rule(&shell("cargo test --lib"), Matching::Strict).unwrap();
+        assert_eq!(two.pattern, "cargo test *");
+        let wild = remembered_rule(&shell("rm *.tmp"), Matching::Strict).unwrap();
+        assert_eq!(
+            wild.pattern, "rm *",
+            "wildcard words are not part of the rule"
+        );
+        // Nothing to tie a rule to: nothing is remembered (it would allow every call).
+        assert_eq!(remembered_rule(&shell("  "), Matching::Strict), None);
+        assert_eq!(
+            remembered_rule(&call("shell", "{}"), Matching::Strict),
+            None
+        );
+        assert_eq!(
+            remembered_rule(&call("write_file", r#"{"content":"x"}"#), Matching::Strict),
+            None
+        );
+    }
+
+    /// Policy rules under strict matching: allow needs a simple command (unless the pattern
+    /// allows everything), deny and ask see every part of a compound command.
+    #[test]
+    fn strict_shell_rules_see_through_compound_commands() {
+        let p = policy(
+            &["shell"],
+            vec![
+                rule("shell", "rm *", "deny"),
+                rule("shell", "git status *", "allow"),
+                rule("shell", "make*", "ask"),
+                rule("shell", "echo *", "allow"),
+            ],
+        );
+        assert_eq!(
+            strict(&shell("git status"), &p, &[]),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            strict(&shell("git status -s"), &p, &[]),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            strict(&shell("git status; git push"), &p, &[]),
+            Assessment::AskHuman
+        );
+        assert!(matches!(
+            strict(&shell("cd build && rm -rf /"), &p, &[]),
+            Assessment::Reject { .. }
+        ));
+        assert!(matches!(
+            strict(&shell("echo hi | rm -rf x"), &p, &[]),
+            Assessment::Reject { .. }
+        ));
+        assert_eq!(
+            strict(&shell("echo start; make deploy"), &p, &[]),
+            Assessment::AskHuman
+        );
+        // A pattern that allows everything still does, compound or not.
+        let all = policy(&["shell"], vec![rule("shell", "*", "allow")]);
+        assert_eq!(
+            strict(&shell("a; b | c > d"), &all, &[]),
+            Assessment::AutoApprove
+        );
+        assert_eq!(
+            ShellCommand::parse("a 'x;y' \"p|q\" && b ; c"),
+            ShellCommand {
+                simple: false,
+                parts: vec!["a 'x;y' \"p|q\"".into(), "b".into(), "c".into()]
+            }
         );
     }
 

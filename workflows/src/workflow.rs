@@ -50,6 +50,9 @@ pub const PATCH_QUIET_READ_STEPS: &str = "quiet-read-steps-v1";
 /// visibility write, the largest per-turn cost baton added to the server (BENCHMARKS.md). The
 /// live `status` query stays exact. Histories recorded before it follow the older rules.
 pub const PATCH_STATUS_ON_CHANGE: &str = "status-on-change-v1";
+/// Shell rules and remembered approvals match strictly (`policy::Matching::Strict`): an allow
+/// never covers a compound command. Checked once per execution, at its start.
+pub const PATCH_STRICT_SHELL_RULES: &str = "strict-shell-rules-v1";
 /// Turns between two refreshes of the status memo while the coarse state does not change.
 pub const STATUS_EVERY_TURNS: u32 = 10;
 
@@ -136,6 +139,9 @@ impl AgentRun {
     /// Runs the agent loop until it finishes, fails or is cancelled.
     #[run(name = "AgentRun")]
     pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
+        if ctx.patched(PATCH_STRICT_SHELL_RULES) {
+            ctx.state_mut(|s| s.run.strict_rules = true);
+        }
         // Runs recorded before the prompt builder existed did not read the workspace.
         // A continued run read them in its first segment.
         if ctx.state(|s| s.run.segment == 0)
