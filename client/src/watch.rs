@@ -211,7 +211,7 @@ pub(crate) async fn follow(
                 said_waiting = true;
             }
         }
-        view.pause().await;
+        view.pause().await?;
     }
 }
 
@@ -328,11 +328,7 @@ impl<'a> View<'a> {
         out.write_all(text.as_bytes())
             .and_then(|()| out.flush())
             .map_err(|e| match e.kind() {
-                // The reader went away (`baton watch RUN --json | grep -m1 ...`): detach quietly.
-                std::io::ErrorKind::BrokenPipe => Exit {
-                    code: exit::WAIT_TIMEOUT,
-                    message: String::new(),
-                },
+                std::io::ErrorKind::BrokenPipe => reader_gone(),
                 _ => Exit::infra(format!("cannot write to stdout: {e}")),
             })
     }
@@ -366,10 +362,14 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Waits until the next poll, animating the spinner meanwhile.
-    async fn pause(&mut self) {
+    /// Waits until the next poll, animating the spinner meanwhile. Ends the watch (exit 3)
+    /// as soon as stdout's reader has gone, even with nothing new to print.
+    async fn pause(&mut self) -> Result<(), Exit> {
         let ticks = (POLL_INTERVAL.as_millis() / SPINNER_TICK.as_millis()).max(1);
         for _ in 0..ticks {
+            if stdout_reader_gone() {
+                return Err(reader_gone());
+            }
             if !self.ended {
                 let text =
                     spinner_text(&self.running, &self.awaiting, self.last_event_ms, now_ms());
@@ -377,7 +377,32 @@ impl<'a> View<'a> {
             }
             tokio::time::sleep(SPINNER_TICK).await;
         }
+        Ok(())
     }
+}
+
+/// The reader of stdout went away (`baton watch RUN --json | grep -m1 ...`): detach quietly,
+/// as `--wait-timeout` would (the run goes on).
+fn reader_gone() -> Exit {
+    Exit {
+        code: exit::WAIT_TIMEOUT,
+        message: String::new(),
+    }
+}
+
+/// Whether stdout is a pipe whose reading end is closed. A write would fail with `EPIPE`,
+/// but a watch with nothing new to print would not write, possibly for hours, and keep a
+/// pipeline like `baton watch RUN --json | grep -m1 approval_requested && baton approve ...`
+/// from going on. `poll` reports `POLLERR` on such a pipe without writing to it.
+fn stdout_reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
 /// What the run is doing, for the spinner line.

@@ -504,6 +504,22 @@ fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
         "c",
     );
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    // `watch --json | grep -m1 approval_requested` ends when grep does (exit 3: detached),
+    // although the waiting run writes nothing new for the watcher to fail on.
+    let line = format!(
+        "{} watch {} --json | grep -m1 approval_requested; echo \"codes=${{PIPESTATUS[*]}}\"",
+        sh_quote(&bin_path("baton").unwrap().display().to_string()),
+        sh_quote(&run)
+    );
+    let mut cmd = clean_command("bash");
+    cmd.args(["-c", &line])
+        .env("TEMPORAL_ADDRESS", server.address())
+        .env("TEMPORAL_NAMESPACE", server.namespace());
+    let piped = run_cmd(cmd, None, Duration::from_secs(30)).unwrap();
+    assert!(
+        piped.stdout.contains("approval_requested") && piped.stdout.contains("codes=3 0"),
+        "{piped}"
+    );
     let out = baton(&server, &["cancel", &run, "--reason", "not needed"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
     let r = result(&server, &run, 4);
