@@ -7,7 +7,8 @@ use baton_workflows::AgentRun;
 use serde_json::{Value, json};
 use temporalio_client::{
     Client, WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
-    WorkflowExecutionStatus, WorkflowHandle, WorkflowSignalOptions, errors::WorkflowUpdateError,
+    WorkflowExecutionStatus, WorkflowHandle, WorkflowSignalOptions,
+    errors::{WorkflowInteractionError, WorkflowUpdateError},
 };
 
 use crate::{
@@ -161,14 +162,7 @@ async fn deliver(
             )
         }
         Ok(Err(WorkflowUpdateError::NotFound(_))) => {
-            Err(match h.describe(WorkflowDescribeOptions::default()).await {
-                Ok(d) => Exit::usage(format!(
-                    "run {} has already ended ({:?}); there is nothing to approve or deny",
-                    args.run,
-                    d.status()
-                )),
-                Err(_) => not_found(&args.run),
-            })
+            Err(not_running(h, &args.run, "there is nothing to approve or deny").await)
         }
         Ok(Err(WorkflowUpdateError::Failed(failure))) => Err(Exit::usage(format!(
             "cannot decide {call_id} of run {}: {}",
@@ -207,13 +201,32 @@ async fn signal_decision(
     run: &str,
     decision: serde_json::Value,
 ) -> Result<(), Exit> {
-    h.signal(
-        AgentRun::approval,
-        decision,
-        WorkflowSignalOptions::default(),
-    )
-    .await
-    .map_err(|e| interaction_error(run, e))
+    match h
+        .signal(
+            AgentRun::approval,
+            decision,
+            WorkflowSignalOptions::default(),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(WorkflowInteractionError::NotFound(_)) => {
+            Err(not_running(h, run, "there is nothing to approve or deny").await)
+        }
+        Err(e) => Err(interaction_error(run, e)),
+    }
+}
+
+/// The error for a signal or update the server answered with "not found": the run has ended
+/// (say how, and `what` could not be done), or there is no such run.
+async fn not_running(h: &WorkflowHandle<Client, AgentRun>, run: &str, what: &str) -> Exit {
+    match h.describe(WorkflowDescribeOptions::default()).await {
+        Ok(d) => Exit::usage(format!(
+            "run {run} has already ended ({:?}); {what} (`baton result {run}` shows how it ended)",
+            d.status()
+        )),
+        Err(_) => not_found(run),
+    }
 }
 
 /// `baton cancel`.
@@ -252,15 +265,28 @@ pub(crate) async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
 
 /// `baton send`.
 pub(crate) async fn send(args: SendArgs) -> Result<i32, Exit> {
+    if args.text.trim().is_empty() {
+        return Err(Exit::usage(
+            "the message is empty; give the text the agent should read, e.g. \
+             baton send RUN \"use the staging database\"",
+        ));
+    }
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    h.signal(
-        AgentRun::message,
-        serde_json::Value::String(args.text),
-        WorkflowSignalOptions::default(),
-    )
-    .await
-    .map_err(|e| interaction_error(&args.run, e))?;
+    match h
+        .signal(
+            AgentRun::message,
+            serde_json::Value::String(args.text),
+            WorkflowSignalOptions::default(),
+        )
+        .await
+    {
+        Ok(()) => {}
+        Err(WorkflowInteractionError::NotFound(_)) => {
+            return Err(not_running(&h, &args.run, "no agent is there to read a message").await);
+        }
+        Err(e) => return Err(interaction_error(&args.run, e)),
+    }
     eprintln!(
         "message sent to {}; the agent sees it before its next model call",
         args.run

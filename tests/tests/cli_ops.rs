@@ -548,6 +548,18 @@ fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
     let late = baton(&server, &["approve", &run]).unwrap();
     assert_eq!(late.code, 2, "{late}");
     assert!(late.stderr.contains("already ended"), "{late}");
+    let late = baton(&server, &["approve", &run, "--all", "--signal"]).unwrap();
+    assert_eq!(late.code, 2, "{late}");
+    assert!(late.stderr.contains("already ended"), "{late}");
+    let late = baton(&server, &["send", &run, "one more thing"]).unwrap();
+    assert_eq!(late.code, 2, "{late}");
+    assert!(
+        late.stderr.contains("already ended") && late.stderr.contains("baton result"),
+        "{late}"
+    );
+    let empty = baton(&server, &["send", &run, " "]).unwrap();
+    assert_eq!(empty.code, 2, "{empty}");
+    assert!(empty.stderr.contains("the message is empty"), "{empty}");
 }
 
 #[test]
