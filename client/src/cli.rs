@@ -260,9 +260,10 @@ pub(crate) struct DecideArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
-    /// Only runs in this state (THINKING, AWAITING_APPROVAL, COMPLETED, FAILED, ...).
-    #[arg(long)]
-    pub(crate) state: Option<String>,
+    /// Only runs in this state: THINKING, EXECUTING, AWAITING_APPROVAL, COMPACTING (open),
+    /// COMPLETED, FAILED, CANCELLED (ended; CANCELLED includes terminated runs).
+    #[arg(long, value_parser = parse_state)]
+    pub(crate) state: Option<baton_proto::RunState>,
     /// Only runs with this label (repeatable), e.g. --label repo=acme/api.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,
@@ -332,6 +333,26 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
+}
+
+fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
+    use baton_proto::RunState;
+    let all = [
+        RunState::Thinking,
+        RunState::Executing,
+        RunState::AwaitingApproval,
+        RunState::Compacting,
+        RunState::Completed,
+        RunState::Failed,
+        RunState::Cancelled,
+    ];
+    let wanted = s.trim().to_uppercase().replace('-', "_");
+    all.into_iter()
+        .find(|state| state.as_str_name() == wanted)
+        .ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|state| state.as_str_name()).collect();
+            format!("unknown state '{s}'; use one of {}", names.join(", "))
+        })
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {

@@ -57,9 +57,27 @@ pub(crate) async fn snapshot(
         }
     }
     let mut status = memo_status.unwrap_or_default();
-    // The memo may lag behind a close that was not the workflow's own (terminate, timeout).
-    match temporal_status {
+    reconcile(&mut status, temporal_status);
+    Ok(Snapshot {
+        temporal_status,
+        status,
+        source: "memo",
+    })
+}
+
+/// Brings a run's last recorded status (memo, search attributes) in line with its execution:
+/// a run closed from outside (terminated, timed out) never recorded its end, so it may still
+/// say `AWAITING_APPROVAL` with calls pending.
+pub(crate) fn reconcile(status: &mut RunStatus, temporal: WorkflowExecutionStatus) {
+    match temporal {
         WorkflowExecutionStatus::Terminated | WorkflowExecutionStatus::Canceled => {
+            if status.state() != RunState::Cancelled {
+                status.last_event = if temporal == WorkflowExecutionStatus::Terminated {
+                    "terminated (Temporal)".to_owned()
+                } else {
+                    "cancelled".to_owned()
+                };
+            }
             status.state = RunState::Cancelled as i32;
             if status.reason == 0 {
                 status.reason = TerminationReason::Cancelled as i32;
@@ -70,6 +88,7 @@ pub(crate) async fn snapshot(
         {
             status.state = RunState::Failed as i32;
             status.reason = TerminationReason::InternalError as i32;
+            status.last_event = format!("the workflow ended: {temporal:?}");
         }
         WorkflowExecutionStatus::Running if status.state == 0 => {
             status.state = RunState::Thinking as i32;
@@ -77,11 +96,10 @@ pub(crate) async fn snapshot(
         }
         _ => {}
     }
-    Ok(Snapshot {
-        temporal_status,
-        status,
-        source: "memo",
-    })
+    if temporal != WorkflowExecutionStatus::Running {
+        // Nothing can be decided in a closed run.
+        status.pending.clear();
+    }
 }
 
 /// `baton status RUN`.
@@ -128,30 +146,57 @@ pub(crate) async fn wait_result(
                 )
             }))
         }
-        Err(WorkflowGetResultError::Terminated { .. }) => Ok(ended(
-            run,
-            RunState::Cancelled,
-            TerminationReason::Cancelled,
-            "terminated",
-        )),
-        Err(WorkflowGetResultError::Failed(e)) => Ok(ended(
-            run,
-            RunState::Failed,
-            TerminationReason::InternalError,
-            &format!("the workflow failed: {}", short(&e.to_string())),
-        )),
-        Err(WorkflowGetResultError::TimedOut) => Ok(ended(
-            run,
-            RunState::Failed,
-            TerminationReason::InternalError,
-            "the workflow timed out",
-        )),
+        Err(WorkflowGetResultError::Terminated { .. }) => Ok(ended_with_memo(
+            h,
+            ended(
+                run,
+                RunState::Cancelled,
+                TerminationReason::Cancelled,
+                "terminated",
+            ),
+        )
+        .await),
+        Err(WorkflowGetResultError::Failed(e)) => Ok(ended_with_memo(
+            h,
+            ended(
+                run,
+                RunState::Failed,
+                TerminationReason::InternalError,
+                &format!("the workflow failed: {}", short(&e.to_string())),
+            ),
+        )
+        .await),
+        Err(WorkflowGetResultError::TimedOut) => Ok(ended_with_memo(
+            h,
+            ended(
+                run,
+                RunState::Failed,
+                TerminationReason::InternalError,
+                "the workflow timed out",
+            ),
+        )
+        .await),
         Err(WorkflowGetResultError::NotFound(_)) => Err(connect::not_found(run)),
         Err(e) => Err(Exit::infra(format!(
             "cannot read the result of {run}: {}",
             short(&e.to_string())
         ))),
     }
+}
+
+/// `result` with the turns and tokens the run last recorded (its memo), for a run closed
+/// from outside, whose workflow never produced a result.
+async fn ended_with_memo(h: &WorkflowHandle<Client, AgentRun>, mut result: RunResult) -> RunResult {
+    let memo = h
+        .describe(WorkflowDescribeOptions::default())
+        .await
+        .ok()
+        .and_then(|d| d.memo().get::<RunStatus>(STATUS_MEMO_KEY).ok().flatten());
+    if let Some(status) = memo {
+        result.turns = status.turn;
+        result.usage = status.usage;
+    }
+    result
 }
 
 fn ended(run: &str, status: RunState, reason: TerminationReason, detail: &str) -> RunResult {

@@ -3,7 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use baton_proto::RunStatus;
+use baton_proto::{RunState, RunStatus};
 use baton_workflows::{STATUS_MEMO_KEY, WORKFLOW_TYPE};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use crate::{
     cli::{ListArgs, PendingArgs},
     connect::{connect, short},
     exit::{self, Exit},
-    render,
+    inspect, render,
 };
 
 /// `'value'` for a visibility query.
@@ -48,12 +48,32 @@ async fn query_runs(
     Ok(runs)
 }
 
+/// The run's last recorded status, in line with its execution (see [`inspect::reconcile`]).
 fn status_of(run: &WorkflowExecution) -> RunStatus {
-    run.memo()
+    let mut status = run
+        .memo()
         .get(STATUS_MEMO_KEY)
         .ok()
         .flatten()
-        .unwrap_or_default()
+        .unwrap_or_default();
+    inspect::reconcile(&mut status, run.status());
+    status
+}
+
+/// The visibility filter for runs in `state`: what the workflow recorded, except that a run
+/// closed from outside (terminate, timeout) counts by how it closed, not by its last record.
+fn state_filter(state: RunState) -> String {
+    let recorded = format!("BatonState = {}", quoted(state.as_str_name()));
+    match state {
+        RunState::Cancelled => format!(
+            "({recorded} OR ExecutionStatus = 'Terminated' OR ExecutionStatus = 'Canceled')"
+        ),
+        RunState::Failed => {
+            format!("({recorded} OR ExecutionStatus = 'Failed' OR ExecutionStatus = 'TimedOut')")
+        }
+        RunState::Completed => format!("{recorded} AND ExecutionStatus = 'Completed'"),
+        _ => format!("{recorded} AND ExecutionStatus = 'Running'"),
+    }
 }
 
 fn started(run: &WorkflowExecution) -> String {
@@ -72,11 +92,8 @@ fn started(run: &WorkflowExecution) -> String {
 /// `baton list`.
 pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
     let mut query = format!("WorkflowType = {}", quoted(WORKFLOW_TYPE));
-    if let Some(state) = &args.state {
-        query.push_str(&format!(
-            " AND BatonState = {}",
-            quoted(&state.to_uppercase())
-        ));
+    if let Some(state) = args.state {
+        query.push_str(&format!(" AND {}", state_filter(state)));
     }
     for (k, v) in &args.labels {
         query.push_str(&format!(

@@ -620,3 +620,85 @@ fn no_colour_or_spinner_without_a_terminal_or_with_no_color() {
     assert_eq!(coloured.code, 0, "{coloured}");
     assert!(has_ansi(&coloured.stdout), "{coloured}");
 }
+
+/// A run terminated with the plain `temporal` CLI while it waited never recorded its end:
+/// `status`, `list` and `result` still agree that it ended (as CANCELLED, nothing pending,
+/// with the turns it made), and `list --state` counts it by how it closed.
+#[test]
+fn a_terminated_run_reads_as_ended_everywhere() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("terminated");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-terminated"),
+        &[
+            "--script",
+            &shell_script(dir.path(), "t", "About to.", &["touch never.txt"]),
+        ],
+        "t",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    server
+        .temporal(&[
+            "workflow",
+            "terminate",
+            "--workflow-id",
+            &run,
+            "--reason",
+            "ops",
+        ])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+
+    let status = baton(&server, &["status", &run, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(status["state"], "CANCELLED", "{status}");
+    assert_eq!(status["temporal_status"], "Terminated", "{status}");
+    assert!(
+        status["pending"].as_array().is_none_or(|p| p.is_empty()),
+        "{status}"
+    );
+    let human = baton(&server, &["status", &run]).unwrap();
+    assert!(!human.stdout.contains("baton approve"), "{human}");
+
+    let r = result(&server, &run, 4);
+    assert_eq!(r["status"], "CANCELLED", "{r}");
+    assert_eq!(r["turns"], 1, "the turn it made: {r}");
+
+    let ids = |state: &str| -> Vec<String> {
+        let out = baton(&server, &["list", "--state", state, "--json"])
+            .unwrap()
+            .json()
+            .unwrap();
+        out["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!ids("AWAITING_APPROVAL").contains(&run));
+    assert!(ids("cancelled").contains(&run));
+    let all = baton(&server, &["list", "--json"]).unwrap().json().unwrap();
+    let row = all["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(row["state"], "CANCELLED", "{row}");
+
+    let bogus = baton(&server, &["list", "--state", "BOGUS"]).unwrap();
+    assert_eq!(bogus.code, 2, "{bogus}");
+    assert!(
+        bogus.stderr.contains("AWAITING_APPROVAL") && bogus.stderr.contains("BOGUS"),
+        "{bogus}"
+    );
+}
