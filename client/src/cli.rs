@@ -106,10 +106,10 @@ pub(crate) struct SubmitArgs {
     pub(crate) model: Option<String>,
     /// The model's context window in tokens; with it, baton compacts the conversation before
     /// it overflows (old tool outputs first, then a summary of older turns).
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) context_window: Option<u32>,
     /// Maximum output tokens per model call.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
     /// JSON script of assistant turns for the scripted provider.
     #[arg(long, value_name = "FILE")]
@@ -153,33 +153,33 @@ pub(crate) struct SubmitArgs {
     #[arg(long = "allow-host", value_name = "HOST")]
     pub(crate) allow_hosts: Vec<String>,
     /// Maximum model calls (default 50).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_turns: Option<u32>,
     /// Stop after this many tokens in total.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_tokens: Option<u32>,
     /// Continue the run as new (same run id) once a segment's history has this many events
     /// (default 5000; the server may suggest it earlier).
-    #[arg(long, value_name = "EVENTS")]
+    #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) history_budget: Option<u32>,
     /// Also continue as new after this many turns in one segment.
-    #[arg(long, value_name = "TURNS")]
+    #[arg(long, value_name = "TURNS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) segment_turns: Option<u32>,
     /// Wall-clock limit for the whole run, e.g. 2h (a durable timer: it stops work in flight).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) deadline: Option<std::time::Duration>,
     /// When a limit (turns, tokens, deadline) is reached: end the run (stop) or pause for a
     /// human to extend it (ask).
     #[arg(long, value_enum, default_value = "stop")]
     pub(crate) on_exhausted: Exhausted,
     /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) approval_timeout: Option<std::time::Duration>,
     /// What happens when an approval times out (default: deny).
     #[arg(long, value_enum)]
     pub(crate) on_approval_timeout: Option<TimeoutAction>,
     /// Default timeout of a tool call, e.g. 10m.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) tool_timeout: Option<std::time::Duration>,
     /// Extra instructions for the agent, appended to its system prompt (after the workspace's
     /// AGENTS.md).
@@ -188,8 +188,9 @@ pub(crate) struct SubmitArgs {
     /// Label the run (repeatable), e.g. --label repo=acme/api.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,
-    /// Run id (the workflow id); default: a new unique id.
-    #[arg(long)]
+    /// Run id (the workflow id); default: a new unique id. The run works in a workspace of
+    /// that name: an id reused after its run ended finds the files that run left.
+    #[arg(long, value_parser = parse_run_id)]
     pub(crate) id: Option<String>,
     /// Task queue the workers poll.
     #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
@@ -268,8 +269,8 @@ pub(crate) struct ListArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,
     /// At most this many runs.
-    #[arg(long, default_value_t = 50)]
-    pub(crate) limit: usize,
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) limit: u32,
     /// Print one JSON object.
     #[arg(long)]
     pub(crate) json: bool,
@@ -278,8 +279,8 @@ pub(crate) struct ListArgs {
 #[derive(Debug, Args)]
 pub(crate) struct PendingArgs {
     /// At most this many runs.
-    #[arg(long, default_value_t = 100)]
-    pub(crate) limit: usize,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) limit: u32,
     /// Print one JSON object.
     #[arg(long)]
     pub(crate) json: bool,
@@ -333,6 +334,29 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
+}
+
+/// [`parse_duration`], above zero (a zero limit would mean no time at all).
+fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}' is zero; give a positive duration (leave the flag out for the default)"
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_run_id(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("the run id is empty; leave --id out for a new unique id".to_owned());
+    }
+    if s.chars().any(char::is_control) {
+        return Err(
+            "the run id contains control characters; use letters, digits, - and _".to_owned(),
+        );
+    }
+    Ok(s.to_owned())
 }
 
 fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {

@@ -25,6 +25,12 @@ const UPDATE_BUDGET: Duration = Duration::from_secs(10);
 /// `baton approve` / `baton deny`: the named calls, `--all`, or (no call id, on a terminal)
 /// each pending call in turn.
 pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit> {
+    if !approved && args.remember {
+        return Err(Exit::usage(
+            "--remember is for approve (allow alike calls for the rest of the run); a denial \
+             is never remembered",
+        ));
+    }
     let client = connect().await?;
     let h = handle(&client, &args.run);
     let approver = args

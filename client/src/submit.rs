@@ -185,6 +185,13 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         Some(path) => Some(load_script(path)?),
         None => None,
     };
+    if let (Some(p), Some(_)) = (&args.provider, &script)
+        && p != "scripted"
+    {
+        return Err(Exit::usage(format!(
+            "--script is for the scripted provider, but --provider is '{p}'; drop one of them"
+        )));
+    }
     let provider = match (&args.provider, &script) {
         (Some(p), _) => p.clone(),
         (None, Some(_)) => "scripted".to_owned(),
@@ -296,6 +303,12 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
             TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
             TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
         } as i32;
+        if policy.timeout_seconds == 0 {
+            return Err(Exit::usage(
+                "--on-approval-timeout has no effect without an approval timeout; add \
+                 --approval-timeout (e.g. 30m) or set timeout_seconds in the policy file",
+            ));
+        }
     }
     if let Some(on_retry) = args.on_retry {
         policy.on_retry = match on_retry {

@@ -102,7 +102,7 @@ pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
         ));
     }
     let client = connect().await?;
-    let runs = query_runs(&client, &query, args.limit).await?;
+    let runs = query_runs(&client, &query, args.limit as usize).await?;
     if args.json {
         let items: Vec<Value> = runs
             .iter()
@@ -143,7 +143,7 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
         quoted(WORKFLOW_TYPE)
     );
     let client = connect().await?;
-    let runs = query_runs(&client, &query, args.limit).await?;
+    let runs = query_runs(&client, &query, args.limit as usize).await?;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

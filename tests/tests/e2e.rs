@@ -433,6 +433,33 @@ fn bad_input_is_refused_with_clear_messages() {
     assert!(out.stderr.contains("is not valid JSON"), "{out}");
     let out = baton_at(unreachable, &["submit", "--bogus-flag", "x"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
+    // Limits of zero, an empty id and flags that would be silently ignored are refused.
+    for (args, said) in [
+        (vec!["--max-turns", "0"], "--max-turns"),
+        (vec!["--max-tokens", "0"], "--max-tokens"),
+        (vec!["--context-window", "0"], "--context-window"),
+        (vec!["--deadline", "0s"], "is zero"),
+        (vec!["--tool-timeout", "0"], "is zero"),
+        (vec!["--id", ""], "the run id is empty"),
+        (
+            vec!["--on-approval-timeout", "fail"],
+            "without an approval timeout",
+        ),
+        (
+            vec!["--provider", "openai"],
+            "--script is for the scripted provider",
+        ),
+    ] {
+        let mut all = vec!["submit", "--script", good.as_str()];
+        all.extend(args);
+        all.push("x");
+        let out = baton_at(unreachable, &all).unwrap();
+        assert_eq!(out.code, 2, "{all:?}: {out}");
+        assert!(out.stderr.contains(said), "{all:?}: {out}");
+    }
+    let out = baton_at(unreachable, &["deny", "some-run", "--all", "--remember"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("--remember is for approve"), "{out}");
     // A valid submit against an unreachable server.
     let out = baton_at(unreachable, &["submit", "--script", &good, "x"]).unwrap();
     assert_eq!(out.code, 5, "{out}");
