@@ -45,10 +45,13 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         remember: approved && args.remember,
         identity: String::new(),
     };
-    let decisions = if args.all {
-        vec![named("*".to_owned())]
-    } else if !args.call_ids.is_empty() {
-        args.call_ids.iter().cloned().map(named).collect()
+    let decisions = if args.all || !args.call_ids.is_empty() {
+        check_pending(&h, &args).await?;
+        if args.all {
+            vec![named("*".to_owned())]
+        } else {
+            args.call_ids.iter().cloned().map(named).collect()
+        }
     } else {
         match ask_pending(&h, &args, &approver).await? {
             Some(decisions) => decisions,
@@ -66,6 +69,61 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         );
     }
     Ok(exit::COMPLETED)
+}
+
+/// Before anything is sent: the run is open and every named call (or, for `--all`, some
+/// call) awaits a decision, so that a typo in one of several ids sends none of them, and a
+/// decision that would go out as a signal (no worker) is not reported as applied when there
+/// is nothing to apply it to. The workflow checks again when it applies the decision.
+async fn check_pending(
+    h: &WorkflowHandle<Client, AgentRun>,
+    args: &DecideArgs,
+) -> Result<(), Exit> {
+    let snap = inspect::snapshot(h, &args.run).await?;
+    if snap.temporal_status != WorkflowExecutionStatus::Running {
+        return Err(Exit::usage(format!(
+            "run {} has already ended ({}); there is nothing to approve or deny",
+            args.run,
+            snap.status.state().as_str_name()
+        )));
+    }
+    // With a worker answering, a single decision goes as an update whose validator says
+    // exactly what is wrong (unknown id, already decided, who may decide).
+    if snap.source == "query" && args.call_ids.len() <= 1 && !args.signal {
+        return Ok(());
+    }
+    let pending: Vec<&str> = snap
+        .status
+        .pending
+        .iter()
+        .map(|p| p.call_id.as_str())
+        .collect();
+    if pending.is_empty() {
+        return Err(Exit::usage(format!(
+            "run {} has no call awaiting a decision ({}); nothing was sent (`baton status {}` \
+             shows what it is doing)",
+            args.run,
+            snap.status.state().as_str_name(),
+            args.run
+        )));
+    }
+    let unknown: Vec<&str> = args
+        .call_ids
+        .iter()
+        .map(String::as_str)
+        .filter(|id| !pending.contains(id))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Exit::usage(format!(
+            "{} of run {} {} not awaiting a decision (unknown, or already decided); awaiting: \
+             {}; nothing was sent",
+            unknown.join(", "),
+            args.run,
+            if unknown.len() == 1 { "is" } else { "are" },
+            pending.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// No call id given: asks about each pending call on the terminal; `None` when nothing was

@@ -77,6 +77,16 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
         "lists the pending ids: {unknown}"
     );
 
+    // Several ids with one that is not pending: none of them is sent.
+    let typo = baton(&server, &["approve", &a, "call_2_1", "call_9_9"]).unwrap();
+    assert_eq!(typo.code, 2, "{typo}");
+    assert!(
+        typo.stderr.contains("call_9_9 of run") && typo.stderr.contains("nothing was sent"),
+        "{typo}"
+    );
+    let status = wait_state(&server, &a, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"].as_array().unwrap().len(), 2, "{status}");
+
     let first = baton(&server, &["approve", &a, "call_2_1", "--approver", "alice"]).unwrap();
     assert_eq!(first.code, 0, "{first}");
     assert!(first.stdout.contains("1 call(s) still awaiting"), "{first}");
@@ -390,6 +400,21 @@ fn signal_without_worker_is_applied_later_and_status_answers_fast() {
     let human = baton(&server, &["status", &run]).unwrap();
     assert!(human.stdout.contains("call_2_1"), "{human}");
 
+    // A decision for a call that is not pending is refused from the recorded status, even
+    // with no worker to validate it (it would be reported as sent, then ignored).
+    for args in [
+        vec!["approve", run.as_str(), "call_9_9"],
+        vec!["approve", run.as_str(), "call_9_9", "--signal"],
+    ] {
+        let out = baton(&server, &args).unwrap();
+        assert_eq!(out.code, 2, "{args:?}: {out}");
+        assert!(
+            out.stderr.contains("call_9_9 of run")
+                && out.stderr.contains("awaiting: call_2_1")
+                && out.stderr.contains("nothing was sent"),
+            "{args:?}: {out}"
+        );
+    }
     // A decision sent while no worker runs is kept by the server...
     let sig = baton(&server, &["approve", &run, "call_2_1", "--signal"]).unwrap();
     assert_eq!(sig.code, 0, "{sig}");
