@@ -108,7 +108,7 @@ pub(crate) async fn status(args: RunArgs) -> Result<i32, Exit> {
     let h = handle(&client, &args.run);
     let snap = snapshot(&h, &args.run).await?;
     if args.json {
-        let v = render::json_with(
+        let v = render::status_json(
             &snap.status,
             &[
                 ("run_id", json!(args.run)),

@@ -21,9 +21,40 @@ pub(crate) fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)])
 }
 
 /// The JSON printed for a finished run: `{"run_id", "status", "reason", "answer", "turns",
-/// "usage", "detail"}`.
+/// "usage", "detail"}`, and `last_text` when it did not complete.
 pub(crate) fn result_json(result: &RunResult) -> Value {
-    json_with(result, &[])
+    let (answer, last_text) = answer_of(result);
+    let mut v = json_with(result, &[("answer", json!(answer))]);
+    if let (Some(text), Value::Object(map)) = (last_text, &mut v) {
+        map.insert("last_text".to_owned(), json!(text));
+    }
+    v
+}
+
+/// A run's answer, only when it completed; otherwise the agent's last message, which is not
+/// an answer (a CI job reading `.answer` must not take "Running the tests now." for one).
+fn answer_of(result: &RunResult) -> (&str, Option<&str>) {
+    if result.status() == RunState::Completed {
+        (&result.answer, None)
+    } else {
+        ("", Some(result.answer.as_str()).filter(|t| !t.is_empty()))
+    }
+}
+
+/// The JSON of a run's status with extra top-level fields: the reason is `null` while the
+/// run goes on, and times are numbers (as in `watch --json`), not the strings proto3 JSON
+/// makes of 64-bit integers.
+pub(crate) fn status_json(status: &RunStatus, extra: &[(&str, Value)]) -> Value {
+    let mut v = json_with(status, extra);
+    if status.reason == 0 {
+        v["reason"] = Value::Null;
+    }
+    if let Some(pending) = v.get_mut("pending").and_then(Value::as_array_mut) {
+        for (p, call) in pending.iter_mut().zip(&status.pending) {
+            p["requested_at_ms"] = json!(call.requested_at_ms);
+        }
+    }
+    v
 }
 
 /// One line explaining a termination reason, and what to do about it.
@@ -77,10 +108,19 @@ pub(crate) fn result_human(result: &RunResult) -> String {
     if !result.detail.is_empty() {
         out.push_str(&format!("detail: {}\n", result.detail));
     }
-    if !result.answer.is_empty() {
-        out.push('\n');
-        out.push_str(result.answer.trim_end());
-        out.push('\n');
+    match answer_of(result) {
+        (answer, None) if !answer.is_empty() => {
+            out.push('\n');
+            out.push_str(answer.trim_end());
+            out.push('\n');
+        }
+        (_, Some(text)) => {
+            out.push_str(&format!(
+                "last message from the agent (not an answer):\n{}\n",
+                text.trim_end()
+            ));
+        }
+        _ => {}
     }
     out
 }
@@ -102,7 +142,11 @@ pub(crate) fn status_human(run: &str, status: &RunStatus, source: &str) -> Strin
         usage.output_tokens,
         status.last_event,
     );
-    if source == "memo" {
+    let ended = matches!(
+        status.state(),
+        RunState::Completed | RunState::Failed | RunState::Cancelled
+    );
+    if source == "memo" && !ended {
         out.push_str("note:    no worker answered; this is the last state the run recorded\n");
     }
     if !status.pending.is_empty() {
@@ -327,10 +371,11 @@ fn watch_line(run: &str, seq: Value, turn: u32, at_ms: Value, kind: &str, body: 
 
 fn finished_body(r: &RunResult) -> Value {
     let u = r.usage.unwrap_or_default();
-    json!({
+    let (answer, last_text) = answer_of(r);
+    let mut body = json!({
         "status": r.status().as_str_name(),
         "reason": r.reason().as_str_name(),
-        "answer": r.answer,
+        "answer": answer,
         "turns": r.turns,
         "usage": {
             "input_tokens": u.input_tokens,
@@ -340,7 +385,11 @@ fn finished_body(r: &RunResult) -> Value {
         },
         "detail": r.detail,
         "exit_code": exit::for_result(r),
-    })
+    });
+    if let Some(text) = last_text {
+        body["last_text"] = json!(text);
+    }
+    body
 }
 
 fn finish_reason(f: FinishReason) -> &'static str {
@@ -540,6 +589,37 @@ mod tests {
             body(run_event::Kind::Note("run started".to_owned())),
             ("note".to_owned(), json!({"text": "run started"}))
         );
+    }
+
+    /// The last message of a run that did not complete is not its answer.
+    #[test]
+    fn only_a_completed_run_has_an_answer() {
+        let mut r = RunResult {
+            run_id: "r1".to_owned(),
+            status: RunState::Failed as i32,
+            reason: TerminationReason::MaxTurnsExceeded as i32,
+            answer: "Running the tests now.".to_owned(),
+            turns: 50,
+            ..Default::default()
+        };
+        let v = result_json(&r);
+        assert_eq!(
+            (v["answer"].clone(), v["last_text"].clone()),
+            (json!(""), json!("Running the tests now."))
+        );
+        assert_eq!(
+            finished_json("r1", &r)["finished"]["last_text"],
+            "Running the tests now."
+        );
+        assert!(
+            result_human(&r)
+                .contains("last message from the agent (not an answer):\nRunning the tests now.")
+        );
+        r.status = RunState::Completed as i32;
+        r.reason = TerminationReason::Completed as i32;
+        let v = result_json(&r);
+        assert_eq!(v["answer"], "Running the tests now.");
+        assert!(v.get("last_text").is_none(), "{v}");
     }
 
     #[test]

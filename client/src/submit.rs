@@ -125,7 +125,7 @@ async fn submit(args: SubmitArgs) -> Result<i32, Exit> {
             let snap = inspect::snapshot(&h, &run_id).await?;
             let state = snap.status.state().as_str_name();
             if args.json {
-                let v = render::json_with(
+                let v = render::status_json(
                     &snap.status,
                     &[
                         ("run_id", json!(run_id)),

@@ -534,7 +534,7 @@ fn wait_json_contract_max_turns_and_unknown_run() {
         "loop",
         json!([
             {"tool_calls": [{"name": "list_files", "arguments": {}}]},
-            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Listing once more.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
             {"tool_calls": [{"name": "list_files", "arguments": {}}]}
         ]),
     )
@@ -561,6 +561,9 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     assert_eq!(v["status"], "FAILED");
     assert_eq!(v["reason"], "max_turns_exceeded");
     assert_eq!(v["turns"], 2);
+    // The last thing the agent said is not an answer.
+    assert_eq!(v["answer"], "", "{v}");
+    assert_eq!(v["last_text"], "Listing once more.", "{v}");
 
     // --wait-timeout while awaiting approval: exit 3, the run goes on.
     let needs = approval_script(dir.path(), "needs", &["true"]);
@@ -581,7 +584,11 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     )
     .unwrap();
     assert_eq!(out.code, 3, "{out}");
-    assert_eq!(out.json().unwrap()["status"], "AWAITING_APPROVAL");
+    let v = out.json().unwrap();
+    assert_eq!(v["status"], "AWAITING_APPROVAL");
+    // The run goes on: no reason yet; times are numbers, as in `watch --json`.
+    assert_eq!(v["reason"], Value::Null, "{v}");
+    assert!(v["pending"][0]["requested_at_ms"].is_i64(), "{v}");
 
     let out = baton(&server, &["status", "no-such-run"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
