@@ -134,7 +134,59 @@ pub(crate) async fn wait_result(
     h: &WorkflowHandle<Client, AgentRun>,
     run: &str,
 ) -> Result<RunResult, Exit> {
-    match h.get_result(WorkflowGetResultOptions::default()).await {
+    // The server may go away for a moment (a restart, a load balancer): keep waiting, up to
+    // RECONNECT_BUDGET of failures in a row, before giving up.
+    let mut failing_since: Option<std::time::Instant> = None;
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match h.get_result(WorkflowGetResultOptions::default()).await {
+            Err(WorkflowGetResultError::Rpc(status)) if transient(status.code()) => {
+                let since = *failing_since.get_or_insert_with(|| {
+                    eprintln!(
+                        "· lost the connection to Temporal while waiting for {run} ({}); \
+                         retrying (the run goes on)",
+                        short(status.message())
+                    );
+                    std::time::Instant::now()
+                });
+                if since.elapsed() >= RECONNECT_BUDGET {
+                    return Err(Exit::infra(format!(
+                        "cannot read the result of {run}: Temporal has not answered for {}s \
+                         ({}); the run goes on: `baton result {run} --wait` picks it up again",
+                        RECONNECT_BUDGET.as_secs(),
+                        short(status.message())
+                    )));
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(15));
+            }
+            other => return result_of(other, h, run).await,
+        }
+    }
+}
+
+/// How long `wait_result` keeps retrying a server that does not answer.
+const RECONNECT_BUDGET: Duration = Duration::from_secs(300);
+
+/// Errors worth waiting out: the server or the way to it is down for a moment.
+fn transient(code: temporalio_client::tonic::Code) -> bool {
+    matches!(
+        code,
+        temporalio_client::tonic::Code::Unavailable
+            | temporalio_client::tonic::Code::DeadlineExceeded
+            | temporalio_client::tonic::Code::ResourceExhausted
+            | temporalio_client::tonic::Code::Aborted
+            | temporalio_client::tonic::Code::Unknown
+    )
+}
+
+/// The result (or error) of one `get_result` call, as [`wait_result`] returns it.
+async fn result_of(
+    got: Result<RunResult, WorkflowGetResultError>,
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+) -> Result<RunResult, Exit> {
+    match got {
         Ok(r) => Ok(r),
         Err(WorkflowGetResultError::Cancelled { details }) => {
             Ok(details.deserialize::<RunResult>().unwrap_or_else(|_| {
@@ -178,7 +230,8 @@ pub(crate) async fn wait_result(
         .await),
         Err(WorkflowGetResultError::NotFound(_)) => Err(connect::not_found(run)),
         Err(e) => Err(Exit::infra(format!(
-            "cannot read the result of {run}: {}",
+            "cannot read the result of {run}: {}; the run goes on: `baton result {run} --wait` \
+             picks it up again",
             short(&e.to_string())
         ))),
     }

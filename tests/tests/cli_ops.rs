@@ -702,3 +702,48 @@ fn a_terminated_run_reads_as_ended_everywhere() {
         "{bogus}"
     );
 }
+
+/// `submit --wait` (a CI job's step) outlives a restart of the Temporal server: it says it
+/// lost the connection, keeps waiting, and prints the result once the run ends.
+#[test]
+fn submit_wait_survives_a_server_restart() {
+    let mut server = DevServer::start().unwrap();
+    let queue = unique("restart");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = unique("run-restart");
+    let s = shell_script(dir.path(), "r", "About to.", &["echo restarted-ok"]);
+    let waiting = baton_spawn(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &s,
+            "--wait",
+            "--json",
+            "r",
+        ],
+        &[],
+    )
+    .unwrap();
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    // Longer than the SDK's own retries of a call (about 10 s).
+    server.stop();
+    std::thread::sleep(Duration::from_secs(15));
+    server.restart().unwrap();
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let out = baton(&server, &["approve", &run, "--all"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let done = waiting.wait(Duration::from_secs(120)).unwrap();
+    assert_eq!(done.code, 0, "{done}");
+    let v = done.json().unwrap();
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert!(
+        done.stderr.contains("lost the connection to Temporal"),
+        "{done}"
+    );
+}
