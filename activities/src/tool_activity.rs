@@ -168,24 +168,51 @@ impl ToolService {
         }
     }
 
-    /// The workspace directory of a run.
+    /// The workspace directory of a run: `<workspace_root>/<run id>` when the id is a safe
+    /// file name, else the id made safe plus a hash of it, so two ids never share a workspace
+    /// (`a b` and `a_b` used to). A run that started under the old naming keeps its directory.
     pub fn workspace_of(&self, run_id: &str) -> PathBuf {
-        let safe: String = run_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let safe = if safe.is_empty() || safe.starts_with('.') {
-            format!("run_{safe}")
-        } else {
-            safe
-        };
-        self.workspace_root.join(safe)
+        let name = workspace_name(run_id);
+        if name != run_id {
+            let legacy = self.workspace_root.join(legacy_workspace_name(run_id));
+            let current = self.workspace_root.join(&name);
+            if legacy.is_dir() && !current.exists() {
+                return legacy;
+            }
+            return current;
+        }
+        self.workspace_root.join(name)
+    }
+}
+
+/// Characters a run id keeps in its workspace's name; the rest become `_`.
+fn safe_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+        c
+    } else {
+        '_'
+    }
+}
+
+/// The directory name of a run's workspace (see [`ToolService::workspace_of`]).
+pub fn workspace_name(run_id: &str) -> String {
+    let safe: String = run_id.chars().map(safe_char).collect();
+    if safe == run_id && !safe.is_empty() && !safe.starts_with('.') && safe.len() <= 128 {
+        return safe;
+    }
+    use sha2::Digest;
+    let hash = hex::encode(&sha2::Sha256::digest(run_id.as_bytes())[..6]);
+    let shown: String = safe.chars().take(100).collect();
+    format!("run_{shown}-{hash}")
+}
+
+/// The name baton used before ids were hashed (not injective); only to find old workspaces.
+fn legacy_workspace_name(run_id: &str) -> String {
+    let safe: String = run_id.chars().map(safe_char).collect();
+    if safe.is_empty() || safe.starts_with('.') {
+        format!("run_{safe}")
+    } else {
+        safe
     }
 }
 
@@ -436,6 +463,45 @@ mod tests {
             source: "disk full".into(),
         };
         assert!(!failure(setup).is_non_retryable());
+    }
+
+    /// Every run id gets a workspace of its own; safe ids keep their plain name.
+    #[test]
+    fn run_ids_map_to_distinct_workspace_names() {
+        assert_eq!(workspace_name("run-1a2b_c.d"), "run-1a2b_c.d");
+        let ids = [
+            "has space/slash",
+            "has_space_slash",
+            "has space_slash",
+            "../escape",
+            ".hidden",
+            "",
+            "ü",
+            "_",
+        ];
+        let names: std::collections::BTreeSet<String> =
+            ids.iter().map(|id| workspace_name(id)).collect();
+        assert_eq!(names.len(), ids.len(), "{names:?}");
+        for name in &names {
+            assert!(
+                !name.contains('/') && !name.starts_with('.') && name.len() < 128,
+                "{name}"
+            );
+        }
+        assert!(workspace_name("has space/slash").starts_with("run_has_space_slash-"));
+        assert!(workspace_name(&"x".repeat(500)).len() < 128);
+
+        // A run that started under the old name keeps its directory.
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::LocalStore::new(dir.path().join("blobs")).unwrap();
+        let service = ToolService::new(dir.path().to_path_buf(), Arc::new(store), false);
+        std::fs::create_dir_all(dir.path().join("old_id")).unwrap();
+        assert_eq!(service.workspace_of("old id"), dir.path().join("old_id"));
+        assert_eq!(
+            service.workspace_of("new id"),
+            dir.path().join(workspace_name("new id"))
+        );
+        assert_eq!(service.workspace_of("plain"), dir.path().join("plain"));
     }
 
     #[test]
