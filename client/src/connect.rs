@@ -38,11 +38,24 @@ pub(crate) async fn connect() -> Result<Client, Exit> {
     let connection =
         match tokio::time::timeout(CONNECT_TIMEOUT * 2, Connection::connect(conn_opts)).await {
             Err(_) => return Err(unreachable("timed out".to_owned())),
-            Ok(Err(e)) => return Err(unreachable(short(&e.to_string()))),
+            Ok(Err(e)) => return Err(unreachable(plain_cause(&short(&e.to_string())))),
             Ok(Ok(c)) => c,
         };
     Client::new(connection, client_opts)
         .map_err(|e| Exit::infra(format!("cannot create the Temporal client: {e}")))
+}
+
+/// A connection error in words first, then as the transport reported it (the raw cause
+/// names TLS problems precisely: see README "Connection security").
+fn plain_cause(raw: &str) -> String {
+    let plain = if raw.contains("ConnectionRefused") || raw.contains("Connection refused") {
+        "connection refused: nothing listens at that address"
+    } else if raw.contains("dns error") || raw.contains("failed to lookup address") {
+        "the host name does not resolve"
+    } else {
+        return raw.to_owned();
+    };
+    format!("{plain} ({raw})")
 }
 
 /// The payload encryption keys from `BATON_CODEC_KEYS` / `BATON_CODEC_ACTIVE_KEY`, or `None`

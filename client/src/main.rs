@@ -28,10 +28,29 @@ use cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() {
+    // With --json, stdout holds one JSON object whatever happens (JSON lines for watch): an
+    // error becomes `{"error", "exit_code"}` there too, bad flags included.
+    let as_json = std::env::args_os().any(|a| a == "--json");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            if as_json && code != 0 {
+                // The error's first paragraph ("the following required arguments were not
+                // provided:" continues on the next lines).
+                let text = e.to_string();
+                let paragraph: Vec<&str> = text
+                    .lines()
+                    .take_while(|l| !l.trim().is_empty())
+                    .map(str::trim)
+                    .collect();
+                let joined = paragraph.join(" ");
+                let message = joined.strip_prefix("error: ").unwrap_or(&joined);
+                println!(
+                    "{}",
+                    serde_json::json!({"error": message, "exit_code": code})
+                );
+            }
             let _ = e.print();
             std::process::exit(code);
         }
@@ -59,6 +78,12 @@ async fn main() {
         Ok(code) => code,
         Err(e) => {
             if !e.message.is_empty() {
+                if as_json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"error": e.message, "exit_code": e.code})
+                    );
+                }
                 eprintln!("baton: {}", e.message);
             }
             e.code

@@ -28,17 +28,9 @@ use crate::{
 const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `baton submit`. With `--json`, stdout holds exactly one JSON object whatever happens: the
-/// run (`--wait`: its result), or `{"error", "exit_code"}`; diagnostics go to stderr.
+/// run (`--wait`: its result), or `{"error", "exit_code"}` (printed by `main`); diagnostics
+/// go to stderr.
 pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
-    let as_json = args.json;
-    let outcome = submit(args).await;
-    if as_json && let Err(e) = &outcome {
-        println!("{}", json!({"error": e.message, "exit_code": e.code}));
-    }
-    outcome
-}
-
-async fn submit(args: SubmitArgs) -> Result<i32, Exit> {
     let spec = fit_in_history(build_spec(&args)?).await?;
     let client = connect().await?;
     let run_id = args.id.clone().unwrap_or_else(new_run_id);

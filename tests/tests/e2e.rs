@@ -482,6 +482,34 @@ fn bad_input_is_refused_with_clear_messages() {
         assert_eq!(out.code, 2, "{all:?}: {out}");
         assert!(out.stderr.contains(said), "{all:?}: {out}");
     }
+    // With --json, stdout holds one JSON object even when the flags are wrong or the server
+    // cannot be reached.
+    for (args, code, said) in [
+        (
+            vec!["submit", "--json", "--deadline", "0", "x"],
+            2,
+            "is zero",
+        ),
+        (vec!["submit", "--json"], 2, "PROMPT"),
+        (
+            vec!["status", "some-run", "--json"],
+            5,
+            "cannot reach Temporal",
+        ),
+        (
+            vec!["result", "some-run", "--json"],
+            5,
+            "cannot reach Temporal",
+        ),
+    ] {
+        let out = baton_at(unreachable, &args).unwrap();
+        assert_eq!(out.code, code, "{args:?}: {out}");
+        let v = out.json().unwrap();
+        assert_eq!(v["exit_code"], code, "{args:?}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(said), "{args:?}: {v}");
+    }
+    let out = baton_at(unreachable, &["status", "some-run"]).unwrap();
+    assert!(out.stderr.contains("connection refused"), "{out}");
     let out = baton_at(unreachable, &["deny", "some-run", "--all", "--remember"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("--remember is for approve"), "{out}");
