@@ -8,7 +8,20 @@ use serde_json::Value;
 /// Deserializes `value` as `T` and fails if it holds a field `T` does not have (naming it with
 /// its path, e.g. `rules[1].acton`). Field names may be the proto names or their camelCase.
 pub(crate) fn from_value<T: Serialize + DeserializeOwned>(value: Value) -> Result<T, String> {
-    let parsed: T = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+    let parsed: T = serde_json::from_value(value.clone()).map_err(|e| {
+        // The error of a generated deserializer does not always name the field ("data did
+        // not match any variant of untagged enum"): find the first field that fails alone.
+        let culprit = value.as_object().and_then(|fields| {
+            fields.iter().find(|(key, v)| {
+                let alone = Value::Object([((*key).clone(), (*v).clone())].into_iter().collect());
+                serde_json::from_value::<T>(alone).is_err()
+            })
+        });
+        match culprit {
+            Some((key, v)) => format!("field `{key}` = {v}: {e}"),
+            None => e.to_string(),
+        }
+    })?;
     let known = serde_json::to_value(&parsed).map_err(|e| e.to_string())?;
     if let Some(path) = unknown_field(&value, &known, "") {
         return Err(format!("unknown field `{path}`"));

@@ -266,10 +266,15 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
             ..Default::default()
         },
     };
+    let mut named_by = match &args.policy {
+        Some(path) => format!("policy file {}: require_approval", path.display()),
+        None => "--require-approval".to_owned(),
+    };
     if args.no_approval {
         policy.require_approval.clear();
     } else if !args.require_approval.is_empty() {
         policy.require_approval = args.require_approval.clone();
+        named_by = "--require-approval".to_owned();
     }
     let unknown: Vec<&String> = policy
         .require_approval
@@ -278,7 +283,7 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
         .collect();
     if !unknown.is_empty() {
         return Err(Exit::usage(format!(
-            "--require-approval names unknown tool(s): {}; available: {}",
+            "{named_by} names unknown tool(s): {}; available: {}",
             unknown
                 .iter()
                 .map(|s| s.as_str())
@@ -323,26 +328,46 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
             path.display()
         ))
     })?;
-    let is_toml = path.extension().is_some_and(|e| e == "toml");
-    let value: Value = if is_toml {
-        toml::from_str::<toml::Value>(&text)
-            .map_err(|e| {
-                Exit::usage(format!(
-                    "policy file {} is not valid TOML: {e}",
-                    path.display()
-                ))
-            })
-            .and_then(|v| {
-                serde_json::to_value(v)
-                    .map_err(|e| Exit::usage(format!("policy file {}: {e}", path.display())))
-            })?
-    } else {
-        serde_json::from_str(&text).map_err(|e| {
+    let extension = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    let toml_value = |text: &str| -> Result<Value, String> {
+        let v = toml::from_str::<toml::Value>(text).map_err(|e| e.to_string())?;
+        serde_json::to_value(v).map_err(|e| e.to_string())
+    };
+    let value: Value = match extension.as_str() {
+        "toml" => toml_value(&text).map_err(|e| {
+            Exit::usage(format!(
+                "policy file {} is not valid TOML: {e}",
+                path.display()
+            ))
+        })?,
+        "json" => serde_json::from_str(&text).map_err(|e| {
             Exit::usage(format!(
                 "policy file {} is not valid JSON: {e}",
                 path.display()
             ))
-        })?
+        })?,
+        "yaml" | "yml" => {
+            return Err(Exit::usage(format!(
+                "policy file {}: YAML is not supported; write the policy in TOML (.toml) or \
+                 JSON (.json)",
+                path.display()
+            )));
+        }
+        // Another name: whichever of the two it is.
+        _ => match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(json) => toml_value(&text).map_err(|toml| {
+                Exit::usage(format!(
+                    "policy file {} is neither JSON ({json}) nor TOML ({}); name it .toml or \
+                     .json for a precise error",
+                    path.display(),
+                    toml.lines().next().unwrap_or_default()
+                ))
+            })?,
+        },
     };
     crate::strict::from_value(value).map_err(|e| {
         Exit::usage(format!(

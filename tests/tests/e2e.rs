@@ -510,6 +510,32 @@ fn bad_input_is_refused_with_clear_messages() {
     }
     let out = baton_at(unreachable, &["status", "some-run"]).unwrap();
     assert!(out.stderr.contains("connection refused"), "{out}");
+    // Policy files: the error names the file and the field.
+    for (name, text, said) in [
+        (
+            "neg.toml",
+            "timeout_seconds = -5\n",
+            "field `timeout_seconds` = -5",
+        ),
+        (
+            "tool.toml",
+            "require_approval = [\"nosuch\"]\n",
+            "tool.toml: require_approval names unknown tool(s): nosuch",
+        ),
+        ("p.yaml", "mode: x\n", "YAML is not supported"),
+        ("p.policy", "{{not json", "is neither JSON"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        let out = baton_at(
+            unreachable,
+            &["submit", "--script", &good, "--policy", &path, "x"],
+        )
+        .unwrap();
+        assert_eq!(out.code, 2, "{name}: {out}");
+        assert!(out.stderr.contains(said), "{name}: {out}");
+    }
     let out = baton_at(unreachable, &["deny", "some-run", "--all", "--remember"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("--remember is for approve"), "{out}");
