@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// baton: AI agents as durable Temporal workflows.
 ///
-/// Connection settings follow the `temporal` CLI: TEMPORAL_ADDRESS (default 127.0.0.1:7233),
+/// Connection settings follow the `temporal` CLI: TEMPORAL_ADDRESS (default localhost:7233),
 /// TEMPORAL_NAMESPACE (default "default"), and profiles in temporal.toml.
 ///
 /// Exit codes: 0 completed; 1 the agent ended without completing; 2 usage or invalid input;
@@ -96,7 +96,14 @@ pub(crate) enum SandboxMode {
 #[derive(Debug, Args)]
 pub(crate) struct SubmitArgs {
     /// The task for the agent; `-` reads it from stdin.
-    pub(crate) prompt: String,
+    #[arg(
+        required_unless_present = "prompt_file",
+        conflicts_with = "prompt_file"
+    )]
+    pub(crate) prompt: Option<String>,
+    /// Read the task from this file instead (e.g. a task written by an earlier CI step).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) prompt_file: Option<PathBuf>,
     /// Provider profile configured on the workers: openai, anthropic or scripted (default: scripted when
     /// --script is given, else openai).
     #[arg(long)]

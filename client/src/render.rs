@@ -95,11 +95,12 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
 pub(crate) fn result_human(result: &RunResult) -> String {
     let usage = result.usage.unwrap_or_default();
     let mut out = format!(
-        "run {}: {} ({}) after {} turns, {} tokens\n",
+        "run {}: {} ({}) after {} turn{}, {} tokens\n",
         result.run_id,
         result.status().as_str_name(),
         result.reason().as_str_name(),
         result.turns,
+        if result.turns == 1 { "" } else { "s" },
         usage.total_tokens
     );
     if result.reason() != TerminationReason::Completed {

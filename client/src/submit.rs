@@ -151,14 +151,29 @@ enum Waited<T> {
 
 /// A RunSpec from the flags, or a usage error that says what is wrong.
 pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
-    let task = if args.prompt == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| Exit::usage(format!("cannot read the prompt from stdin: {e}")))?;
-        s
-    } else {
-        args.prompt.clone()
+    let mut keys = std::collections::BTreeSet::new();
+    if let Some((key, _)) = args.labels.iter().find(|(k, _)| !keys.insert(k.as_str())) {
+        return Err(Exit::usage(format!(
+            "--label {key}=... is given twice; a run has one value per label key"
+        )));
+    }
+    let task = match (&args.prompt, &args.prompt_file) {
+        (_, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+            Exit::usage(format!(
+                "cannot read the prompt file {}: {e}; pass an existing UTF-8 text file to \
+                 --prompt-file",
+                path.display()
+            ))
+        })?,
+        (Some(prompt), None) if prompt == "-" => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Exit::usage(format!("cannot read the prompt from stdin: {e}")))?;
+            s
+        }
+        (Some(prompt), None) => prompt.clone(),
+        (None, None) => String::new(),
     };
     if task.trim().is_empty() {
         return Err(Exit::usage(

@@ -122,10 +122,15 @@ pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
     } else if runs.is_empty() {
         eprintln!("no runs match");
     } else {
+        let width = runs
+            .iter()
+            .map(|r| r.id().chars().count())
+            .max()
+            .unwrap_or(0);
         for r in &runs {
             let st = status_of(r);
             println!(
-                "{}  {:<17}  turn {:<3}  {}",
+                "{:<width$}  {:<17}  turn {:<3}  {}",
                 r.id(),
                 st.state().as_str_name(),
                 st.turn,

@@ -466,6 +466,7 @@ fn bad_input_is_refused_with_clear_messages() {
         (vec!["--deadline", "0s"], "is zero"),
         (vec!["--tool-timeout", "0"], "is zero"),
         (vec!["--id", ""], "the run id is empty"),
+        (vec!["--label", "a=1", "--label", "a=2"], "is given twice"),
         (
             vec!["--on-approval-timeout", "fail"],
             "without an approval timeout",
@@ -482,6 +483,23 @@ fn bad_input_is_refused_with_clear_messages() {
         assert_eq!(out.code, 2, "{all:?}: {out}");
         assert!(out.stderr.contains(said), "{all:?}: {out}");
     }
+    let out = baton_at(
+        unreachable,
+        &[
+            "submit",
+            "--script",
+            &good,
+            "--prompt-file",
+            "/nonexistent/task.md",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(
+        out.stderr
+            .contains("cannot read the prompt file /nonexistent/task.md"),
+        "{out}"
+    );
     // With --json, stdout holds one JSON object even when the flags are wrong or the server
     // cannot be reached.
     for (args, code, said) in [
