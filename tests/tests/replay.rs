@@ -20,7 +20,7 @@ use temporalio_client::{
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
-const RECORD_AS: &str = "approval-run-v6.json";
+const RECORD_AS: &str = "approval-run-v7.json";
 
 fn histories_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("histories")
@@ -69,7 +69,8 @@ async fn a_tampered_history_is_detected() {
 }
 
 /// Records `tests/histories/<RECORD_AS>`: a run with a batch of two shell calls, one
-/// approved (update) and one denied (signal), then the answer.
+/// approved with `--remember` (update) and one denied (signal), a call the remembered rule
+/// allows, a chained call it does not (denied), then the answer.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "records a history; run by hand after an intended workflow change"]
 async fn record_approval_history() {
@@ -86,6 +87,12 @@ async fn record_approval_history() {
                 {"name": "shell", "arguments": {"command": "echo approved"}},
                 {"name": "shell", "arguments": {"command": "echo denied"}}
             ]},
+            {"text": "Again.", "tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo approved again"}}
+            ]},
+            {"text": "Chained.", "tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo approved; echo chained"}}
+            ]},
             {"text": "Done."}
         ]),
     )
@@ -95,7 +102,9 @@ async fn record_approval_history() {
     submit(&server, &queue, run, &["--script", &s], "record a history");
     wait_state(&server, run, "AWAITING_APPROVAL", Duration::from_secs(60));
     assert_eq!(
-        baton(&server, &["approve", run, "call_2_1"]).unwrap().code,
+        baton(&server, &["approve", run, "call_2_1", "--remember"])
+            .unwrap()
+            .code,
         0
     );
     assert_eq!(
@@ -107,6 +116,13 @@ async fn record_approval_history() {
         .code,
         0
     );
+    // Turn 3 runs on the remembered rule; turn 4's chained command asks.
+    wait_until_blocking(Duration::from_secs(60), "the chained call asks", || {
+        let v = baton(&server, &["status", run, "--json"])?.json()?;
+        Ok((v["state"] == "AWAITING_APPROVAL" && v["turn"] == 4).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(baton(&server, &["deny", run, "--all"]).unwrap().code, 0);
     result(&server, run, 0);
 
     let conn = Connection::connect(
