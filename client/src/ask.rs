@@ -130,6 +130,7 @@ pub(crate) fn ask_with(
         )
         .map_err(io_err)?;
         writeln!(out, "{}", show_arguments(&p.tool, &p.arguments)).map_err(io_err)?;
+        writeln!(out, "{}", style.dim(&remember_hint(p))).map_err(io_err)?;
         let choice = loop {
             write!(out, "approve, deny or skip? [a/r/d/s/q] ").map_err(io_err)?;
             out.flush().map_err(io_err)?;
@@ -226,6 +227,24 @@ pub(crate) fn show_arguments(tool: &str, arguments: &str) -> String {
         .join("\n")
 }
 
+/// What `r` would allow for the rest of the run (the rule the workflow will remember).
+fn remember_hint(p: &PendingCall) -> String {
+    let call = baton_proto::ToolCall {
+        id: p.call_id.clone(),
+        name: p.tool.clone(),
+        arguments: p.arguments.clone(),
+        ..Default::default()
+    };
+    match baton_workflows::policy::remembered_rule(&call, baton_workflows::policy::Matching::Strict)
+    {
+        Some(rule) => format!(
+            "    (r allows {} `{}` for the rest of the run)",
+            rule.tool, rule.pattern
+        ),
+        None => "    (r remembers nothing for this call)".to_owned(),
+    }
+}
+
 fn waited(p: &PendingCall, now_ms: i64) -> String {
     render::duration(((now_ms - p.requested_at_ms).max(0) / 1000) as u64)
 }
@@ -289,6 +308,10 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("    $ rm -rf x"), "{shown}");
+        assert!(
+            shown.contains("(r allows shell `rm -rf *` for the rest of the run)"),
+            "{shown}"
+        );
         assert!(shown.contains("'what' is not one of"), "{shown}");
         assert!(!shown.contains('\x1b'), "{shown}");
     }

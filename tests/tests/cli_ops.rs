@@ -484,7 +484,17 @@ fn watch_json_follows_and_replays_the_whole_run_and_since_starts_at_a_turn() {
 
     let unknown = baton(&server, &["watch", "no-such-run", "--json"]).unwrap();
     assert_eq!(unknown.code, 2, "{unknown}");
-    assert!(unknown.stdout.is_empty(), "{unknown}");
+    // The JSON lines end with the error, as for every --json command.
+    let lines = unknown.json_lines().unwrap();
+    assert_eq!(lines.len(), 1, "{unknown}");
+    assert_eq!(lines[0]["exit_code"], 2, "{unknown}");
+    assert!(
+        lines[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no run with id 'no-such-run'"),
+        "{unknown}"
+    );
 }
 
 #[test]
