@@ -28,6 +28,21 @@ use cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() {
+    // `baton transcript RUN | head`: the reader has what it wanted. `println!` panics when
+    // stdout's pipe is closed; end quietly instead (watch handles it itself: exit 3).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(exit::COMPLETED);
+        }
+        default_hook(info);
+    }));
     // With --json, stdout holds one JSON object whatever happens (JSON lines for watch): an
     // error becomes `{"error", "exit_code"}` there too, bad flags included.
     let as_json = std::env::args_os().any(|a| a == "--json");

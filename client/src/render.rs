@@ -82,7 +82,7 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
             "nobody approved or denied a pending tool call in time, and the policy says to fail"
         }
         TerminationReason::ProviderError => {
-            "the model provider refused the request (bad key, bad request, unknown model); see the detail"
+            "the model provider refused the request (bad key, bad request, unknown model) or kept failing after every retry (an outage); the detail has its last answer"
         }
         TerminationReason::InternalError => {
             "baton failed internally; see the detail and the worker logs"

@@ -3,7 +3,7 @@
 //! Settings come from `baton.toml` and `BATON_*` variables ([`settings`]); the Temporal
 //! connection from `TEMPORAL_ADDRESS` / `TEMPORAL_NAMESPACE` / profiles, like the `temporal`
 //! CLI. On SIGTERM or SIGINT the worker stops polling, gives running activities the grace
-//! period, then exits.
+//! period, then exits; a second signal exits at once.
 
 mod health;
 mod metrics;
@@ -28,7 +28,7 @@ use temporalio_client::{
 use temporalio_common::telemetry::TelemetryOptions;
 use temporalio_sdk::{Runtime, Worker, WorkerOptions, runtime::RuntimeOptions};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use settings::{LogFormat, Settings};
 
@@ -222,6 +222,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             h.not_serving().await;
         }
         shutdown();
+        // A second signal (Ctrl-C again at a terminal) means now: running activities are
+        // abandoned and time out on the server, to be retried on another worker.
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        warn!("second signal: exiting now without waiting for running activities");
+        std::process::exit(130);
     });
     if let Some(h) = &health {
         h.serving().await;
