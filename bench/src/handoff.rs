@@ -129,6 +129,8 @@ impl Pool<'_> {
             &[
                 ("OPENAI_BASE_URL", url.as_str()),
                 ("BATON_GRACEFUL_SHUTDOWN_SECS", grace.as_str()),
+                // The runs write marks outside their workspace (`--sandbox off`).
+                ("BATON_ALLOW_SANDBOX_OFF", "true"),
             ],
         )?;
         worker.wait_ready(Duration::from_secs(60)).await?;

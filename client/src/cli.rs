@@ -89,7 +89,8 @@ pub(crate) enum SandboxMode {
     WorkspaceWrite,
     /// Nothing writable but a private temp dir.
     ReadOnly,
-    /// No confinement (workers must allow it).
+    /// No confinement: commands run as the worker's user (refused unless the worker sets
+    /// allow_sandbox_off = true).
     Off,
 }
 

@@ -1158,3 +1158,43 @@ fn read_only_tools_can_run_as_local_activities() {
     assert!(decode_history_payloads(&history).contains("local-read-ok"));
     assert!(w.workspace_root().join(&run).join("n.txt").exists());
 }
+
+/// `--sandbox off` runs commands as the worker's user: a worker honours it only when its
+/// operator allows it (`allow_sandbox_off`); otherwise the call fails, saying so, and the
+/// run goes on.
+#[test]
+fn sandbox_off_needs_the_workers_consent() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "off",
+        json!([
+            {"text": "Unconfined.", "tool_calls": [{"name": "shell", "arguments": {"command": "echo unconfined > off.txt"}}]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let args = ["--script", s.as_str(), "--no-approval", "--sandbox", "off"];
+
+    let strict_queue = unique("no-off");
+    let strict = worker(&server, &strict_queue, &[]);
+    let run = submit(&server, &strict_queue, &unique("run-off"), &args, "off");
+    assert_eq!(result(&server, &run, 0)["answer"], "Done.");
+    assert!(!strict.workspace_root().join(&run).join("off.txt").exists());
+    let text = history_text(&server, &run);
+    assert!(
+        text.contains("which this worker does not allow") && text.contains("allow_sandbox_off"),
+        "the model is told why: {text}"
+    );
+
+    let lax_queue = unique("allow-off");
+    let lax = worker(&server, &lax_queue, &[("BATON_ALLOW_SANDBOX_OFF", "true")]);
+    let run = submit(&server, &lax_queue, &unique("run-off"), &args, "off");
+    assert_eq!(result(&server, &run, 0)["answer"], "Done.");
+    assert_eq!(
+        std::fs::read_to_string(lax.workspace_root().join(&run).join("off.txt")).unwrap(),
+        "unconfined\n"
+    );
+}

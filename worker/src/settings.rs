@@ -51,6 +51,9 @@ pub(crate) struct Settings {
     /// this host cannot sandbox them (no Landlock), instead of failing those calls (default
     /// false). See README "Sandbox".
     pub(crate) allow_unsandboxed: bool,
+    /// Honour runs submitted with `--sandbox off` (default false: their shell calls fail
+    /// with a message saying so).
+    pub(crate) allow_sandbox_off: bool,
     /// The uid sandboxed tool processes run as when the worker runs as root (default 65534,
     /// `nobody`; 0 keeps root, which no process limit binds).
     pub(crate) sandbox_uid: u32,
@@ -71,7 +74,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 20] = [
+const SETTING_KEYS: [&str; 21] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -87,6 +90,7 @@ const SETTING_KEYS: [&str; 20] = [
     "metrics_poll_secs",
     "otel_endpoint",
     "allow_unsandboxed",
+    "allow_sandbox_off",
     "sandbox_uid",
     "sandbox_gid",
     "sandbox_max_processes",
@@ -233,6 +237,7 @@ impl Default for Settings {
             metrics_poll_secs: 15,
             otel_endpoint: None,
             allow_unsandboxed: false,
+            allow_sandbox_off: false,
             sandbox_uid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
             sandbox_gid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
             sandbox_max_processes: baton_activities::tools::sandbox::DEFAULT_MAX_PROCESSES,
@@ -297,6 +302,7 @@ impl Settings {
     pub(crate) fn sandbox(&self) -> baton_activities::tools::sandbox::SandboxSettings {
         baton_activities::tools::sandbox::SandboxSettings {
             allow_unsandboxed: self.allow_unsandboxed,
+            allow_sandbox_off: self.allow_sandbox_off,
             uid: self.sandbox_uid,
             gid: self.sandbox_gid,
             max_processes: self.sandbox_max_processes.max(1),

@@ -94,6 +94,10 @@ pub struct SandboxSettings {
     /// Run tool processes unsandboxed (with a warning) where the host cannot sandbox them,
     /// instead of failing the call.
     pub allow_unsandboxed: bool,
+    /// Honour runs that ask for no sandbox (`--sandbox off`). Off by default: on a worker
+    /// shared by many teams, a submitter must not be able to run commands as the worker's
+    /// user with its files, secrets and network.
+    pub allow_sandbox_off: bool,
     /// The user tool processes run as when the worker is root.
     pub uid: u32,
     /// The group tool processes run as when the worker is root.
@@ -110,6 +114,7 @@ impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
             allow_unsandboxed: false,
+            allow_sandbox_off: false,
             uid: DEFAULT_SANDBOX_ID,
             gid: DEFAULT_SANDBOX_ID,
             max_processes: DEFAULT_MAX_PROCESSES,
@@ -140,13 +145,20 @@ pub enum SandboxError {
     /// The host cannot sandbox and the worker may not run unsandboxed.
     #[error(
         "this worker cannot sandbox tool processes ({reason}); run the worker on Linux >= 5.13 \
-         with Landlock enabled, or set allow_unsandboxed = true in its config, or submit with \
-         --sandbox off"
+         with Landlock enabled, or set allow_unsandboxed = true in its config"
     )]
     Unavailable {
         /// What is missing.
         reason: String,
     },
+    /// The run asked for no sandbox, which this worker does not allow.
+    #[error(
+        "this run asks for no sandbox (--sandbox off), which this worker does not allow: its \
+         commands would run as the worker's own user, with its files and network; submit \
+         without --sandbox off (use --network if the task needs the network), or have the \
+         worker's operator set allow_sandbox_off = true"
+    )]
+    OffNotAllowed,
     /// A step of the set-up failed (the temp dir, handing over the workspace, the ruleset).
     #[error("cannot set up the sandbox: {context}: {source}")]
     Setup {
@@ -182,7 +194,10 @@ impl Sandbox {
         Self {
             mode: SandboxMode::Off,
             network: true,
-            settings: Arc::new(SandboxSettings::default()),
+            settings: Arc::new(SandboxSettings {
+                allow_sandbox_off: true,
+                ..SandboxSettings::default()
+            }),
         }
     }
 
@@ -216,6 +231,11 @@ impl Sandbox {
     /// blocking thread.
     pub fn prepare(&self, workspace: &Path) -> Result<Option<Prepared>, SandboxError> {
         if self.mode == SandboxMode::Off {
+            // File tools start no process and keep their own confinement; only processes
+            // would run as the worker.
+            if !self.settings.allow_sandbox_off {
+                return Err(SandboxError::OffNotAllowed);
+            }
             return Ok(None);
         }
         if let Err(reason) = (self.settings.probe)() {
@@ -1305,7 +1325,7 @@ mod tests {
             err.to_string(),
             "this worker cannot sandbox tool processes (Landlock unavailable: disabled for this \
              test); run the worker on Linux >= 5.13 with Landlock enabled, or set \
-             allow_unsandboxed = true in its config, or submit with --sandbox off"
+             allow_unsandboxed = true in its config"
         );
         assert!(!ctx.workspace.join("ran.txt").exists());
 
@@ -1335,6 +1355,7 @@ mod tests {
         let mut ctx = sandboxed(&dir, SandboxMode::Off, false);
         ctx.sandbox.settings = Arc::new(SandboxSettings {
             probe: || Err("never asked".to_owned()),
+            allow_sandbox_off: true,
             ..settings()
         });
         let result = sh(
@@ -1375,7 +1396,37 @@ mod tests {
             resolve("workspace-write", false, &["example.com"]).unwrap(),
             (SandboxMode::WorkspaceWrite, true)
         );
+        // No sandbox only where the worker allows it (checked when a process is prepared).
         assert_eq!(resolve("off", false, &[]).unwrap().0, SandboxMode::Off);
+        let refused = Sandbox::resolve(
+            Some(&SandboxPolicy {
+                mode: "off".to_owned(),
+                ..Default::default()
+            }),
+            settings.clone(),
+        )
+        .unwrap()
+        .prepare(Path::new("/"))
+        .unwrap_err();
+        assert!(!refused.is_retryable());
+        assert!(
+            refused.to_string().contains("allow_sandbox_off = true"),
+            "{refused}"
+        );
+        let allowing = Arc::new(SandboxSettings {
+            allow_sandbox_off: true,
+            ..SandboxSettings::default()
+        });
+        let off = Sandbox::resolve(
+            Some(&SandboxPolicy {
+                mode: "off".to_owned(),
+                ..Default::default()
+            }),
+            allowing,
+        )
+        .unwrap();
+        assert_eq!((off.mode, off.network), (SandboxMode::Off, true));
+        assert!(off.prepare(Path::new("/")).unwrap().is_none());
         let none = Sandbox::resolve(None, settings.clone()).unwrap();
         assert_eq!(
             (none.mode, none.network),
