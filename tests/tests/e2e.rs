@@ -1198,3 +1198,76 @@ fn sandbox_off_needs_the_workers_consent() {
         "unconfined\n"
     );
 }
+
+/// Two runs on one worker: the second one's shell commands can read neither the first one's
+/// workspace nor the blob store holding its conversation (they run as the same user).
+#[test]
+fn a_run_cannot_read_another_runs_workspace_or_the_store() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("isolation");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let victim_s = script(
+        dir.path(),
+        "victim",
+        json!([
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "creds.txt", "content": "db_password=hunter2-VICTIM\n"}}]},
+            {"text": "Stored."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let victim = submit(
+        &server,
+        &queue,
+        &unique("run-victim"),
+        &["--script", &victim_s, "--no-approval"],
+        "confidential prompt XYZZY-PLUGH",
+    );
+    assert_eq!(result(&server, &victim, 0)["answer"], "Stored.");
+    assert!(w.workspace_root().join(&victim).join("creds.txt").exists());
+
+    let blobs = server.blob_dir().display().to_string();
+    let command = format!(
+        "cat ../{victim}/creds.txt; grep -rah 'XYZZY\\|hunter2' {blobs} ../..; ls ..; echo thief-done"
+    );
+    let thief_s = script(
+        dir.path(),
+        "thief",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "Looked."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let thief = submit(
+        &server,
+        &queue,
+        &unique("run-thief"),
+        &["--script", &thief_s, "--no-approval"],
+        "look around",
+    );
+    assert_eq!(result(&server, &thief, 0)["answer"], "Looked.");
+    let transcript = baton(&server, &["transcript", &thief, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    let output = transcript["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|i| i["tool_result"]["content"].as_str())
+        .unwrap()
+        .to_owned();
+    assert!(output.contains("thief-done"), "{output}");
+    assert!(output.contains("Permission denied"), "{output}");
+    for secret in ["hunter2-VICTIM", "XYZZY-PLUGH"] {
+        assert!(
+            !output.contains(secret),
+            "{secret} leaked to another run: {output}"
+        );
+    }
+    // `ls ..` would have listed the other run.
+    assert!(!output.contains(&format!("{victim}\n")), "{output}");
+}

@@ -149,8 +149,21 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
     std::fs::create_dir_all(&workspace_root)
         .with_context(|| format!("cannot create workspace root {}", workspace_root.display()))?;
+    writable(&workspace_root, "workspace root (workspace_root)")?;
     let store = baton_activities::store::open(&settings.store)
-        .context("cannot open the blob store; see README \"Blob store\"")?;
+        .context("cannot open the blob store; see README \"Configuration\" (store.*)")?;
+    let local_store = (settings.store.backend == "local")
+        .then(|| std::path::absolute(&settings.store.dir).ok())
+        .flatten();
+    if let Some(dir) = &local_store {
+        writable(dir, "blob store directory (store.dir)")?;
+    }
+    let mut sandbox = settings.sandbox();
+    // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
+    sandbox.hidden = [Some(workspace_root.clone()), local_store]
+        .into_iter()
+        .flatten()
+        .collect();
     let providers = Providers::new(&settings.providers())?;
 
     let metrics = metrics::start(&settings)?;
@@ -180,7 +193,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
                 store.clone(),
                 settings.workspace_snapshots,
             )
-            .with_sandbox(settings.sandbox()),
+            .with_sandbox(sandbox),
         )
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
@@ -250,4 +263,16 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("worker stopped with an error: {e}"))?;
     info!("worker stopped");
     Ok(())
+}
+
+/// Fails start-up when this process cannot create files in `dir` (`what` names the setting): a
+/// worker that starts anyway would fail every tool call or model call of the runs it takes.
+fn writable(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    tempfile::tempfile_in(dir).map(drop).with_context(|| {
+        format!(
+            "the {what} {} is not writable by this worker; fix its permissions or point the \
+             setting elsewhere",
+            dir.display()
+        )
+    })
 }

@@ -38,7 +38,7 @@
 //! at info level for each call).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use baton_proto::SandboxPolicy;
@@ -108,6 +108,11 @@ pub struct SandboxSettings {
     pub max_file_size: u64,
     /// Whether this host can enforce a sandbox: `Err(reason)` if not. Replaceable for tests.
     pub probe: fn() -> Result<(), String>,
+    /// Directories sandboxed processes may not read (the worker sets its workspace root and
+    /// its local blob store): every run's processes run as the same user, so without this
+    /// one run could read another's workspace and every run's stored conversation. The
+    /// run's own workspace stays readable.
+    pub hidden: Vec<PathBuf>,
 }
 
 impl Default for SandboxSettings {
@@ -120,6 +125,7 @@ impl Default for SandboxSettings {
             max_processes: DEFAULT_MAX_PROCESSES,
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             probe: probe_host,
+            hidden: Vec::new(),
         }
     }
 }
@@ -296,6 +302,43 @@ fn temp_env(temp: &Path, home: bool) -> Vec<(&'static str, OsString)> {
     env
 }
 
+/// The paths to grant read access under so that everything is readable except what lies in
+/// `hidden` (Landlock only grants): `/` when nothing is hidden, else the entries of every
+/// directory on the way to a hidden one that do not lead to one. The directories on the way
+/// themselves are not listable (`ls /` fails when a hidden path is under `/`), but they can be
+/// walked through. A symbolic link leading into (or above) a hidden path is left out.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| h.parent().is_some())
+        .collect();
+    if hidden.is_empty() {
+        return vec![PathBuf::from("/")];
+    }
+    let mut readable = Vec::new();
+    let mut ancestors = vec![PathBuf::from("/")];
+    while let Some(dir) = ancestors.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let entry = entry.path();
+            let target = std::fs::canonicalize(&entry).unwrap_or_else(|_| entry.clone());
+            let touches = |p: &Path| hidden.iter().any(|h| h.starts_with(p) || p.starts_with(h));
+            if !touches(&entry) && !touches(&target) {
+                readable.push(entry);
+            } else if target == entry && !hidden.iter().any(|h| entry.starts_with(h)) {
+                // On the way to a hidden directory: look inside.
+                ancestors.push(entry);
+            }
+        }
+    }
+    readable.sort();
+    readable
+}
+
 /// Whether this host can sandbox: Landlock and seccomp filters available.
 pub fn probe_host() -> Result<(), String> {
     imp::probe()
@@ -340,7 +383,7 @@ mod imp {
     use std::collections::BTreeMap;
     use std::ffi::CStr;
     use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
 
     use landlock::{
         ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
@@ -450,7 +493,13 @@ mod imp {
                 )
             })?;
         }
-        let ruleset = ruleset(sandbox.mode, sandbox.network, workspace, temp.path())?;
+        let ruleset = ruleset(
+            sandbox.mode,
+            sandbox.network,
+            workspace,
+            temp.path(),
+            &settings.hidden,
+        )?;
         let programs = seccomp_programs(sandbox.network)?;
         let max_processes = match user {
             Some(_) => settings.max_processes,
@@ -482,12 +531,14 @@ mod imp {
         value.min(current.rlim_max)
     }
 
-    /// The Landlock ruleset: read and execute everywhere, write where `mode` allows.
+    /// The Landlock ruleset: read and execute everywhere but `hidden`, the workspace too, write
+    /// where `mode` allows.
     fn ruleset(
         mode: SandboxMode,
         network: bool,
         workspace: &Path,
         temp: &Path,
+        hidden: &[PathBuf],
     ) -> Result<OwnedFd, SandboxError> {
         let failed = |e: landlock::RulesetError| SandboxError::setup("Landlock ruleset", e);
         let path =
@@ -503,14 +554,19 @@ mod imp {
                 .handle_access(AccessNet::from_all(ABI_USED))
                 .map_err(failed)?;
         }
-        let mut created = ruleset
-            .create()
-            .map_err(failed)?
-            .add_rule(PathBeneath::new(
-                path(Path::new("/"))?,
-                AccessFs::from_read(ABI_USED),
-            ))
-            .map_err(failed)?;
+        let mut created = ruleset.create().map_err(failed)?;
+        for readable in super::readable_except(hidden)
+            .iter()
+            .map(PathBuf::as_path)
+            .chain([workspace])
+        {
+            // An entry may vanish between listing and opening: skip it.
+            if let Ok(fd) = PathFd::new(readable) {
+                created = created
+                    .add_rule(PathBeneath::new(fd, AccessFs::from_read(ABI_USED)))
+                    .map_err(failed)?;
+            }
+        }
         for device in DEVICES {
             if let Ok(fd) = PathFd::new(device) {
                 created = created
@@ -1027,6 +1083,80 @@ mod tests {
             "{}",
             tmpdir.display()
         );
+    }
+
+    /// Every run's commands run as the same user: the workspace root (other runs) and the
+    /// blob store are hidden, the run's own workspace and the system stay readable.
+    #[tokio::test]
+    async fn other_runs_and_the_store_are_not_readable() {
+        let dir = TempDir::new().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = dir.path().join("workspaces");
+        let blobs = dir.path().join("blobs");
+        for d in [root.join("run-a"), root.join("run-b"), blobs.join("ab")] {
+            std::fs::create_dir_all(&d).unwrap();
+        }
+        for d in [&root, &blobs, &root.join("run-b"), &blobs.join("ab")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(root.join("run-b/secret.txt"), "victim-secret\n").unwrap();
+        std::fs::write(blobs.join("ab/blob"), "stored-secret\n").unwrap();
+        std::fs::write(root.join("run-a/own.txt"), "own-content\n").unwrap();
+        for mode in [SandboxMode::WorkspaceWrite, SandboxMode::ReadOnly] {
+            let mut ctx = with_settings(
+                &dir,
+                mode,
+                false,
+                SandboxSettings {
+                    hidden: vec![root.clone(), blobs.clone()],
+                    ..settings()
+                },
+            );
+            ctx.workspace = root.join("run-a");
+            let result = sh(
+                &ctx,
+                &format!(
+                    "cat own.txt; cat ../run-b/secret.txt || echo denied-run; \
+                     cat {}/ab/blob || echo denied-store; ls .. || echo denied-list; \
+                     cat /etc/passwd > /dev/null && echo system-ok",
+                    blobs.display()
+                ),
+            )
+            .await;
+            let out = &result.content;
+            for want in [
+                "own-content",
+                "denied-run",
+                "denied-store",
+                "denied-list",
+                "system-ok",
+            ] {
+                assert!(out.contains(want), "{mode:?}: {want} missing: {out}");
+            }
+            assert!(
+                !out.contains("victim-secret") && !out.contains("stored-secret"),
+                "{mode:?}: {out}"
+            );
+        }
+    }
+
+    #[test]
+    fn readable_paths_leave_out_hidden_ones_and_links_into_them() {
+        let dir = TempDir::new().unwrap();
+        let hidden = dir.path().join("h");
+        std::fs::create_dir_all(hidden.join("x")).unwrap();
+        std::fs::create_dir_all(dir.path().join("open")).unwrap();
+        std::os::unix::fs::symlink(&hidden, dir.path().join("link")).unwrap();
+        let readable = readable_except(std::slice::from_ref(&hidden));
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        assert!(readable.contains(&dir.join("open")), "{readable:?}");
+        assert!(
+            !readable.iter().any(|p| p.starts_with(dir.join("h"))),
+            "{readable:?}"
+        );
+        assert!(!readable.contains(&dir.join("link")), "{readable:?}");
+        assert!(!readable.contains(&PathBuf::from("/")), "{readable:?}");
+        assert_eq!(readable_except(&[]), vec![PathBuf::from("/")]);
     }
 
     #[tokio::test]
