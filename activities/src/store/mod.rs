@@ -133,7 +133,7 @@ pub async fn get_json<T: DeserializeOwned>(
 /// Which blob store to use and how to reach it (the `[store]` table of `baton.toml`).
 /// Every field has a default, so an empty table means a local store in `.baton/blobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
     /// `"local"` (default) or `"s3"`.
     pub backend: String,
@@ -157,7 +157,7 @@ impl Default for StoreSettings {
 /// to the standard AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 /// `AWS_SESSION_TOKEN`, web identity, instance metadata); so do endpoint and region.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct S3Settings {
     /// Endpoint URL of an S3-compatible server (e.g. `http://127.0.0.1:9000` for MinIO);
     /// `None` = AWS S3 of the region.
@@ -231,6 +231,16 @@ mod settings_tests {
         assert_eq!(s.backend, "local");
         assert_eq!(s.dir, PathBuf::from(".baton/blobs"));
         assert!(!s.s3.allow_http);
+    }
+
+    /// A misspelt key must not silently give a worker its own default store (a fleet whose
+    /// workers disagree on the store cannot hand runs over).
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = serde_json::from_str::<StoreSettings>(r#"{"directory": "/x"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `directory`"), "{e}");
+        let e = serde_json::from_str::<StoreSettings>(r#"{"s3": {"buckett": "b"}}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `buckett`"), "{e}");
     }
 
     #[test]
