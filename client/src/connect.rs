@@ -21,9 +21,10 @@ pub(crate) async fn connect() -> Result<Client, Exit> {
     let (mut conn_opts, mut client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| Exit::usage(format!("invalid Temporal connection settings: {e}")))?;
-    if let Some(keys) = codec_keys()? {
-        client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
-    }
+    client_opts.data_converter = match codec_keys()? {
+        Some(keys) => baton_codec::data_converter(BatonCodec::new(keys)),
+        None => baton_codec::plain_converter(),
+    };
     let address = conn_opts.target.to_string();
     let env = |k: &str| std::env::var(k).ok();
     conn_opts.identity = client_identity(&env, &hostname(), &local_user(&env));

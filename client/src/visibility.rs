@@ -50,12 +50,15 @@ async fn query_runs(
 
 /// The run's last recorded status, in line with its execution (see [`inspect::reconcile`]).
 fn status_of(run: &WorkflowExecution) -> RunStatus {
-    let mut status = run
-        .memo()
-        .get(STATUS_MEMO_KEY)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let mut status = match run.memo().get::<RunStatus>(STATUS_MEMO_KEY) {
+        Ok(status) => status.unwrap_or_default(),
+        Err(e) => {
+            // E.g. encrypted with keys this process lacks: say so rather than show an empty
+            // status as if nothing were pending.
+            eprintln!("· cannot read the status of {}: {e}", run.id());
+            RunStatus::default()
+        }
+    };
     inspect::reconcile(&mut status, run.status());
     status
 }

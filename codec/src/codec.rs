@@ -205,6 +205,36 @@ impl PayloadCodec for BatonCodec {
     }
 }
 
+/// The codec of a process without keys: writes payloads plain, reads plain ones, and refuses
+/// an encrypted one with the error that names its key id and `BATON_CODEC_KEYS` (without it,
+/// the SDK's JSON converter would only say "Wrong encoding").
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoKeysCodec;
+
+impl PayloadCodec for NoKeysCodec {
+    fn encode(
+        &self,
+        _: &SerializationContextData,
+        payloads: Vec<Payload>,
+    ) -> BoxFuture<'static, Result<Vec<Payload>, PayloadConversionError>> {
+        async move { Ok(payloads) }.boxed()
+    }
+
+    fn decode(
+        &self,
+        _: &SerializationContextData,
+        payloads: Vec<Payload>,
+    ) -> BoxFuture<'static, Result<Vec<Payload>, PayloadConversionError>> {
+        let result = match payloads.iter().find(|p| is_encrypted(p)) {
+            Some(p) => Err(conversion(CodecError::UnknownKey {
+                key_id: key_id(p).unwrap_or_else(|| "?".to_owned()),
+            })),
+            None => Ok(payloads),
+        };
+        async move { result }.boxed()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ pub mod codec;
 pub mod error;
 pub mod keys;
 
-pub use codec::{BatonCodec, ENCODING, KEY_ID_KEY};
+pub use codec::{BatonCodec, ENCODING, KEY_ID_KEY, NoKeysCodec};
 pub use error::CodecError;
 pub use keys::{ACTIVE_KEY_ENV, KEYS_ENV, Keyring};
 
@@ -31,6 +31,16 @@ pub fn data_converter(codec: BatonCodec) -> DataConverter {
         PayloadConverter::default(),
         DefaultFailureConverter::new(true),
         codec,
+    )
+}
+
+/// The data converter of a process without keys: payloads plain, and an encrypted one read
+/// by mistake fails with a message naming its key id and `BATON_CODEC_KEYS`.
+pub fn plain_converter() -> DataConverter {
+    DataConverter::new(
+        PayloadConverter::default(),
+        DefaultFailureConverter::new(false),
+        NoKeysCodec,
     )
 }
 

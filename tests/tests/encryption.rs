@@ -284,6 +284,14 @@ fn history_is_encrypted_keys_rotate_and_the_codec_server_decodes() {
         said.contains("'k1'") && said.contains("BATON_CODEC_KEYS"),
         "{denied}"
     );
+    // Without any key, the same: not the JSON converter's "Wrong encoding".
+    for args in [["status", run1.as_str()], ["result", run1.as_str()]] {
+        let denied = b(&server, "", &args, 5).to_string();
+        assert!(
+            denied.contains("'k1'") && denied.contains("BATON_CODEC_KEYS"),
+            "{args:?}: {denied}"
+        );
+    }
 
     // The codec server decodes both runs for the `temporal` CLI.
     let port = free_port().unwrap();
