@@ -538,6 +538,7 @@ impl RunState {
         prompt::build(
             self.started_at_ms,
             self.instructions.as_ref(),
+            self.spec.sandbox.as_ref(),
             &self.spec.system_prompt,
         )
     }
@@ -1534,7 +1535,13 @@ impl RunState {
                 .unwrap_or(TerminationReason::LoopDetected);
             match batch.calls.first().map(|c| &c.disposition) {
                 Some(Disposition::Refused { content }) => {
+                    // The refusal was written for the model ("... Do not retry it"); the
+                    // result only needs who ended the run and why.
                     let detail = content.replace("The call was denied", "The run was ended");
+                    let detail = match detail.split_once(" It did not run.") {
+                        Some((said, _)) => said.to_owned(),
+                        None => detail,
+                    };
                     self.finish(now_ms, reason, detail);
                 }
                 _ if batch.extend.is_some() => self.extend_limits(reason, now_ms),

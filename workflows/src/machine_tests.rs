@@ -910,6 +910,8 @@ fn the_breaker_pauses_for_a_human_who_can_continue_or_abort() {
             let r = expect_finish(&mut s);
             assert_eq!(r.reason(), TerminationReason::LoopDetected);
             assert!(r.detail.contains("ended by op: enough"), "{}", r.detail);
+            // Not the text written for the model.
+            assert!(!r.detail.contains("Do not retry"), "{}", r.detail);
         }
     }
 }

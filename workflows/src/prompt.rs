@@ -2,7 +2,7 @@
 //! workflow time, so it is the same on replay), the workspace's AGENTS.md, then the run's extra
 //! instructions.
 
-use baton_proto::WorkspaceInstructions;
+use baton_proto::{SandboxPolicy, WorkspaceInstructions};
 
 /// The base role text.
 pub const BASE_PROMPT: &str = "You are baton, an autonomous software agent. You work in a \
@@ -15,6 +15,7 @@ summary of what you did and found, without calling tools.";
 pub fn build(
     started_at_ms: i64,
     instructions: Option<&WorkspaceInstructions>,
+    sandbox: Option<&SandboxPolicy>,
     extra: &str,
 ) -> String {
     let mut prompt = String::from(BASE_PROMPT);
@@ -23,6 +24,10 @@ pub fn build(
             "\n\nYour workspace is {}; tool paths are relative to it.",
             ws.workspace
         ));
+    }
+    if let Some(limits) = sandbox_text(sandbox) {
+        prompt.push(' ');
+        prompt.push_str(&limits);
     }
     prompt.push_str(&format!("\nToday's date is {}.", date(started_at_ms)));
     if let Some(ws) = instructions.filter(|w| !w.agents_md.trim().is_empty()) {
@@ -39,6 +44,30 @@ pub fn build(
         prompt.push_str(extra.trim_end());
     }
     prompt
+}
+
+/// What the sandbox lets shell commands do, so that the model neither retries what it forbids
+/// nor mistakes its refusals for bugs. `None` without a sandbox (`off`).
+fn sandbox_text(sandbox: Option<&SandboxPolicy>) -> Option<String> {
+    let (mode, network) = match sandbox {
+        Some(p) => (p.mode.as_str(), p.network || !p.allowed_hosts.is_empty()),
+        None => ("", false),
+    };
+    let writes = match mode {
+        "off" => return None,
+        "read-only" => "can write nothing but a private temporary directory ($TMPDIR)",
+        _ => "can write only inside the workspace and a private temporary directory ($TMPDIR)",
+    };
+    Some(format!(
+        "Shell commands run in a sandbox: they {writes}, cannot read other runs' files, and \
+         {}. A \"Permission denied\" or a failed connection that comes from these limits will \
+         not go away on a retry: work within them, or say in your answer what a human should do.",
+        if network {
+            "may use the network"
+        } else {
+            "have no network access"
+        }
+    ))
 }
 
 /// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds.
@@ -78,7 +107,7 @@ mod tests {
             truncated: true,
             ..Default::default()
         };
-        let p = build(0, Some(&ws), "Only touch docs/.");
+        let p = build(0, Some(&ws), None, "Only touch docs/.");
         let i_base = p.find("You are baton").unwrap();
         let i_ws = p.find("Your workspace is /w/run-1").unwrap();
         let i_date = p.find("Today's date is 1970-01-01").unwrap();
@@ -87,7 +116,24 @@ mod tests {
         let i_extra = p.find("Only touch docs/.").unwrap();
         assert!(i_base < i_ws && i_ws < i_date && i_date < i_agents);
         assert!(i_agents < i_cut && i_cut < i_extra);
-        let bare = build(0, None, "");
+        let bare = build(0, None, None, "");
         assert!(!bare.contains("AGENTS.md") && !bare.contains("Instructions for this run"));
+        // The default sandbox is described; `off` is not.
+        assert!(bare.contains("write only inside the workspace") && bare.contains("no network"));
+        let open = SandboxPolicy {
+            mode: "read-only".into(),
+            network: true,
+            ..Default::default()
+        };
+        let p = build(0, None, Some(&open), "");
+        assert!(
+            p.contains("write nothing but") && p.contains("may use the network"),
+            "{p}"
+        );
+        let off = SandboxPolicy {
+            mode: "off".into(),
+            ..Default::default()
+        };
+        assert!(!build(0, None, Some(&off), "").contains("sandbox"));
     }
 }
