@@ -298,9 +298,12 @@ pub(crate) struct PendingArgs {
 pub(crate) struct ResultArgs {
     /// Run id.
     pub(crate) run: String,
-    /// Wait for the run to end.
+    /// Wait for the run to end (Ctrl-C stops waiting: exit 3, the run goes on).
     #[arg(long)]
     pub(crate) wait: bool,
+    /// With --wait: give up waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,

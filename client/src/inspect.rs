@@ -296,8 +296,33 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
             return Ok(exit::WAIT_TIMEOUT);
         }
     }
-    let r = wait_result(&h, &args.run).await?;
-    Ok(print_result(&r, args.json))
+    let waiting = async {
+        match args.wait_timeout {
+            Some(limit) => tokio::time::timeout(limit, wait_result(&h, &args.run))
+                .await
+                .ok(),
+            None => Some(wait_result(&h, &args.run).await),
+        }
+    };
+    let waited = tokio::select! {
+        waited = waiting => waited,
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    match waited {
+        Some(r) => Ok(print_result(&r?, args.json)),
+        None => {
+            // Timed out or interrupted: like `submit --wait`, detach and say how to come back.
+            let msg = format!(
+                "stopped waiting for {}; it goes on (`baton result {} --wait` waits again)",
+                args.run, args.run
+            );
+            if args.json {
+                println!("{}", json!({"run_id": args.run, "detail": msg}));
+            }
+            eprintln!("{msg}");
+            Ok(exit::WAIT_TIMEOUT)
+        }
+    }
 }
 
 /// `baton transcript RUN`: the conversation as the run keeps it (full tool outputs included).

@@ -661,6 +661,22 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     // The run goes on: no reason yet; times are numbers, as in `watch --json`.
     assert_eq!(v["reason"], Value::Null, "{v}");
     assert!(v["pending"][0]["requested_at_ms"].is_i64(), "{v}");
+    // A later step re-attaches with a bound of its own.
+    let waiting = v["run_id"].as_str().unwrap();
+    let out = baton(
+        &server,
+        &[
+            "result",
+            waiting,
+            "--wait",
+            "--wait-timeout",
+            "2s",
+            "--json",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 3, "{out}");
+    assert!(out.stderr.contains("it goes on"), "{out}");
 
     let out = baton(&server, &["status", "no-such-run"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
