@@ -85,7 +85,7 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
             "the model provider refused the request (bad key, bad request, unknown model) or kept failing after every retry (an outage); the detail has its last answer"
         }
         TerminationReason::InternalError => {
-            "baton failed internally; see the detail and the worker logs"
+            "baton failed internally (e.g. the workers' blob store); see the detail and the worker logs"
         }
         TerminationReason::Unspecified => "the run has not ended",
     }

@@ -63,5 +63,8 @@ pub use tool_activities::RunTool;
 pub const PROVIDER_FATAL: &str = "ProviderFatal";
 /// Failure type of a request too large for the model's context window.
 pub const CONTEXT_OVERFLOW: &str = "ContextOverflow";
+/// Failure type of a model call that failed for good because the blob store holding the
+/// conversation could not be used (not the provider's doing: the run ends `internal_error`).
+pub const STORE_UNAVAILABLE: &str = "StoreUnavailable";
 /// Failure type of a malformed activity input.
 pub const BAD_INPUT: &str = "BadInput";

@@ -261,6 +261,8 @@ pub struct Summary {
 pub enum LlmFailure {
     /// The request did not fit the model's context window.
     ContextOverflow,
+    /// The worker's side failed (its blob store), not the provider.
+    Infrastructure,
     /// Anything else retries could not fix.
     Fatal,
 }
@@ -654,6 +656,9 @@ impl RunState {
     pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
         match failure {
             LlmFailure::Fatal => self.finish(now_ms, TerminationReason::ProviderError, detail),
+            LlmFailure::Infrastructure => {
+                self.finish(now_ms, TerminationReason::InternalError, detail)
+            }
             LlmFailure::ContextOverflow => {
                 let (count, bytes) = if self.overflow_retried {
                     (0, 0)

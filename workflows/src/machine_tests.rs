@@ -601,6 +601,18 @@ fn content_filter_and_provider_errors_fail_the_run() {
     let r = expect_finish(&mut s);
     assert_eq!(r.reason(), TerminationReason::ProviderError);
     assert_eq!(r.detail, "401 invalid api key");
+
+    // The worker's blob store failing is not the provider's doing.
+    let mut s = RunState::new("run-3", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_failure(
+        LlmFailure::Infrastructure,
+        "store: permission denied".into(),
+        T0,
+    );
+    let r = expect_finish(&mut s);
+    assert_eq!(r.reason(), TerminationReason::InternalError);
+    assert_eq!(r.detail, "store: permission denied");
 }
 
 #[test]

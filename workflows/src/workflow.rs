@@ -18,7 +18,10 @@ use temporalio_workflow::{
 };
 
 use crate::{
-    activities::{BAD_INPUT, CONTEXT_OVERFLOW, LlmActivities, PROVIDER_FATAL, ToolActivities},
+    activities::{
+        BAD_INPUT, CONTEXT_OVERFLOW, LlmActivities, PROVIDER_FATAL, STORE_UNAVAILABLE,
+        ToolActivities,
+    },
     machine::{LlmFailure, RunState, Step},
 };
 
@@ -216,10 +219,10 @@ impl AgentRun {
                         Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
                         Err(e) => {
                             let detail = failure_message(&e);
-                            let kind = if failure_type(&e) == Some(CONTEXT_OVERFLOW) {
-                                LlmFailure::ContextOverflow
-                            } else {
-                                LlmFailure::Fatal
+                            let kind = match failure_type(&e) {
+                                Some(CONTEXT_OVERFLOW) => LlmFailure::ContextOverflow,
+                                Some(STORE_UNAVAILABLE) => LlmFailure::Infrastructure,
+                                _ => LlmFailure::Fatal,
                             };
                             ctx.state_mut(|s| s.run.on_llm_failure(kind, detail, now));
                         }

@@ -177,9 +177,15 @@ impl LlmService {
 /// A blob store failure, as an activity failure: retried (the store may be back, or another
 /// worker may reach it), with a message saying what to check.
 fn store_failure(e: ConversationError) -> ActivityError {
-    ActivityError::application(ApplicationFailure::new(format!(
+    let message = format!(
         "{e} (check the workers' [store] settings: every worker must use the same blob store)"
-    )))
+    );
+    warn!(error = %message, "the blob store failed during a model call");
+    ActivityError::application(
+        ApplicationFailure::builder(message)
+            .type_name(baton_workflows::activities::STORE_UNAVAILABLE.to_owned())
+            .build(),
+    )
 }
 
 #[activities]
