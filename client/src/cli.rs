@@ -173,7 +173,8 @@ pub(crate) struct SubmitArgs {
     /// Also continue as new after this many turns in one segment.
     #[arg(long, value_name = "TURNS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) segment_turns: Option<u32>,
-    /// Wall-clock limit for the whole run, e.g. 2h (a durable timer: it stops work in flight).
+    /// Wall-clock limit for the whole run, e.g. 2h (a durable timer: with --on-exhausted stop
+    /// it stops work in flight; with ask, the question comes once the current step ends).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) deadline: Option<std::time::Duration>,
     /// When a limit (turns, tokens, deadline) is reached: end the run (stop) or pause for a
