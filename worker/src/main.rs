@@ -158,6 +158,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(dir) = &local_store {
         writable(dir, "blob store directory (store.dir)")?;
     }
+    let swept = baton_activities::tools::sandbox::sweep_stale_temp_dirs();
+    if swept > 0 {
+        info!(
+            swept,
+            "removed the tool temp dirs of workers that were killed"
+        );
+    }
     let mut sandbox = settings.sandbox();
     // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]

@@ -339,6 +339,43 @@ fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
     readable
 }
 
+/// The name prefix of the private temp dirs of worker process `pid`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn temp_prefix(pid: u32) -> String {
+    format!("baton-tool-{pid}-")
+}
+
+/// Removes the private temp dirs (in the system temp dir) that workers no longer running left
+/// behind: a worker killed outright (`kill -9`, OOM) cannot remove those of its calls in
+/// flight, and what a command wrote there (build caches, downloads) would pile up. Dirs of
+/// live processes are left alone. Returns how many were removed.
+pub fn sweep_stale_temp_dirs() -> usize {
+    sweep_temp_dirs_in(&std::env::temp_dir())
+}
+
+fn sweep_temp_dirs_in(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("baton-tool-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Whether this host can sandbox: Landlock and seccomp filters available.
 pub fn probe_host() -> Result<(), String> {
     imp::probe()
@@ -472,7 +509,7 @@ mod imp {
         let settings = &sandbox.settings;
         let user = (is_root() && settings.uid != 0).then_some((settings.uid, settings.gid));
         let temp = tempfile::Builder::new()
-            .prefix("baton-tool-")
+            .prefix(&super::temp_prefix(std::process::id()))
             .tempdir()
             .map_err(|e| SandboxError::setup("cannot create the private temp dir", e))?;
         if let Some((uid, gid)) = user {
@@ -1138,6 +1175,21 @@ mod tests {
                 "{mode:?}: {out}"
             );
         }
+    }
+
+    #[test]
+    fn temp_dirs_of_dead_workers_are_swept() {
+        let dir = TempDir::new().unwrap();
+        let dead = dir.path().join(format!("{}x1", temp_prefix(4_194_305)));
+        let live = dir
+            .path()
+            .join(format!("{}x2", temp_prefix(std::process::id())));
+        let other = dir.path().join("baton-tool-abc");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d.join("cache")).unwrap();
+        }
+        assert_eq!(sweep_temp_dirs_in(dir.path()), 1);
+        assert!(!dead.exists() && live.exists() && other.exists());
     }
 
     #[test]
