@@ -88,7 +88,12 @@ fn init_tracing(settings: &Settings) -> anyhow::Result<Flush> {
     use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only on a terminal: a log file or collector gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let lines = match settings.log_format {
         LogFormat::Json => lines.json().flatten_event(true).boxed(),
         LogFormat::Text => lines.boxed(),
