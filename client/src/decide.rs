@@ -71,6 +71,21 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
     Ok(exit::COMPLETED)
 }
 
+/// The run's status, or a usage error if it has ended (nothing is left to decide).
+async fn open_snapshot(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+) -> Result<inspect::Snapshot, Exit> {
+    let snap = inspect::snapshot(h, run).await?;
+    if snap.temporal_status != WorkflowExecutionStatus::Running {
+        return Err(Exit::usage(format!(
+            "run {run} has already ended ({}); there is nothing to approve or deny",
+            snap.status.state().as_str_name()
+        )));
+    }
+    Ok(snap)
+}
+
 /// Before anything is sent: the run is open and every named call (or, for `--all`, some
 /// call) awaits a decision, so that a typo in one of several ids sends none of them, and a
 /// decision that would go out as a signal (no worker) is not reported as applied when there
@@ -79,14 +94,7 @@ async fn check_pending(
     h: &WorkflowHandle<Client, AgentRun>,
     args: &DecideArgs,
 ) -> Result<(), Exit> {
-    let snap = inspect::snapshot(h, &args.run).await?;
-    if snap.temporal_status != WorkflowExecutionStatus::Running {
-        return Err(Exit::usage(format!(
-            "run {} has already ended ({}); there is nothing to approve or deny",
-            args.run,
-            snap.status.state().as_str_name()
-        )));
-    }
+    let snap = open_snapshot(h, &args.run).await?;
     // With a worker answering, a single decision goes as an update whose validator says
     // exactly what is wrong (unknown id, already decided, who may decide).
     if snap.source == "query" && args.call_ids.len() <= 1 && !args.signal {
@@ -133,14 +141,7 @@ async fn ask_pending(
     args: &DecideArgs,
     approver: &str,
 ) -> Result<Option<Vec<ApprovalDecision>>, Exit> {
-    let snap = inspect::snapshot(h, &args.run).await?;
-    if snap.temporal_status != WorkflowExecutionStatus::Running {
-        return Err(Exit::usage(format!(
-            "run {} has already ended ({}); there is nothing to approve or deny",
-            args.run,
-            snap.status.state().as_str_name()
-        )));
-    }
+    let snap = open_snapshot(h, &args.run).await?;
     let now = now_ms();
     let state = snap.status.state().as_str_name();
     let pending = snap.status.pending;

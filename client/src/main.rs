@@ -61,10 +61,7 @@ async fn main() {
                     .collect();
                 let joined = paragraph.join(" ");
                 let message = joined.strip_prefix("error: ").unwrap_or(&joined);
-                println!(
-                    "{}",
-                    serde_json::json!({"error": message, "exit_code": code})
-                );
+                print_json_error(message, code);
             }
             let _ = e.print();
             std::process::exit(code);
@@ -94,10 +91,7 @@ async fn main() {
         Err(e) => {
             if !e.message.is_empty() {
                 if as_json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"error": e.message, "exit_code": e.code})
-                    );
+                    print_json_error(&e.message, e.code);
                 }
                 eprintln!("baton: {}", e.message);
             }
@@ -105,4 +99,12 @@ async fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// The `{"error", "exit_code"}` object a failing `--json` command prints on stdout.
+fn print_json_error(message: &str, code: i32) {
+    println!(
+        "{}",
+        serde_json::json!({"error": message, "exit_code": code})
+    );
 }

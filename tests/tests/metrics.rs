@@ -104,22 +104,29 @@ fn scrape_until(
     .unwrap()
 }
 
-#[test]
-fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
-    let server = DevServer::start().unwrap();
-    let queue = unique("metrics");
+/// A ready worker on `queue` serving /metrics (visibility polled every second) with one more
+/// setting; returns it and the metrics address.
+fn metrics_worker(server: &DevServer, queue: &str, extra: (&str, &str)) -> (Worker, String) {
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
     let mut w = Worker::spawn(
-        &server,
-        &queue,
+        server,
+        queue,
         &[
             ("BATON_METRICS_ADDR", addr.as_str()),
             ("BATON_METRICS_POLL_SECS", "1"),
-            ("BATON_LOG_FORMAT", "json"),
+            extra,
         ],
     )
     .unwrap();
     w.wait_ready_blocking(T).unwrap();
+    (w, addr)
+}
+
+#[test]
+fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("metrics");
+    let (mut w, addr) = metrics_worker(&server, &queue, ("BATON_LOG_FORMAT", "json"));
 
     // Temporal core's worker metrics are served before any run.
     let (text, _) = scrape(&addr).unwrap();
@@ -277,18 +284,7 @@ fn evicted_and_finished_runs_leave_the_workers_memory() {
     const RUNS: usize = 6;
     let server = DevServer::start().unwrap();
     let queue = unique("resident");
-    let addr = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut w = Worker::spawn(
-        &server,
-        &queue,
-        &[
-            ("BATON_METRICS_ADDR", addr.as_str()),
-            ("BATON_METRICS_POLL_SECS", "1"),
-            ("BATON_MAX_CACHED_WORKFLOWS", "2"),
-        ],
-    )
-    .unwrap();
-    w.wait_ready_blocking(T).unwrap();
+    let (mut w, addr) = metrics_worker(&server, &queue, ("BATON_MAX_CACHED_WORKFLOWS", "2"));
 
     let dir = tempfile::tempdir().unwrap();
     let s = script(

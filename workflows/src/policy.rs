@@ -202,37 +202,22 @@ pub fn assess(
 /// there is nothing to tie the rule to (strict matching: no command or path).
 pub fn remembered_rule(call: &ToolCall, matching: Matching) -> Option<ToolRule> {
     let subject = subject(call);
-    if matching == Matching::Strict {
-        let pattern = if call.name == tools::SHELL {
-            // Words with wildcard characters would widen the rule; stop before them.
-            let words: Vec<&str> = subject
-                .split_whitespace()
-                .take(2)
-                .take_while(|w| !w.contains(['*', '?']))
-                .collect();
-            if words.is_empty() {
-                return None;
-            }
-            format!("{} *", words.join(" "))
-        } else if subject.is_empty() || subject.contains(['*', '?']) {
-            return None;
-        } else {
-            subject
-        };
-        return Some(ToolRule {
-            tool: call.name.clone(),
-            pattern,
-            action: ALLOW.to_owned(),
-            reason: "remembered approval".to_owned(),
-        });
-    }
+    let strict = matching == Matching::Strict;
     let pattern = if call.name == tools::SHELL {
-        let words: Vec<&str> = subject.split_whitespace().take(2).collect();
-        if words.is_empty() {
-            String::new()
-        } else {
-            format!("{}*", words.join(" "))
+        // Strict: words with wildcard characters would widen the rule; stop before them.
+        let words: Vec<&str> = subject
+            .split_whitespace()
+            .take(2)
+            .take_while(|w| !strict || !w.contains(['*', '?']))
+            .collect();
+        match (words.is_empty(), strict) {
+            (true, true) => return None,
+            (true, false) => String::new(),
+            (false, true) => format!("{} *", words.join(" ")),
+            (false, false) => format!("{}*", words.join(" ")),
         }
+    } else if strict && (subject.is_empty() || subject.contains(['*', '?'])) {
+        return None;
     } else {
         subject
     };
