@@ -8,14 +8,15 @@ use baton_proto::{RunResult, RunState, RunStatus, TerminationReason};
 use baton_workflows::{AgentRun, STATUS_MEMO_KEY};
 use serde_json::json;
 use temporalio_client::{
-    Client, WorkflowDescribeOptions, WorkflowExecutionStatus, WorkflowGetResultOptions,
-    WorkflowHandle, WorkflowQueryOptions, errors::WorkflowGetResultError,
+    Client, NamespacedClient, WorkflowDescribeOptions, WorkflowExecutionStatus,
+    WorkflowGetResultOptions, WorkflowHandle, WorkflowQueryOptions, errors::WorkflowGetResultError,
 };
 
 use crate::{
     cli::{ResultArgs, RunArgs},
     connect::{self, connect, handle, interaction_error, short},
     exit::{self, Exit},
+    inflight::{self, InFlight},
     render,
 };
 
@@ -28,6 +29,8 @@ pub(crate) struct Snapshot {
     pub(crate) status: RunStatus,
     /// "query" (live, from a worker) or "memo" (last recorded state).
     pub(crate) source: &'static str,
+    /// The activities in flight (the server's view: attempts, last failure, next retry).
+    pub(crate) activities: Vec<InFlight>,
 }
 
 /// Current status: a live query when a worker answers quickly, else the memo the workflow keeps.
@@ -46,6 +49,7 @@ pub(crate) async fn snapshot(
         .memo()
         .get(STATUS_MEMO_KEY)
         .map_err(|e| Exit::infra(format!("cannot read the status memo of {run}: {e}")))?;
+    let activities = inflight::read(h.client().data_converter(), desc.raw()).await;
     if temporal_status == WorkflowExecutionStatus::Running {
         let query = h.query(AgentRun::status, (), WorkflowQueryOptions::default());
         if let Ok(Ok(status)) = tokio::time::timeout(QUERY_BUDGET, query).await {
@@ -53,6 +57,7 @@ pub(crate) async fn snapshot(
                 temporal_status,
                 status,
                 source: "query",
+                activities,
             });
         }
     }
@@ -62,6 +67,7 @@ pub(crate) async fn snapshot(
         temporal_status,
         status,
         source: "memo",
+        activities,
     })
 }
 
@@ -117,13 +123,17 @@ pub(crate) async fn status(args: RunArgs) -> Result<i32, Exit> {
                     "temporal_status",
                     json!(format!("{:?}", snap.temporal_status)),
                 ),
+                (
+                    "activities",
+                    snap.activities.iter().map(inflight::json).collect(),
+                ),
             ],
         );
         println!("{v}");
     } else {
         print!(
             "{}",
-            render::status_human(&args.run, &snap.status, snap.source)
+            render::status_human(&args.run, &snap.status, snap.source, &snap.activities)
         );
     }
     Ok(exit::COMPLETED)

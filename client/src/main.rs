@@ -14,6 +14,7 @@ mod codec_server;
 mod connect;
 mod decide;
 mod exit;
+mod inflight;
 mod inspect;
 mod render;
 mod strict;

@@ -7,7 +7,11 @@ use baton_proto::{
 };
 use serde_json::{Value, json};
 
-use crate::{exit, style::Style};
+use crate::{
+    exit,
+    inflight::{self, InFlight},
+    style::Style,
+};
 
 /// JSON of a proto message with extra top-level fields.
 pub(crate) fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Value {
@@ -127,7 +131,12 @@ pub(crate) fn result_human(result: &RunResult) -> String {
 }
 
 /// Multi-line status, with the commands to decide pending calls.
-pub(crate) fn status_human(run: &str, status: &RunStatus, source: &str) -> String {
+pub(crate) fn status_human(
+    run: &str,
+    status: &RunStatus,
+    source: &str,
+    activities: &[InFlight],
+) -> String {
     let usage = status.usage.unwrap_or_default();
     let mut out = format!(
         "run:     {run}\nstate:   {}{}\nturn:    {}\ntokens:  {} (in {}, out {})\nlast:    {}\n",
@@ -147,6 +156,10 @@ pub(crate) fn status_human(run: &str, status: &RunStatus, source: &str) -> Strin
         status.state(),
         RunState::Completed | RunState::Failed | RunState::Cancelled
     );
+    let now = inflight::now_ms();
+    for a in activities {
+        out.push_str(&format!("now:     {}\n", inflight::human(a, now)));
+    }
     if source == "memo" && !ended {
         out.push_str("note:    no worker answered; this is the last state the run recorded\n");
     }

@@ -21,8 +21,10 @@ pub use error::CodecError;
 pub use keys::{ACTIVE_KEY_ENV, KEYS_ENV, Keyring};
 
 use temporalio_common::data_converters::{
-    DataConverter, DefaultFailureConverter, PayloadConverter,
+    DataConverter, DefaultFailureConverter, PayloadConverter, SerializationContextData,
 };
+use temporalio_common::payload_visitor::decode_payloads;
+use temporalio_common::protos::temporal::api::failure::v1::Failure;
 
 /// A data converter with the default payload converter (JSON), failure messages and stack
 /// traces moved into an encoded attribute (so the codec encrypts them too), and `codec`.
@@ -48,6 +50,27 @@ pub fn plain_converter() -> DataConverter {
 /// unset or empty (no codec: payloads stay plain, as without encryption).
 pub fn data_converter_from_env() -> Result<Option<DataConverter>, CodecError> {
     Ok(Keyring::from_env()?.map(|keys| data_converter(BatonCodec::new(keys))))
+}
+
+/// The message of a failure read from the server outside a workflow or activity (e.g. a pending
+/// activity's last failure in a describe): decoded with `dc`'s codec, and taken from the
+/// encoded attributes when [`data_converter`] moved it there. An error says why it cannot be
+/// read (an encrypted failure without its key names the key id and `BATON_CODEC_KEYS`).
+pub async fn failure_message(dc: &DataConverter, failure: &Failure) -> Result<String, String> {
+    let mut failure = failure.clone();
+    decode_payloads(&mut failure, dc.codec(), &SerializationContextData::None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let message = match &failure.encoded_attributes {
+        Some(attributes) => serde_json::from_slice::<serde_json::Value>(&attributes.data)
+            .map_err(|e| format!("the failure's encoded attributes are not readable: {e}"))?
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        None => failure.message,
+    };
+    Ok(message)
 }
 
 #[cfg(test)]
@@ -104,6 +127,34 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(message.contains("the secret path"), "{message}");
+    }
+
+    #[test]
+    fn failure_messages_are_read_back_with_the_key_and_refused_without() {
+        let ctx = SerializationContextData::None;
+        let app = || {
+            OutgoingError::Workflow(OutgoingWorkflowError::Application(Box::new(
+                ApplicationFailure::new("rate limited (429): slow down"),
+            )))
+        };
+        let dc = converter();
+        let mut failure = dc.to_failure(&ctx, app());
+        block_on(encode_payloads(&mut failure, dc.codec(), &ctx)).unwrap();
+        assert_eq!(
+            block_on(failure_message(&dc, &failure)).unwrap(),
+            "rate limited (429): slow down"
+        );
+        let refused = block_on(failure_message(&plain_converter(), &failure)).unwrap_err();
+        assert!(
+            refused.contains("k1") && refused.contains(KEYS_ENV),
+            "{refused}"
+        );
+        // A plain failure (no codec on the writer's side) reads as it is.
+        let plain = plain_converter().to_failure(&ctx, app());
+        assert_eq!(
+            block_on(failure_message(&plain_converter(), &plain)).unwrap(),
+            "rate limited (429): slow down"
+        );
     }
 
     #[test]

@@ -120,6 +120,101 @@ fn rate_limits_and_server_errors_are_ridden_through() {
 }
 
 #[test]
+fn status_shows_a_model_call_riding_out_a_rate_limit() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("retrying");
+    let keys = format!("k1={}", codec_key());
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("OPENAI_BASE_URL", base.as_str()),
+            ("BATON_CODEC_KEYS", keys.as_str()),
+        ],
+    );
+    // A 429 asking for a minute: the run waits for its second attempt long enough to look at.
+    llm.push_response(
+        MockResponse::error(429, MockOpenAi::rate_limit_body()).header("retry-after", "60"),
+    );
+    let run = unique("run-retrying");
+    let with_keys = [("BATON_CODEC_KEYS", keys.as_str())];
+    let out = baton_with(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--provider",
+            "openai",
+            "--no-approval",
+            "go",
+        ],
+        &with_keys,
+        None,
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+
+    let status = wait_until_blocking(T, "the model call waiting for its retry", || {
+        let v = baton_with(&server, &["status", &run, "--json"], &with_keys, None)?.json()?;
+        Ok((v["activities"][0]["attempt"] == 2).then_some(v))
+    })
+    .unwrap();
+    assert_eq!(status["state"], "THINKING", "{status}");
+    let a = &status["activities"][0];
+    assert_eq!(a["activity"], "llm_generate", "{status}");
+    assert_eq!(a["state"], "SCHEDULED", "{status}");
+    assert_eq!(a["maximum_attempts"], 8, "{status}");
+    assert_eq!(
+        a["last_failure"],
+        "rate limited by openai (HTTP 429): Rate limit reached for requests (mock)",
+        "{status}"
+    );
+    let wait_ms = a["next_attempt_at_ms"].as_i64().unwrap() - now_ms();
+    assert!(
+        (30_000..=61_000).contains(&wait_ms),
+        "next attempt in {wait_ms} ms"
+    );
+
+    let human = baton_with(&server, &["status", &run], &with_keys, None).unwrap();
+    assert_eq!(human.code, 0, "{human}");
+    assert!(
+        human
+            .stdout
+            .contains("now:     model call: retrying: attempt 2 of 8 in ")
+            && human
+                .stdout
+                .contains("; last error: rate limited by openai (HTTP 429)"),
+        "{human}"
+    );
+    let out = baton_with(&server, &["cancel", &run], &with_keys, None).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let ended = wait_until_blocking(T, "the run cancelled", || {
+        let v = baton_with(&server, &["status", &run, "--json"], &with_keys, None)?.json()?;
+        Ok((v["state"] == "CANCELLED").then_some(v))
+    })
+    .unwrap();
+    assert_eq!(ended["activities"], json!([]), "{ended}");
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "the retry never came within the test"
+    );
+}
+
+/// Milliseconds since the epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
 fn an_auth_error_ends_the_run_at_once_without_retries() {
     let server = DevServer::start().unwrap();
     let llm = MockOpenAi::start().unwrap();
