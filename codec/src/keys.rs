@@ -63,7 +63,8 @@ impl Keyring {
             let Some((id, material)) = entry.split_once('=') else {
                 return Err(bad(format!(
                     "entry {} has no '=': write id=<base64 of 32 bytes>, e.g. \
-                     k1=$(head -c32 /dev/urandom | base64)",
+                     k1=$(head -c32 /dev/urandom | base64) (entries are separated by commas or \
+                     whitespace, so an id cannot contain spaces)",
                     map.len() + 1
                 )));
             };
@@ -190,6 +191,7 @@ mod tests {
         let short = "c2hvcnQ=";
         for (keys, active, expect) in [
             ("k1", None, "has no '='"),
+            (&format!("my key={K1}"), None, "an id cannot contain spaces"),
             (&format!("k1={short}") as &str, None, "is 5 bytes"),
             ("k1=!!!", None, "not base64"),
             (&format!("k/1={K1}"), None, "key id"),

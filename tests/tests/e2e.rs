@@ -956,44 +956,67 @@ fn pending_and_list_find_runs_through_visibility() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_worker_serves_grpc_health_for_probes() {
-    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let server = DevServer::start().unwrap();
+    let mut server = DevServer::start().unwrap();
     let queue = unique("health");
     let port = free_port().unwrap();
     let addr = format!("127.0.0.1:{port}");
     let mut w = Worker::spawn(&server, &queue, &[("BATON_HEALTH_ADDR", addr.as_str())]).unwrap();
     w.wait_ready(T).await.unwrap();
     let url = format!("http://{addr}");
-    let status = wait_until(T, "the worker to report SERVING", async || {
+    let check = async |service: &str| -> anyhow::Result<i32> {
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
         let channel = tonic::transport::Channel::from_shared(url.clone())?
             .connect()
             .await?;
-        let mut client = HealthClient::new(channel);
-        let r = client
+        let r = HealthClient::new(channel)
             .check(HealthCheckRequest {
-                service: String::new(),
+                service: service.into(),
             })
             .await?
             .into_inner();
-        Ok((r.status == 1).then_some(r.status))
-    })
-    .await
-    .unwrap();
-    assert_eq!(status, 1, "SERVING");
-    let channel = tonic::transport::Channel::from_shared(url.clone())
-        .unwrap()
-        .connect()
+        Ok(r.status)
+    };
+    const SERVING: i32 = 1;
+    const NOT_SERVING: i32 = 2;
+    let until = async |service: &str, want: i32, timeout: Duration| {
+        wait_until(
+            timeout,
+            &format!("health of {service:?} = {want}"),
+            async || Ok((check(service).await? == want).then_some(())),
+        )
         .await
         .unwrap();
-    let mut client = HealthClient::new(channel);
-    let named = client
-        .check(HealthCheckRequest {
-            service: "baton.worker".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(named.status, 1);
+    };
+    until("", SERVING, T).await;
+    assert_eq!(check("baton.worker").await.unwrap(), SERVING);
+    assert_eq!(check("baton.worker.liveness").await.unwrap(), SERVING);
+
+    // Temporal goes away: readiness turns NOT_SERVING (after 15 s of failed checks), liveness
+    // does not (restarting the worker would not help), and both come back with Temporal.
+    server.stop();
+    let stopped = Instant::now();
+    until("", NOT_SERVING, Duration::from_secs(60)).await;
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(10),
+        "NOT_SERVING after only {:?}: a short blip must not flip readiness",
+        stopped.elapsed()
+    );
+    assert_eq!(check("baton.worker").await.unwrap(), NOT_SERVING);
+    assert_eq!(check("baton.worker.liveness").await.unwrap(), SERVING);
+    assert!(
+        w.log()
+            .contains("Temporal is unreachable: health NOT_SERVING"),
+        "{}",
+        w.log()
+    );
+    server.restart().unwrap();
+    until("", SERVING, Duration::from_secs(60)).await;
+    assert!(
+        w.log().contains("Temporal is reachable again"),
+        "{}",
+        w.log()
+    );
+
     let exit = w.terminate_timeout(Duration::from_secs(20)).unwrap();
     assert!(exit.success());
     let reconnect = tonic::transport::Channel::from_shared(url)
@@ -1001,6 +1024,54 @@ async fn the_worker_serves_grpc_health_for_probes() {
         .connect()
         .await;
     assert!(reconnect.is_err(), "the port closes with the worker");
+}
+
+/// Start-up errors name what to fix, and the exit code says whose they are: 2 for the
+/// worker's configuration, 1 for the rest (Temporal unreachable).
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let closed = format!("127.0.0.1:{}", free_port().unwrap());
+    let key = format!("my key={}", codec_key());
+    for (env, code, says) in [
+        (
+            ("BATON_CODEC_KEYS", key.as_str()),
+            2,
+            "an id cannot contain spaces",
+        ),
+        (
+            ("BATON_WORKSPACE_ROOT", file.to_str().unwrap()),
+            2,
+            "cannot create workspace root",
+        ),
+        (("BATON_STORE__BACKEND", "floppy"), 2, "floppy"),
+        (
+            ("TEMPORAL_ADDRESS", closed.as_str()),
+            1,
+            "cannot reach Temporal",
+        ),
+    ] {
+        let mut w = Worker::spawn(&server, &unique("startup"), &[env]).unwrap();
+        let exit = w.wait_exit(Duration::from_secs(60)).await;
+        let log = w.log();
+        assert_eq!(exit.and_then(|e| e.code()), Some(code), "{env:?}: {log}");
+        assert!(log.contains(says), "{env:?}: {log}");
+        assert!(
+            !log.contains(&codec_key_material(&key)),
+            "the key leaked: {log}"
+        );
+    }
+}
+
+/// The base64 part of a `BATON_CODEC_KEYS` entry.
+fn codec_key_material(entry: &str) -> String {
+    entry
+        .split_once('=')
+        .map(|(_, k)| k.to_owned())
+        .unwrap_or_default()
 }
 
 /// Approvals are attributed to the Temporal client identity that sent them (from history, not

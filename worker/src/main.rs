@@ -59,8 +59,43 @@ async fn main() {
         error!(cause = format!("{e:#}"), "worker failed");
     }
     flush.run();
-    if outcome.is_err() {
-        std::process::exit(1);
+    if let Err(e) = outcome {
+        std::process::exit(exit_code(&e));
+    }
+}
+
+/// The worker's exit code for a start-up or run error: 2 when its configuration must change
+/// (settings, keys, store, directories, ports), 1 for everything else (Temporal unreachable, the
+/// worker failing while it ran).
+fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<Misconfigured>().is_some() {
+        2
+    } else {
+        1
+    }
+}
+
+/// Marks an error as the configuration's (exit code 2): used as the error's context.
+#[derive(Debug)]
+struct Misconfigured(String);
+
+impl std::fmt::Display for Misconfigured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `.misconfigured(...)`: [`anyhow::Context`] whose context marks the configuration's errors.
+trait ConfigContext<T> {
+    fn misconfigured(self, what: impl Into<String>) -> anyhow::Result<T>;
+}
+
+impl<T, E> ConfigContext<T> for Result<T, E>
+where
+    Result<T, E>: Context<T, E>,
+{
+    fn misconfigured(self, what: impl Into<String>) -> anyhow::Result<T> {
+        self.context(Misconfigured(what.into()))
     }
 }
 
@@ -114,15 +149,22 @@ fn init_tracing(settings: &Settings) -> anyhow::Result<Flush> {
 async fn run(settings: Settings) -> anyhow::Result<()> {
     // Probes see NOT_SERVING until the worker is connected and polling.
     let health = match settings.health_addr {
-        Some(addr) => Some(std::sync::Arc::new(health::Health::start(addr).await?)),
+        Some(addr) => Some(std::sync::Arc::new(
+            health::Health::start(addr)
+                .await
+                .misconfigured("health_addr")?,
+        )),
         None => None,
     };
     let (conn_opts, mut client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
-            .map_err(|e| anyhow::anyhow!("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile): {e:?}"))?;
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+            .misconfigured("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile)")?;
     // Payload encryption (README "Encrypted history"): the SDK worker takes the data converter
     // from the client.
-    match baton_codec::Keyring::from_env().context("cannot load the payload encryption keys")? {
+    match baton_codec::Keyring::from_env()
+        .misconfigured("cannot load the payload encryption keys")?
+    {
         Some(keys) => {
             info!(
                 active_key = keys.active_id(),
@@ -150,13 +192,17 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let client =
         Client::new(connection, client_opts).context("cannot create the Temporal client")?;
 
-    let workspace_root = std::path::absolute(&settings.workspace_root)
-        .with_context(|| format!("bad workspace root {}", settings.workspace_root.display()))?;
-    std::fs::create_dir_all(&workspace_root)
-        .with_context(|| format!("cannot create workspace root {}", workspace_root.display()))?;
+    let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(
+        "bad workspace root {}",
+        settings.workspace_root.display()
+    ))?;
+    std::fs::create_dir_all(&workspace_root).misconfigured(format!(
+        "cannot create workspace root {}",
+        workspace_root.display()
+    ))?;
     writable(&workspace_root, "workspace root (workspace_root)")?;
     let store = baton_activities::store::open(&settings.store)
-        .context("cannot open the blob store; see README \"Configuration\" (store.*)")?;
+        .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
     let local_store = (settings.store.backend == "local")
         .then(|| std::path::absolute(&settings.store.dir).ok())
         .flatten();
@@ -176,9 +222,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .into_iter()
         .flatten()
         .collect();
-    let providers = Providers::new(&settings.providers())?;
+    let providers =
+        Providers::new(&settings.providers()).misconfigured("cannot set up the model providers")?;
 
-    let metrics = metrics::start(&settings)?;
+    let metrics = metrics::start(&settings).misconfigured("metrics_addr / otel_endpoint")?;
     let mut telemetry = TelemetryOptions::builder().build();
     telemetry.metrics = metrics.as_ref().map(|m| m.meter.clone());
     let runtime_options = RuntimeOptions::builder()
@@ -225,6 +272,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let senders = std::sync::Arc::new(Senders::default());
     options.worker_interceptor(SenderRecorder(senders.clone()));
     options.workflow_interceptor(SenderStamp::constructor(senders));
+    if let Some(h) = &health {
+        h.clone().watch_temporal(client.clone());
+    }
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
 
@@ -244,7 +294,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "shutting down: no new tasks, running activities get the grace period"
         );
         if let Some(h) = &health_on_shutdown {
-            h.not_serving().await;
+            h.draining().await;
         }
         shutdown();
         // A second signal (Ctrl-C again at a terminal) means now: running activities are
@@ -280,11 +330,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
 /// Fails start-up when this process cannot create files in `dir` (`what` names the setting): a
 /// worker that starts anyway would fail every tool call or model call of the runs it takes.
 fn writable(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
-    tempfile::tempfile_in(dir).map(drop).with_context(|| {
-        format!(
-            "the {what} {} is not writable by this worker; fix its permissions or point the \
-             setting elsewhere",
-            dir.display()
-        )
-    })
+    tempfile::tempfile_in(dir).map(drop).misconfigured(format!(
+        "the {what} {} is not writable by this worker; fix its permissions or point the \
+         setting elsewhere",
+        dir.display()
+    ))
 }
