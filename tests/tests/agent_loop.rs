@@ -485,6 +485,14 @@ fn baton_send_adds_guidance_to_the_next_turn() {
     let last = msgs.last().unwrap();
     assert_eq!(last["role"], "user");
     assert_eq!(last["content"], "Do not build; just list the files.");
+    // `watch` shows what was said, not only that something was.
+    let watch = baton(&server, &["watch", &run]).unwrap();
+    assert!(
+        watch
+            .stdout
+            .contains("user message: Do not build; just list the files."),
+        "{watch}"
+    );
 }
 
 #[test]

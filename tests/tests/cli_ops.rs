@@ -551,6 +551,15 @@ fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
     assert_eq!(end["kind"], "finished", "{watch}");
     assert_eq!(end["finished"]["status"], "CANCELLED", "{watch}");
     assert_eq!(end["finished"]["exit_code"], 4, "{watch}");
+    // The call that waited for a decision has an outcome, in `watch` and in the transcript.
+    let closed = &lines[lines.len() - 2];
+    let said = "not run: the run ended before this call was decided (cancelled: not needed)";
+    assert_eq!(closed["kind"], "tool_finished", "{watch}");
+    assert_eq!(closed["tool_finished"]["content"], said, "{watch}");
+    assert_eq!(closed["tool_finished"]["is_error"], true, "{watch}");
+    let transcript = baton(&server, &["transcript", &run]).unwrap();
+    assert_eq!(transcript.code, 0, "{transcript}");
+    assert!(transcript.stdout.contains(said), "{transcript}");
     // Nothing left to cancel or approve.
     let again = baton(&server, &["cancel", &run]).unwrap();
     assert_eq!(again.code, 2, "{again}");

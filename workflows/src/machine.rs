@@ -44,6 +44,8 @@ pub const CARRIED_EVENT_TEXT: usize = 2_048;
 /// Assistant turns a continued run keeps whole in memory (loop detection, the last answer);
 /// older items become stubs and live only in the blob store.
 pub const RESIDENT_TURNS: usize = 8;
+/// How much of a user message its event note (`status`'s last event, `watch`) repeats.
+pub const USER_MESSAGE_NOTE_BYTES: usize = 200;
 /// Largest checkpoint carried across continue-as-new (payloads stay under 256 KiB).
 pub const MAX_CHECKPOINT_BYTES: usize = 192 * 1024;
 
@@ -1305,7 +1307,10 @@ impl RunState {
         if matches!(self.phase, Phase::Finished(_)) {
             return;
         }
-        self.note(now_ms, "user message received");
+        // The text too (cut, on one line), so `watch` and `status` show what was said.
+        let mut said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        crate::view::cut_text(&mut said, USER_MESSAGE_NOTE_BYTES);
+        self.note(now_ms, &format!("user message: {said}"));
         self.inbox.push(text);
     }
 
@@ -1578,6 +1583,7 @@ impl RunState {
             TerminationReason::Cancelled => StateName::Cancelled,
             _ => StateName::Failed,
         };
+        self.close_open_calls(now_ms, &detail);
         let result = RunResult {
             run_id: self.run_id.clone(),
             status: status as i32,
@@ -1589,6 +1595,49 @@ impl RunState {
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
         self.phase = Phase::Finished(result);
+    }
+
+    /// The run ends (`detail`: why) with tool calls of the model's last turn unanswered (in
+    /// flight, or waiting for a decision): each gets a result saying so, in the conversation
+    /// and as an event, so a transcript or `watch` never shows a call without an outcome.
+    fn close_open_calls(&mut self, now_ms: i64, detail: &str) {
+        let (batch, running) = match &self.phase {
+            Phase::Executing(batch) => (batch, true),
+            Phase::AwaitingApproval(batch) if batch.question.is_none() => (batch, false),
+            _ => return,
+        };
+        let results: Vec<ToolResult> = batch
+            .calls
+            .iter()
+            .map(|planned| {
+                let content = match &planned.disposition {
+                    Disposition::Refused { content } => content.clone(),
+                    Disposition::Run { .. } if running => format!(
+                        "stopped: the run ended while this call ran ({detail}); it may have \
+                         taken effect in part"
+                    ),
+                    Disposition::Run { .. } => {
+                        format!("not run: the run ended before this call ran ({detail})")
+                    }
+                    Disposition::Pending => {
+                        format!("not run: the run ended before this call was decided ({detail})")
+                    }
+                };
+                ToolResult {
+                    call_id: planned.call.id.clone(),
+                    name: planned.call.name.clone(),
+                    content,
+                    is_error: true,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        for result in results {
+            self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            self.conversation.push(Item {
+                kind: Some(item::Kind::ToolResult(result)),
+            });
+        }
     }
 
     fn last_assistant_text(&self) -> String {

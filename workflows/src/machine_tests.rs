@@ -618,11 +618,17 @@ fn content_filter_and_provider_errors_fail_the_run() {
 #[test]
 fn cancellation_user_messages_and_duplicate_ids() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
-    s.on_user_message("also check the tests".into(), T0);
+    s.on_user_message("also check\nthe tests".into(), T0);
+    assert_eq!(s.status().last_event, "user message: also check the tests");
+    s.on_user_message("x".repeat(500), T0);
+    assert_eq!(
+        s.status().last_event,
+        format!("user message: {}…", "x".repeat(200))
+    );
     let req = expect_llm(&mut s);
     assert!(matches!(
         &req.conversation.last().unwrap().kind,
-        Some(item::Kind::User(u)) if u.text == "also check the tests" && !u.synthetic
+        Some(item::Kind::User(u)) if u.text == "x".repeat(500) && !u.synthetic
     ));
     // Providers that send empty or repeated ids get unique ones.
     s.on_llm_response(
@@ -643,6 +649,74 @@ fn cancellation_user_messages_and_duplicate_ids() {
     assert_eq!(r.status(), StateName::Cancelled);
     assert_eq!(r.reason(), TerminationReason::Cancelled);
     assert_eq!(r.detail, "cancelled: user asked");
+    // The calls in flight are answered: a transcript never shows a call without an outcome.
+    let closed = tool_results(&s);
+    assert_eq!(
+        closed
+            .iter()
+            .map(|r| r.call_id.as_str())
+            .collect::<Vec<_>>(),
+        ["call_1_1", "call_1_2"]
+    );
+    for r in &closed {
+        assert!(r.is_error);
+        assert_eq!(
+            r.content,
+            "stopped: the run ended while this call ran (cancelled: user asked); it may have \
+             taken effect in part"
+        );
+    }
+    let finished_events: Vec<_> = s
+        .events_since(0)
+        .events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            Some(run_event::Kind::ToolFinished(r)) => Some(r.call_id),
+            Some(run_event::Kind::Finished(_)) => Some("END".to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished_events, ["call_1_1", "call_1_2", "END"]);
+}
+
+#[test]
+fn a_run_ending_while_calls_await_a_decision_answers_each_call() {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("r", "read_file", r#"{"path":"a"}"#),
+                call("s", "shell", r#"{"command":"make"}"#),
+                call("x", "no_such_tool", "{}"),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert!(matches!(s.next_step(T0), Step::AwaitApproval { .. }));
+    s.on_cancelled(None, T0 + 1);
+    expect_finish(&mut s);
+    let closed = tool_results(&s);
+    let by_id = |id: &str| {
+        closed
+            .iter()
+            .find(|r| r.call_id == id)
+            .unwrap()
+            .content
+            .clone()
+    };
+    assert_eq!(closed.len(), 3);
+    assert_eq!(
+        by_id("r"),
+        "not run: the run ended before this call ran (cancelled)"
+    );
+    assert_eq!(
+        by_id("s"),
+        "not run: the run ended before this call was decided (cancelled)"
+    );
+    assert!(by_id("x").contains("no_such_tool"), "{}", by_id("x"));
 }
 
 #[test]
