@@ -6,7 +6,7 @@
 //! documented in the README). Re-attaching is always possible: the run keeps its events.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     io::Write,
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -22,6 +22,7 @@ use crate::{
     cli::WatchArgs,
     connect::{connect, handle, interaction_error, short},
     exit::{self, Exit},
+    inflight::{self, InFlight},
     inspect, render,
     style::{Spinner, Style},
 };
@@ -37,7 +38,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// Between two spinner frames.
 const SPINNER_TICK: Duration = Duration::from_millis(100);
 
-/// Polls without new events between two looks at the execution itself.
+/// Polls without new events between two looks at the execution itself (its status and the
+/// activities in flight).
 const IDLE_POLLS_PER_CHECK: u32 = 10;
 
 /// Why to look at the execution after a poll.
@@ -164,8 +166,8 @@ pub(crate) async fn follow(
                 } else {
                     0
                 };
-                if closed_at_start || idle_polls % IDLE_POLLS_PER_CHECK == IDLE_POLLS_PER_CHECK - 1
-                {
+                // From the first idle poll on (a run riding out retries shows them at once).
+                if closed_at_start || idle_polls % IDLE_POLLS_PER_CHECK == 1 {
                     Some(Check::Closed)
                 } else {
                     None
@@ -200,6 +202,7 @@ pub(crate) async fn follow(
                 view.show_end(&result)?;
                 return Ok(exit::for_result(&result));
             }
+            view.retries(&snap.activities);
             if let Check::NoEvents(problem) = check
                 && !said_waiting
             {
@@ -245,6 +248,8 @@ struct View<'a> {
     spinner: Spinner,
     /// Tools running: call id -> (tool, started at ms).
     running: BTreeMap<String, (String, i64)>,
+    /// Retries already told: (activity type, attempt).
+    retries_told: BTreeSet<(String, i32)>,
     /// Calls awaiting a decision: call id -> requested at ms.
     awaiting: BTreeMap<String, i64>,
     last_event_ms: Option<i64>,
@@ -266,6 +271,7 @@ impl<'a> View<'a> {
             options,
             spinner: Spinner::new(spinner_style),
             running: BTreeMap::new(),
+            retries_told: BTreeSet::new(),
             awaiting: BTreeMap::new(),
             last_event_ms: None,
             last_text: String::new(),
@@ -301,6 +307,25 @@ impl<'a> View<'a> {
         }
         self.end_shown |= finished;
         self.emit(&text)
+    }
+
+    /// Tells (people, on stderr; JSON lines stay events only) about each new attempt of an
+    /// activity that is being retried, with its last error: a model call riding out a rate
+    /// limit shows no event for minutes otherwise.
+    fn retries(&mut self, activities: &[InFlight]) {
+        if self.options.json {
+            return;
+        }
+        let now = now_ms();
+        for a in activities {
+            if a.last_failure.is_none()
+                || !self.retries_told.insert((a.activity.clone(), a.attempt))
+            {
+                continue;
+            }
+            self.spinner.clear();
+            eprintln!("· {}", inflight::human(a, now));
+        }
     }
 
     /// Shows how the run ended, unless its `finished` event was shown already.

@@ -191,6 +191,22 @@ fn status_shows_a_model_call_riding_out_a_rate_limit() {
                 .contains("; last error: rate limited by openai (HTTP 429)"),
         "{human}"
     );
+    // `watch` tells about the retry too (on stderr: its stdout stays the run's events).
+    let mut watching = baton_spawn(&server, &["watch", &run], &with_keys).unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    watching.signal(Signal::SIGINT).unwrap();
+    let watched = watching.wait(T).unwrap();
+    assert_eq!(watched.code, 3, "Ctrl-C detaches: {watched}");
+    assert!(
+        watched
+            .stderr
+            .contains("· model call: retrying: attempt 2 of 8 in ")
+            && watched
+                .stderr
+                .contains("last error: rate limited by openai"),
+        "{watched}"
+    );
+
     let out = baton_with(&server, &["cancel", &run], &with_keys, None).unwrap();
     assert_eq!(out.code, 0, "{out}");
     let ended = wait_until_blocking(T, "the run cancelled", || {
