@@ -1,6 +1,6 @@
 //! Changing runs: `approve`, `deny` (interactively with `ask.rs`), `cancel`, `send`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
@@ -142,7 +142,7 @@ async fn ask_pending(
     approver: &str,
 ) -> Result<Option<Vec<ApprovalDecision>>, Exit> {
     let snap = open_snapshot(h, &args.run).await?;
-    let now = now_ms();
+    let now = crate::render::now_ms();
     let state = snap.status.state().as_str_name();
     let pending = snap.status.pending;
     if !ask::can_prompt() {
@@ -251,13 +251,6 @@ async fn deliver(
             Ok(json!({"call_id": call_id, "approved": approved, "sent_as": "signal"}))
         }
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 /// Sends a decision as the fire-and-forget `approval` signal.

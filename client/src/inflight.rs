@@ -3,8 +3,6 @@
 //! Read from describe, so it works with no worker up, and it is what tells a user that a run
 //! that says THINKING is in fact riding out a provider's rate limit.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde_json::{Value, json};
 use temporalio_common::data_converters::DataConverter;
 use temporalio_common::protos::temporal::api::{
@@ -78,14 +76,6 @@ async fn one(dc: &DataConverter, p: &PendingActivityInfo) -> InFlight {
         last_heartbeat_at_ms: ms!(p.last_heartbeat_time),
         next_attempt_at_ms: ms!(p.next_attempt_schedule_time),
     }
-}
-
-/// Milliseconds since the epoch, now.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 /// What an activity type is, for people.

@@ -156,7 +156,7 @@ pub(crate) fn status_human(
         status.state(),
         RunState::Completed | RunState::Failed | RunState::Cancelled
     );
-    let now = inflight::now_ms();
+    let now = now_ms();
     for a in activities {
         out.push_str(&format!("now:     {}\n", inflight::human(a, now)));
     }
@@ -425,11 +425,15 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
 }
 
 fn ago(at_ms: i64) -> String {
-    let now = SystemTime::now()
+    duration(((now_ms() - at_ms).max(0) / 1000) as u64)
+}
+
+/// Milliseconds since the epoch, now.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
-    duration(((now - at_ms).max(0) / 1000) as u64)
+        .unwrap_or_default()
 }
 
 /// `42s`, `3m 5s`, `2h 10m`.

@@ -152,10 +152,7 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     );
     let client = connect().await?;
     let runs = query_runs(&client, &query, args.limit as usize).await?;
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now_ms = render::now_ms();
     if args.json {
         let items: Vec<Value> = runs
             .iter()

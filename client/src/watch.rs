@@ -9,7 +9,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::Write,
     sync::atomic::{AtomicU32, Ordering},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use baton_proto::{EventsPage, EventsRequest, RunEvent, RunResult, Usage, run_event::Kind};
@@ -316,7 +316,7 @@ impl<'a> View<'a> {
         if self.options.json {
             return;
         }
-        let now = now_ms();
+        let now = render::now_ms();
         for a in activities {
             if a.last_failure.is_none()
                 || !self.retries_told.insert((a.activity.clone(), a.attempt))
@@ -396,8 +396,12 @@ impl<'a> View<'a> {
                 return Err(reader_gone());
             }
             if !self.ended {
-                let text =
-                    spinner_text(&self.running, &self.awaiting, self.last_event_ms, now_ms());
+                let text = spinner_text(
+                    &self.running,
+                    &self.awaiting,
+                    self.last_event_ms,
+                    render::now_ms(),
+                );
                 self.spinner.draw(Some(&text));
             }
             tokio::time::sleep(SPINNER_TICK).await;
@@ -463,13 +467,6 @@ fn spinner_text(
         Some(at) => format!("waiting for the model {}", since(at)),
         None => "waiting for the run to start".to_owned(),
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
