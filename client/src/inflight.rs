@@ -17,6 +17,8 @@ use crate::render;
 pub(crate) struct InFlight {
     /// The activity type: `llm_generate`, `run_tool`, `compact_context`, `read_instructions`.
     pub(crate) activity: String,
+    /// For a tool call, its call id (with `-rerun` for a confirmed re-run).
+    pub(crate) activity_id: String,
     pub(crate) state: PendingActivityState,
     /// 1 for the first try.
     pub(crate) attempt: i32,
@@ -67,13 +69,16 @@ async fn one(dc: &DataConverter, p: &PendingActivityInfo) -> InFlight {
             .as_ref()
             .map(|t| t.name.clone())
             .unwrap_or_default(),
+        activity_id: p.activity_id.clone(),
         state: p.state(),
         attempt: p.attempt,
         maximum_attempts: p.maximum_attempts,
         last_failure,
         scheduled_at_ms: ms!(p.scheduled_time),
         started_at_ms: ms!(p.last_started_time),
-        last_heartbeat_at_ms: ms!(p.last_heartbeat_time),
+        // A heartbeat of an earlier attempt says nothing about this one.
+        last_heartbeat_at_ms: ms!(p.last_heartbeat_time)
+            .filter(|beat| ms!(p.last_started_time).is_none_or(|started| *beat >= started)),
         next_attempt_at_ms: ms!(p.next_attempt_schedule_time),
     }
 }
@@ -97,7 +102,11 @@ pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
     } else {
         format!("attempt {}", a.attempt)
     };
-    let mut line = format!("{}: ", what(&a.activity));
+    let mut line = if a.activity == "run_tool" && !a.activity_id.is_empty() {
+        format!("{} {}: ", what(&a.activity), a.activity_id)
+    } else {
+        format!("{}: ", what(&a.activity))
+    };
     match a.state {
         PendingActivityState::Started | PendingActivityState::PauseRequested => {
             line.push_str(&format!(
@@ -139,6 +148,7 @@ pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
 pub(crate) fn json(a: &InFlight) -> Value {
     json!({
         "activity": a.activity,
+        "activity_id": a.activity_id,
         "state": a.state.as_str_name().trim_start_matches("PENDING_ACTIVITY_STATE_"),
         "attempt": a.attempt,
         "maximum_attempts": a.maximum_attempts,
@@ -159,6 +169,7 @@ mod tests {
     fn base(activity: &str, state: PendingActivityState) -> InFlight {
         InFlight {
             activity: activity.into(),
+            activity_id: "call_2_1".into(),
             state,
             attempt: 1,
             maximum_attempts: 0,
@@ -200,7 +211,7 @@ mod tests {
         };
         assert_eq!(
             human(&a, NOW),
-            "tool call: running for 2m 5s, last heartbeat 3s ago"
+            "tool call call_2_1: running for 2m 5s, last heartbeat 3s ago"
         );
     }
 

@@ -581,6 +581,103 @@ fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
     assert!(empty.stderr.contains("the message is empty"), "{empty}");
 }
 
+/// Cancelling in the middle of a batch: the call that completed keeps its real result, the
+/// one running is "stopped", the one not started "not run"; `watch` saw each start and end
+/// when it happened (mutating calls run one at a time).
+#[test]
+fn cancel_mid_batch_keeps_what_completed_and_tells_what_did_not_run() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("cancel-batch");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-cancel-batch"),
+        &[
+            "--no-approval",
+            "--script",
+            &shell_script(
+                dir.path(),
+                "b",
+                "Three steps.",
+                &[
+                    "echo first-done >> y.txt; echo first-out",
+                    "sleep 60",
+                    "touch never.txt",
+                ],
+            ),
+        ],
+        "b",
+    );
+    let status = wait_until_blocking(T, "the second call running", || {
+        let v = baton(&server, &["status", &run, "--json"])?.json()?;
+        let running = v["activities"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a["activity_id"] == "call_1_2"));
+        Ok(running.then_some(v))
+    })
+    .unwrap();
+    assert_eq!(
+        status["activities"].as_array().unwrap().len(),
+        1,
+        "{status}"
+    );
+    let human = baton(&server, &["status", &run]).unwrap();
+    assert!(
+        human
+            .stdout
+            .contains("now:     tool call call_1_2: running for"),
+        "{human}"
+    );
+    let out = baton(&server, &["cancel", &run]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    result(&server, &run, 4);
+
+    let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
+    let lines = watch.json_lines().unwrap();
+    let tools: Vec<String> = lines
+        .iter()
+        .filter_map(|l| match l["kind"].as_str() {
+            Some("tool_started") => {
+                Some(format!("start {}", l["tool_started"]["call_id"].as_str()?))
+            }
+            Some("tool_finished") => Some(format!(
+                "end {}: {}",
+                l["tool_finished"]["call_id"].as_str()?,
+                l["tool_finished"]["content"].as_str()?.lines().next()?
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "start call_1_1",
+            "end call_1_1: exit code: 0",
+            "start call_1_2",
+            "end call_1_2: stopped: the run ended while this call ran (cancelled: cancelled from \
+             baton CLI); it may have taken effect in part",
+            "end call_1_3: not run: the run ended before this call ran (cancelled: cancelled \
+             from baton CLI)",
+        ],
+        "{watch}"
+    );
+    let transcript = baton(&server, &["transcript", &run]).unwrap();
+    assert!(transcript.stdout.contains("first-out"), "{transcript}");
+    let ws = w.workspace_root();
+    assert!(!walk_has(ws, "never.txt"), "the third call never ran");
+}
+
+/// Whether a file named `name` is anywhere under `dir`.
+fn walk_has(dir: &Path, name: &str) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name() == name || (e.path().is_dir() && walk_has(&e.path(), name)))
+    })
+}
+
 #[test]
 fn no_colour_or_spinner_without_a_terminal_or_with_no_color() {
     let server = DevServer::start().unwrap();

@@ -136,6 +136,12 @@ pub struct Batch {
     /// again, denying skips them.
     #[serde(default)]
     pub retry: bool,
+    /// Calls whose execution has started (their `tool_started` events are out).
+    #[serde(default)]
+    pub started: Vec<String>,
+    /// Results of the calls that completed so far (their `tool_finished` events are out).
+    #[serde(default)]
+    pub done: Vec<ToolResult>,
 }
 
 impl Batch {
@@ -360,11 +366,6 @@ impl RunState {
                         sandbox: self.spec.sandbox.clone(),
                     })
                     .collect();
-                for r in &requests {
-                    if let Some(call) = &r.call {
-                        self.push_event(now_ms, run_event::Kind::ToolStarted(call.clone()));
-                    }
-                }
                 Step::RunTools {
                     requests,
                     max_parallel: self.limits().max_parallel_tools,
@@ -1056,6 +1057,44 @@ impl RunState {
         }
     }
 
+    /// The calls `ids` of the current batch start executing now (the workflow tells as it
+    /// schedules them: mutating calls go one at a time).
+    pub fn on_tools_started(&mut self, ids: &[String], now_ms: i64) {
+        let Phase::Executing(batch) = &mut self.phase else {
+            return;
+        };
+        let mut started = Vec::new();
+        for planned in &batch.calls {
+            if ids.contains(&planned.call.id) && !batch.started.contains(&planned.call.id) {
+                batch.started.push(planned.call.id.clone());
+                started.push(planned.call.clone());
+            }
+        }
+        for call in started {
+            self.push_event(now_ms, run_event::Kind::ToolStarted(call));
+        }
+    }
+
+    /// Calls of the current batch completed (as each group of it does): `watch` sees them
+    /// finish now, and if the run ends before the batch does, they keep their results.
+    /// [`RunState::on_tool_results`] takes them all again at the end of the batch.
+    pub fn on_tools_finished(&mut self, results: &[ToolResult], now_ms: i64) {
+        let Phase::Executing(batch) = &mut self.phase else {
+            return;
+        };
+        let mut finished = Vec::new();
+        for r in results {
+            if r.interrupted || batch.done.iter().any(|d| d.call_id == r.call_id) {
+                continue;
+            }
+            batch.done.push(r.clone());
+            finished.push(r.clone());
+        }
+        for r in finished {
+            self.push_event(now_ms, run_event::Kind::ToolFinished(r));
+        }
+    }
+
     /// Results of the calls of the last [`Step::RunTools`], in the same order. Refused calls
     /// get their error observation; everything goes into the conversation in call order.
     pub fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
@@ -1107,7 +1146,9 @@ impl RunState {
             if !result.snapshot.is_empty() {
                 self.workspace_snapshot = Some(result.snapshot.clone());
             }
-            self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            if !batch.done.iter().any(|d| d.call_id == result.call_id) {
+                self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            }
             self.conversation.push(Item {
                 kind: Some(item::Kind::ToolResult(result)),
             });
@@ -1203,6 +1244,8 @@ impl RunState {
             question: None,
             extend: None,
             retry: true,
+            started: Vec::new(),
+            done: Vec::new(),
         });
     }
 
@@ -1232,6 +1275,8 @@ impl RunState {
             question: Some(question),
             extend: None,
             retry: false,
+            started: Vec::new(),
+            done: Vec::new(),
         });
     }
 
@@ -1475,6 +1520,8 @@ impl RunState {
             question: None,
             extend: None,
             retry: false,
+            started: Vec::new(),
+            done: Vec::new(),
         };
         let pending: Vec<PendingCall> = batch
             .pending()
@@ -1606,13 +1653,18 @@ impl RunState {
             Phase::AwaitingApproval(batch) if batch.question.is_none() => (batch, false),
             _ => return,
         };
-        let results: Vec<ToolResult> = batch
+        // (result, whether its `tool_finished` event is still to be told)
+        let results: Vec<(ToolResult, bool)> = batch
             .calls
             .iter()
             .map(|planned| {
+                let id = &planned.call.id;
+                if let Some(done) = batch.done.iter().find(|r| &r.call_id == id) {
+                    return (done.clone(), false);
+                }
                 let content = match &planned.disposition {
                     Disposition::Refused { content } => content.clone(),
-                    Disposition::Run { .. } if running => format!(
+                    Disposition::Run { .. } if running && batch.started.contains(id) => format!(
                         "stopped: the run ended while this call ran ({detail}); it may have \
                          taken effect in part"
                     ),
@@ -1623,17 +1675,20 @@ impl RunState {
                         format!("not run: the run ended before this call was decided ({detail})")
                     }
                 };
-                ToolResult {
+                let result = ToolResult {
                     call_id: planned.call.id.clone(),
                     name: planned.call.name.clone(),
                     content,
                     is_error: true,
                     ..Default::default()
-                }
+                };
+                (result, true)
             })
             .collect();
-        for result in results {
-            self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+        for (result, tell) in results {
+            if tell {
+                self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            }
             self.conversation.push(Item {
                 kind: Some(item::Kind::ToolResult(result)),
             });

@@ -644,28 +644,44 @@ fn cancellation_user_messages_and_duplicate_ids() {
         .map(|r| r.call.unwrap().id)
         .collect();
     assert_eq!(ids, vec!["call_1_1", "call_1_2"]);
+    // The workflow tells when calls start; only then does `watch` see them running.
+    let started = |s: &RunState| {
+        s.events_since(0)
+            .events
+            .into_iter()
+            .filter(|e| matches!(e.kind, Some(run_event::Kind::ToolStarted(_))))
+            .count()
+    };
+    assert_eq!(started(&s), 0);
+    s.on_tools_started(&["call_1_1".to_owned()], T0);
+    s.on_tools_started(&["call_1_1".to_owned()], T0);
+    assert_eq!(started(&s), 1, "a call starts once");
     s.on_cancelled(Some("user asked".into()), T0);
     let r = expect_finish(&mut s);
     assert_eq!(r.status(), StateName::Cancelled);
     assert_eq!(r.reason(), TerminationReason::Cancelled);
     assert_eq!(r.detail, "cancelled: user asked");
-    // The calls in flight are answered: a transcript never shows a call without an outcome.
+    // Every call has an outcome: a transcript never shows a call without one.
     let closed = tool_results(&s);
     assert_eq!(
         closed
             .iter()
-            .map(|r| r.call_id.as_str())
+            .map(|r| (r.call_id.as_str(), r.content.as_str(), r.is_error))
             .collect::<Vec<_>>(),
-        ["call_1_1", "call_1_2"]
+        [
+            (
+                "call_1_1",
+                "stopped: the run ended while this call ran (cancelled: user asked); it may \
+                 have taken effect in part",
+                true
+            ),
+            (
+                "call_1_2",
+                "not run: the run ended before this call ran (cancelled: user asked)",
+                true
+            ),
+        ]
     );
-    for r in &closed {
-        assert!(r.is_error);
-        assert_eq!(
-            r.content,
-            "stopped: the run ended while this call ran (cancelled: user asked); it may have \
-             taken effect in part"
-        );
-    }
     let finished_events: Vec<_> = s
         .events_since(0)
         .events
@@ -677,6 +693,64 @@ fn cancellation_user_messages_and_duplicate_ids() {
         })
         .collect();
     assert_eq!(finished_events, ["call_1_1", "call_1_2", "END"]);
+}
+
+#[test]
+fn a_stopped_batch_keeps_the_results_of_the_calls_that_completed() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("w", "write_file", r#"{"path":"a","content":"x"}"#),
+                call("s", "shell", r#"{"command":"sleep 60"}"#),
+                call("r", "read_file", r#"{"path":"a"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    s.on_tools_started(&["w".to_owned()], T0);
+    s.on_tools_started(&["s".to_owned()], T0 + 1);
+    s.on_tools_finished(
+        &[ToolResult {
+            call_id: "w".into(),
+            name: "write_file".into(),
+            content: "wrote 1 byte to a".into(),
+            ..Default::default()
+        }],
+        T0 + 1,
+    );
+    s.on_deadline_passed(T0 + 2);
+    expect_finish(&mut s);
+    let closed = tool_results(&s);
+    let by_id = |id: &str| closed.iter().find(|r| r.call_id == id).unwrap().clone();
+    assert_eq!(by_id("w").content, "wrote 1 byte to a");
+    assert!(!by_id("w").is_error);
+    let told: Vec<String> = s
+        .events_since(0)
+        .events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            Some(run_event::Kind::ToolFinished(r)) => Some(r.call_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told, ["w", "s", "r"], "each call's end is told once");
+    assert!(
+        by_id("s")
+            .content
+            .starts_with("stopped: the run ended while this call ran")
+    );
+    assert!(
+        by_id("r")
+            .content
+            .starts_with("not run: the run ended before this call ran"),
+        "{:?}",
+        by_id("r")
+    );
 }
 
 #[test]
@@ -1656,4 +1730,46 @@ fn the_initial_snapshot_is_the_first_calls_base_until_a_call_changes_the_workspa
         T0,
     );
     assert_eq!(expect_tools(&mut off)[0].snapshot, "");
+}
+
+#[test]
+fn calls_finished_during_a_batch_are_told_once() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("a", "write_file", r#"{"path":"a","content":"x"}"#),
+                call("b", "write_file", r#"{"path":"b","content":"y"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(&mut s);
+    let result = |id: &str| ToolResult {
+        call_id: id.into(),
+        name: "write_file".into(),
+        content: format!("wrote {id}"),
+        ..Default::default()
+    };
+    s.on_tools_started(&["a".to_owned()], T0);
+    s.on_tools_finished(&[result("a")], T0 + 1);
+    s.on_tools_started(&["b".to_owned()], T0 + 1);
+    s.on_tools_finished(&[result("b")], T0 + 2);
+    s.on_tool_results(vec![result("a"), result("b")], T0 + 2);
+    let kinds: Vec<String> = s
+        .events_since(0)
+        .events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            Some(run_event::Kind::ToolStarted(c)) => Some(format!("start {}", c.id)),
+            Some(run_event::Kind::ToolFinished(r)) => Some(format!("end {}", r.call_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["start a", "end a", "start b", "end b"]);
+    assert_eq!(tool_results(&s).len(), 2);
+    expect_llm(&mut s);
 }

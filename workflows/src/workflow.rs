@@ -488,6 +488,12 @@ async fn run_tools(
     // running one again after a worker failure is harmless).
     let local = ctx.state(|s| s.run.spec.local_read_tools) && requests.iter().all(|r| !r.mutating);
     for group in requests.chunks(chunk) {
+        let ids: Vec<String> = group
+            .iter()
+            .filter_map(|r| r.call.as_ref().map(|c| c.id.clone()))
+            .collect();
+        let now = now_ms(ctx.workflow_time());
+        ctx.state_mut(|s| s.run.on_tools_started(&ids, now));
         let with_snapshot = |r: &ToolRequest| ToolRequest {
             snapshot: snapshot.clone(),
             ..r.clone()
@@ -511,6 +517,10 @@ async fn run_tools(
                 .collect();
             temporalio_workflow::join_all(futures).await
         };
+        // Once the step is cancelled, a failed call was (most likely) stopped by it: the
+        // machine says so at the run's end, rather than "could not be run".
+        let stopped = token.is_cancelled();
+        let finished_before = results.len();
         for (request, outcome) in group.iter().zip(outcomes) {
             let call = request.call.clone().unwrap_or_default();
             results.push(match outcome {
@@ -520,6 +530,7 @@ async fn run_tools(
                     }
                     result
                 }
+                Err(_) if stopped => continue,
                 Err(e) => ToolResult {
                     call_id: call.id,
                     name: call.name,
@@ -529,6 +540,8 @@ async fn run_tools(
                 },
             });
         }
+        let now = now_ms(ctx.workflow_time());
+        ctx.state_mut(|s| s.run.on_tools_finished(&results[finished_before..], now));
         if token.is_cancelled() {
             break;
         }
