@@ -392,6 +392,16 @@ fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
+    // Labels are a keyword-list search attribute: `list --label` must be able to query them,
+    // and visibility stores (the dev server's SQLite full-text index) choke on quotes and
+    // control characters.
+    if let Some(c) = s.chars().find(|c| matches!(c, '"' | '\'' | '\\') || c.is_control()) {
+        return Err(format!(
+            "'{s}' has the character {c:?}, which labels cannot hold (they are queried through \
+             Temporal visibility); use letters, digits and punctuation other than quotes and \
+             backslashes"
+        ));
+    }
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("'{s}' is not KEY=VALUE")),

@@ -307,6 +307,25 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
             tools::BUILTIN_TOOLS.join(", ")
         )));
     }
+    let read_only: Vec<&str> = policy
+        .require_approval
+        .iter()
+        .filter(|t| tools::definition(t).is_some_and(|d| d.read_only))
+        .map(String::as_str)
+        .collect();
+    if !read_only.is_empty() {
+        return Err(Exit::usage(format!(
+            "{named_by} names read-only tool(s), which never wait for approval: {}; name tools \
+             that change something ({}), or \"*\" for all of them",
+            read_only.join(", "),
+            tools::BUILTIN_TOOLS
+                .iter()
+                .filter(|t| tools::definition(t).is_some_and(|d| !d.read_only))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     if let Some(d) = args.approval_timeout {
         policy.timeout_seconds = d.as_secs().clamp(1, u64::from(u32::MAX)) as u32;
     }
@@ -330,6 +349,21 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
     }
     if args.never_ask {
         policy.mode = policy::MODE_NEVER_ASK.to_owned();
+    }
+    // Checked here rather than in `policy::validate`, which runs again in the workflow: a
+    // stricter check there would make runs already started with such a policy fail on replay.
+    if !matches!(policy.on_retry.as_str(), "" | "rerun" | "ask") {
+        return Err(Exit::usage(format!(
+            "invalid approval policy: on_retry = \"{}\"; use \"rerun\" (run a cut-off call \
+             again from its snapshot) or \"ask\" (a human decides)",
+            policy.on_retry
+        )));
+    }
+    if policy.on_timeout() == ApprovalTimeoutAction::Fail && policy.timeout_seconds == 0 {
+        return Err(Exit::usage(
+            "invalid approval policy: on_timeout = \"fail\" has no effect without an approval \
+             timeout; set timeout_seconds in the policy file or add --approval-timeout (e.g. 30m)",
+        ));
     }
     policy::validate(&policy).map_err(|e| Exit::usage(format!("invalid approval policy: {e}")))?;
     Ok(policy)
@@ -384,12 +418,20 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
             })?,
         },
     };
-    crate::strict::from_value(value).map_err(|e| {
+    // A file that does not say which tools ask keeps the default (shell), as without a file:
+    // a file written to add a deny rule must not turn approvals off. `require_approval = []`
+    // says so explicitly.
+    let says_which = value.get("require_approval").is_some();
+    let mut policy: ApprovalPolicy = crate::strict::from_value(value).map_err(|e| {
         Exit::usage(format!(
             "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
             path.display()
         ))
-    })
+    })?;
+    if !says_which {
+        policy.require_approval = vec![tools::SHELL.to_owned()];
+    }
+    Ok(policy)
 }
 
 /// Largest workflow input baton submits (history payloads stay under 256 KiB).
@@ -477,4 +519,90 @@ pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
 fn new_run_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("run-{}", &id[..12])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    /// `build_policy` for `baton submit ARGS x`, with `policy` written to a file first.
+    fn policy_of(policy: Option<&str>, args: &[&str]) -> Result<ApprovalPolicy, Exit> {
+        let dir = std::env::temp_dir().join(format!("baton-policy-test-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.toml");
+        let mut argv = vec!["baton".to_owned(), "submit".to_owned()];
+        if let Some(text) = policy {
+            std::fs::write(&path, text).unwrap();
+            argv.extend(["--policy".to_owned(), path.display().to_string()]);
+        }
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        argv.push("x".to_owned());
+        let Command::Submit(submit) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!()
+        };
+        let built = build_policy(&submit);
+        std::fs::remove_dir_all(&dir).unwrap();
+        built
+    }
+
+    #[test]
+    fn a_policy_file_without_require_approval_keeps_shell_asking() {
+        let rules_only = "[[rules]]\ntool = \"*\"\npattern = \"secrets/*\"\naction = \"deny\"\n";
+        assert_eq!(
+            policy_of(Some(rules_only), &[]).unwrap().require_approval,
+            ["shell"]
+        );
+        assert_eq!(policy_of(None, &[]).unwrap().require_approval, ["shell"]);
+        assert!(
+            policy_of(Some("require_approval = []\n"), &[])
+                .unwrap()
+                .require_approval
+                .is_empty(),
+            "an explicit empty list turns approvals off"
+        );
+        assert_eq!(
+            policy_of(Some(rules_only), &["--require-approval", "write_file"])
+                .unwrap()
+                .require_approval,
+            ["write_file"]
+        );
+    }
+
+    #[test]
+    fn policy_files_are_held_to_what_the_flags_are() {
+        for (file, said) in [
+            ("on_retry = \"maybe\"\n", "on_retry = \"maybe\""),
+            (
+                "on_timeout = \"fail\"\n",
+                "has no effect without an approval timeout",
+            ),
+        ] {
+            let e = policy_of(Some(file), &[]).unwrap_err();
+            assert_eq!(e.code, exit::USAGE, "{}", e.message);
+            assert!(e.message.contains(said), "{}", e.message);
+        }
+        let ok = policy_of(
+            Some("on_retry = \"ask\"\ntimeout_seconds = 60\non_timeout = \"fail\"\n"),
+            &[],
+        );
+        assert_eq!(ok.unwrap().on_retry, "ask");
+    }
+
+    #[test]
+    fn read_only_tools_cannot_require_approval() {
+        for (file, args) in [
+            (None, &["--require-approval", "read_file"][..]),
+            (Some("require_approval = [\"glob\"]\n"), &[][..]),
+        ] {
+            let e = policy_of(file, args).unwrap_err();
+            assert_eq!(e.code, exit::USAGE, "{}", e.message);
+            assert!(
+                e.message.contains("never wait for approval"),
+                "{}",
+                e.message
+            );
+        }
+    }
 }
