@@ -395,7 +395,10 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     // Labels are a keyword-list search attribute: `list --label` must be able to query them,
     // and visibility stores (the dev server's SQLite full-text index) choke on quotes and
     // control characters.
-    if let Some(c) = s.chars().find(|c| matches!(c, '"' | '\'' | '\\') || c.is_control()) {
+    if let Some(c) = s
+        .chars()
+        .find(|c| matches!(c, '"' | '\'' | '\\') || c.is_control())
+    {
         return Err(format!(
             "'{s}' has the character {c:?}, which labels cannot hold (they are queried through \
              Temporal visibility); use letters, digits and punctuation other than quotes and \

@@ -58,9 +58,30 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
             None => return Ok(exit::COMPLETED),
         }
     };
+    let verb = if approved { "approved" } else { "denied" };
     let mut outcomes = Vec::new();
+    let mut applied: Vec<String> = Vec::new();
     for decision in decisions {
-        outcomes.push(deliver(&h, &args, decision).await?);
+        let call_id = decision.call_id.clone();
+        match deliver(&h, &args, decision).await {
+            Ok(outcome) => {
+                outcomes.push(outcome);
+                applied.push(call_id);
+            }
+            // Earlier decisions of this command took effect: say so, or the caller (a CI
+            // script reading `--json`) would believe nothing was sent.
+            Err(mut e) if !applied.is_empty() => {
+                e.message = format!(
+                    "{} {} {verb} already; then {}: {}; nothing after it was sent",
+                    applied.join(", "),
+                    if applied.len() == 1 { "was" } else { "were" },
+                    call_id,
+                    e.message
+                );
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     if args.json {
         println!(
@@ -113,6 +134,17 @@ async fn check_pending(
             args.run,
             snap.status.state().as_str_name(),
             args.run
+        )));
+    }
+    if let Some(twice) = args
+        .call_ids
+        .iter()
+        .enumerate()
+        .find(|(i, id)| args.call_ids[..*i].contains(id))
+        .map(|(_, id)| id)
+    {
+        return Err(Exit::usage(format!(
+            "{twice} is given more than once; name each call once; nothing was sent"
         )));
     }
     let unknown: Vec<&str> = args

@@ -1026,6 +1026,74 @@ async fn the_worker_serves_grpc_health_for_probes() {
     assert!(reconnect.is_err(), "the port closes with the worker");
 }
 
+/// `approve ID1 ID2` where only the first may be decided by this identity: the command says
+/// that the first was applied (exit 2, also in `--json`), and a repeated id sends nothing.
+#[test]
+fn a_partly_applied_approval_says_what_was_applied() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("partial");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "require_approval = [\"*\"]\n[[approvers]]\ntool = \"write_file\"\nidentities = [\"nobody@*\"]\n",
+    )
+    .unwrap();
+    let s = script(
+        dir.path(),
+        "two",
+        json!([
+            {"tool_calls": [
+                {"name": "shell", "arguments": {"command": "echo one"}},
+                {"name": "write_file", "arguments": {"path": "two.txt", "content": "2"}}
+            ]},
+            {"text": "done"}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-partial"),
+        &["--script", &s, "--policy", policy.to_str().unwrap()],
+        "two calls",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let twice = baton(&server, &["approve", &run, "call_1_1", "call_1_1"]).unwrap();
+    assert_eq!(twice.code, 2, "{twice}");
+    assert!(twice.stderr.contains("given more than once"), "{twice}");
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(
+        status["pending"].as_array().unwrap().len(),
+        2,
+        "nothing was sent: {status}"
+    );
+
+    let out = baton(
+        &server,
+        &["approve", &run, "call_1_1", "call_1_2", "--json"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    let error = out.json().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("call_1_1 was approved already; then call_1_2: ")
+            && error.contains("may not decide"),
+        "{error}"
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let pending: Vec<&str> = status["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, ["call_1_2"], "{status}");
+    assert_eq!(baton(&server, &["cancel", &run]).unwrap().code, 0);
+}
+
 /// Start-up errors name what to fix, and the exit code says whose they are: 2 for the
 /// worker's configuration, 1 for the rest (Temporal unreachable).
 #[tokio::test(flavor = "multi_thread")]
