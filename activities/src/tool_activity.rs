@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::{
     store::{BlobId, SharedStore, snapshot},
     tools::{
-        self, ToolContext, ToolError,
+        self, ToolContext, ToolError, orphans,
         sandbox::{Sandbox, SandboxError, SandboxSettings},
     },
 };
@@ -332,6 +332,17 @@ impl ToolService {
         if base.is_empty() {
             base = previous.base_snapshot.clone();
         }
+        if attempt > 1 || request.retry_confirmed {
+            // An earlier attempt's processes may still run on this host (its worker was killed
+            // outright): they must not write into the workspace of this one.
+            let key = format!("{run_id}/{}", call.id);
+            let killed = tokio::task::spawn_blocking(move || orphans::kill_call(&key))
+                .await
+                .unwrap_or_default();
+            if killed > 0 {
+                warn!(run_id, call_id = %call.id, attempt, killed, "killed processes left by an earlier attempt of this call");
+            }
+        }
         if self.snapshots && !base.is_empty() {
             let retry = attempt > 1 || request.retry_confirmed;
             self.ensure_snapshot(&run_id, &workspace, &base, snapshots && retry)
@@ -362,7 +373,7 @@ impl ToolService {
             env: vec![
                 ("BATON_RUN_ID".to_owned(), run_id.clone()),
                 (
-                    "BATON_IDEMPOTENCY_KEY".to_owned(),
+                    orphans::CALL_ENV.to_owned(),
                     format!("{run_id}/{}", call.id),
                 ),
                 ("BATON_ATTEMPT".to_owned(), attempt.to_string()),

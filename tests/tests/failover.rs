@@ -41,6 +41,22 @@ fn worker_running_the_tool(workers: &[Worker], run: &str) -> (usize, String) {
     (victim, needle)
 }
 
+/// The first file named `name` under `dir`.
+fn find_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if entry.file_name() == name {
+            return Some(path);
+        }
+        if path.is_dir()
+            && let Some(found) = find_file(&path, name)
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
 #[test]
 fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     const SLEEP: u64 = 20;
@@ -52,7 +68,13 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     let dir = tempfile::tempdir().unwrap();
     let m = marker();
     let sleep_arg = format!("{SLEEP}.{m}");
-    let command = format!("sleep {sleep_arg} && echo slept-{m} >> done.txt && echo finished-{m}");
+    // A background job that outlives `sh`: without baton killing it, the first attempt's copy
+    // would write after the retry restored the workspace (14 s > the 10 s heartbeat timeout
+    // after which the retry starts), and late.txt would have two lines.
+    let late_arg = format!("14.{m}");
+    let command = format!(
+        "(sleep {late_arg}; echo late-{m} >> late.txt) & sleep {sleep_arg} && echo slept-{m} >> done.txt && echo finished-{m}"
+    );
     let s = script(
         dir.path(),
         "failover",
@@ -81,9 +103,23 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     let r = result(&server, &run, 0);
     let elapsed = started.elapsed();
     kill_leftovers(&sleep_arg);
+    kill_leftovers(&late_arg);
     assert_eq!(r["status"], "COMPLETED");
     assert_eq!(r["answer"], "Survived.");
     let survivor = &workers[1 - victim];
+    assert!(
+        survivor
+            .log()
+            .contains("killed processes left by an earlier attempt of this call"),
+        "{}",
+        survivor.log()
+    );
+    let late = find_file(workspace.path(), "late.txt").expect("late.txt in the run's workspace");
+    assert_eq!(
+        std::fs::read_to_string(&late).unwrap(),
+        format!("late-{m}\n"),
+        "only the retry's background job wrote"
+    );
     assert!(
         survivor.log().contains(&needle),
         "the surviving worker retried the tool:\n{}",

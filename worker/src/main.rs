@@ -216,6 +216,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "removed the tool temp dirs of workers that were killed"
         );
     }
+    let orphans = baton_activities::tools::orphans::kill_orphans();
+    if orphans > 0 {
+        warn!(
+            killed = orphans,
+            "killed tool processes left running by workers that were killed"
+        );
+    }
     let mut sandbox = settings.sandbox();
     // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]
@@ -304,6 +311,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             _ = int.recv() => {},
         }
         warn!("second signal: exiting now without waiting for running activities");
+        // Nothing of their calls may go on writing into workspaces: the calls are retried.
+        let worker = baton_activities::tools::orphans::this_worker();
+        baton_activities::tools::orphans::kill_of_worker(&worker);
         std::process::exit(130);
     });
     if let Some(h) = &health {

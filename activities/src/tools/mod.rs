@@ -18,6 +18,7 @@
 pub mod edit;
 pub mod files;
 pub mod glob;
+pub mod orphans;
 pub mod output;
 pub mod sandbox;
 pub mod search;

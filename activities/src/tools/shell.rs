@@ -88,6 +88,8 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         }
     }
     command
+        // Finds the call's processes again if this worker dies without killing them.
+        .env(super::orphans::WORKER_ENV, this_worker())
         .envs(ctx.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -274,6 +276,12 @@ fn render(status_line: &str, stdout: &Capture, stderr: &Capture, cap: usize) -> 
         }
     }
     content
+}
+
+/// This worker's [`super::orphans::WORKER_ENV`] value, computed once.
+fn this_worker() -> &'static str {
+    static WORKER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    WORKER.get_or_init(super::orphans::this_worker)
 }
 
 /// Sets `PR_SET_PDEATHSIG` to `SIGKILL` in the child, so `sh` dies with the worker.
