@@ -1113,13 +1113,18 @@ async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
         (
             ("BATON_WORKSPACE_ROOT", file.to_str().unwrap()),
             2,
-            "cannot create workspace root",
+            "cannot create the workspace root (workspace_root)",
         ),
         (("BATON_STORE__BACKEND", "floppy"), 2, "floppy"),
         (
             ("TEMPORAL_ADDRESS", closed.as_str()),
             1,
             "cannot reach Temporal",
+        ),
+        (
+            ("TEMPORAL_NAMESPACE", "no-such-namespace"),
+            2,
+            "namespace 'no-such-namespace' does not exist",
         ),
     ] {
         let mut w = Worker::spawn(&server, &unique("startup"), &[env]).unwrap();

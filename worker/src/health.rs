@@ -138,19 +138,32 @@ impl Health {
 
 /// One check of the connection: describe the client's namespace, within [`CHECK_TIMEOUT`].
 async fn check(client: &Client) -> Result<(), String> {
+    match describe_namespace(client, CHECK_TIMEOUT).await {
+        Ok(()) => Ok(()),
+        Err(Some(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
+        Err(None) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+    }
+}
+
+/// Describes the client's namespace within `timeout`: the server's error status, or `None`
+/// when it did not answer in time.
+pub(crate) async fn describe_namespace(
+    client: &Client,
+    timeout: Duration,
+) -> Result<(), Option<tonic::Status>> {
     let mut client = client.clone();
     let request = DescribeNamespaceRequest {
         namespace: client.namespace(),
         ..Default::default()
     };
     match tokio::time::timeout(
-        CHECK_TIMEOUT,
+        timeout,
         WorkflowService::describe_namespace(&mut client, tonic::Request::new(request)),
     )
     .await
     {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
-        Err(_) => Err(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+        Ok(Err(status)) => Err(Some(status)),
+        Err(_) => Err(None),
     }
 }

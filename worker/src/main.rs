@@ -23,7 +23,7 @@ use baton_activities::{
 use baton_codec::BatonCodec;
 use baton_workflows::AgentRun;
 use temporalio_client::{
-    Client, ClientOptions, Connection, envconfig::LoadClientConfigProfileOptions,
+    Client, ClientOptions, Connection, NamespacedClient, envconfig::LoadClientConfigProfileOptions,
 };
 use temporalio_common::telemetry::TelemetryOptions;
 use temporalio_sdk::{Runtime, Worker, WorkerOptions, runtime::RuntimeOptions};
@@ -191,13 +191,38 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     })?;
     let client =
         Client::new(connection, client_opts).context("cannot create the Temporal client")?;
+    // A namespace that does not exist would only show once the worker polls (after "worker
+    // started"): say so now, as the configuration's error it is.
+    match health::describe_namespace(&client, Duration::from_secs(30)).await {
+        Err(Some(status)) if status.code() == tonic::Code::NotFound => {
+            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
+                "namespace '{}' does not exist on {address}; set TEMPORAL_NAMESPACE (or the \
+                 profile's namespace) to an existing one, or create it (`temporal operator \
+                 namespace create`)",
+                client.namespace()
+            ));
+        }
+        Err(Some(status))
+            if status.code() == tonic::Code::PermissionDenied
+                || status.code() == tonic::Code::Unauthenticated =>
+        {
+            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
+                "Temporal at {address} refused this worker's credentials for namespace '{}' \
+                 ({:?}); check TEMPORAL_API_KEY / the TLS client certificate",
+                client.namespace(),
+                status.code()
+            ));
+        }
+        // Anything else (slow, unavailable) the worker rides out as it polls.
+        _ => {}
+    }
 
     let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(
-        "bad workspace root {}",
+        "bad workspace root (workspace_root) {}",
         settings.workspace_root.display()
     ))?;
     std::fs::create_dir_all(&workspace_root).misconfigured(format!(
-        "cannot create workspace root {}",
+        "cannot create the workspace root (workspace_root) {}",
         workspace_root.display()
     ))?;
     writable(&workspace_root, "workspace root (workspace_root)")?;
