@@ -81,6 +81,13 @@ pub(crate) fn handle(client: &Client, run: &str) -> WorkflowHandle<Client, Agent
 pub(crate) fn interaction_error(run: &str, e: WorkflowInteractionError) -> Exit {
     match e {
         WorkflowInteractionError::NotFound(_) => not_found(run),
+        WorkflowInteractionError::Rpc(status) if crate::inspect::transient(status.code()) => Exit {
+            transient: true,
+            ..Exit::infra(format!(
+                "Temporal request failed: {}",
+                short(&status.to_string())
+            ))
+        },
         other => Exit::infra(format!(
             "Temporal request failed: {}",
             short(&other.to_string())

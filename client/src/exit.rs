@@ -20,6 +20,8 @@ pub(crate) const INFRA: i32 = 5;
 pub(crate) struct Exit {
     pub(crate) code: i32,
     pub(crate) message: String,
+    /// Temporal (or the way to it) did not answer for a moment: worth trying again.
+    pub(crate) transient: bool,
 }
 
 impl Exit {
@@ -27,6 +29,7 @@ impl Exit {
         Self {
             code: USAGE,
             message: message.into(),
+            transient: false,
         }
     }
 
@@ -34,6 +37,7 @@ impl Exit {
         Self {
             code: INFRA,
             message: message.into(),
+            transient: false,
         }
     }
 }

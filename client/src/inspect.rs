@@ -175,11 +175,11 @@ pub(crate) async fn wait_result(
     }
 }
 
-/// How long `wait_result` keeps retrying a server that does not answer.
-const RECONNECT_BUDGET: Duration = Duration::from_secs(300);
+/// How long `wait_result` (and `watch`) keep retrying a server that does not answer.
+pub(crate) const RECONNECT_BUDGET: Duration = Duration::from_secs(300);
 
 /// Errors worth waiting out: the server or the way to it is down for a moment.
-fn transient(code: temporalio_client::tonic::Code) -> bool {
+pub(crate) fn transient(code: temporalio_client::tonic::Code) -> bool {
     matches!(
         code,
         temporalio_client::tonic::Code::Unavailable

@@ -127,6 +127,7 @@ pub(crate) async fn follow(
     let mut next_seq = 0;
     let mut first_page = true;
     let mut said_waiting = false;
+    let mut lost_since: Option<std::time::Instant> = None;
     loop {
         let query = h.query(
             AgentRun::events,
@@ -187,7 +188,31 @@ pub(crate) async fn follow(
         };
         if let Some(check) = problem {
             // If the run has ended, report its result from history.
-            let snap = inspect::snapshot(h, run).await?;
+            let snap = match inspect::snapshot(h, run).await {
+                Ok(snap) => {
+                    lost_since = None;
+                    snap
+                }
+                // Temporal gone for a moment (a restart, a load balancer): ride it out, as
+                // `result --wait` does, up to RECONNECT_BUDGET of failures in a row.
+                Err(e) if e.transient => {
+                    let since = *lost_since.get_or_insert_with(|| {
+                        view.spinner.clear();
+                        eprintln!(
+                            "· lost the connection to Temporal while watching {run} ({}); \
+                             retrying (the run goes on)",
+                            e.message
+                        );
+                        std::time::Instant::now()
+                    });
+                    if since.elapsed() >= inspect::RECONNECT_BUDGET {
+                        return Err(e);
+                    }
+                    view.pause().await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if snap.temporal_status != WorkflowExecutionStatus::Running {
                 let result = inspect::wait_result(h, run).await?;
                 if let Check::NoEvents(problem) = &check
@@ -416,6 +441,7 @@ fn reader_gone() -> Exit {
     Exit {
         code: exit::WAIT_TIMEOUT,
         message: String::new(),
+        transient: false,
     }
 }
 

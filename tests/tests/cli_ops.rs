@@ -847,6 +847,9 @@ fn submit_wait_survives_a_server_restart() {
     )
     .unwrap();
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    // `watch` rides it out too.
+    let watching = baton_spawn(&server, &["watch", &run], &[]).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
     // Longer than the SDK's own retries of a call (about 10 s).
     server.stop();
     std::thread::sleep(Duration::from_secs(15));
@@ -861,5 +864,14 @@ fn submit_wait_survives_a_server_restart() {
     assert!(
         done.stderr.contains("lost the connection to Temporal"),
         "{done}"
+    );
+    let watched = watching.wait(Duration::from_secs(60)).unwrap();
+    assert_eq!(watched.code, 0, "{watched}");
+    assert!(watched.stdout.contains("All done."), "{watched}");
+    assert!(
+        watched
+            .stderr
+            .contains("lost the connection to Temporal while watching"),
+        "{watched}"
     );
 }
