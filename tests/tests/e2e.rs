@@ -1091,6 +1091,20 @@ fn a_partly_applied_approval_says_what_was_applied() {
         .map(|p| p["call_id"].as_str().unwrap())
         .collect();
     assert_eq!(pending, ["call_1_2"], "{status}");
+    // The memo (what `pending` and a worker-less `status` read) follows the partial decision.
+    wait_until_blocking(T, "pending to show only call_1_2", || {
+        let v = baton(&server, &["pending", "--json"])?.json()?;
+        let calls: Vec<String> = v["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["run_id"] == run.as_str())
+            .flat_map(|r| r["pending"].as_array().cloned().unwrap_or_default())
+            .filter_map(|p| p["call_id"].as_str().map(str::to_owned))
+            .collect();
+        Ok((calls == ["call_1_2"]).then_some(()))
+    })
+    .unwrap();
     assert_eq!(baton(&server, &["cancel", &run]).unwrap().code, 0);
 }
 

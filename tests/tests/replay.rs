@@ -20,7 +20,7 @@ use temporalio_client::{
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
-const RECORD_AS: &str = "approval-run-v7.json";
+const RECORD_AS: &str = "approval-run-v8.json";
 
 fn histories_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("histories")

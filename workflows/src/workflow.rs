@@ -56,6 +56,9 @@ pub const PATCH_STATUS_ON_CHANGE: &str = "status-on-change-v1";
 /// Shell rules and remembered approvals match strictly (`policy::Matching::Strict`): an allow
 /// never covers a compound command. Checked once per execution, at its start.
 pub const PATCH_STRICT_SHELL_RULES: &str = "strict-shell-rules-v1";
+/// Patch marker: a decision that leaves other calls of the batch pending refreshes the status
+/// memo (and search attributes) at once, not when the whole batch is decided.
+pub const PATCH_MEMO_ON_DECISION: &str = "memo-on-decision-v1";
 /// Turns between two refreshes of the status memo while the coarse state does not change.
 pub const STATUS_EVERY_TURNS: u32 = 10;
 
@@ -250,13 +253,46 @@ impl AgentRun {
                 }
                 Step::AwaitApproval { timeout_seconds } => {
                     let token = step_token(ctx);
-                    let settled = || {
-                        ctx.wait_condition_with_options(
-                            |s: &Self| s.run.approvals_settled(),
-                            WaitConditionOptions::builder()
-                                .cancellation_token(token.clone())
-                                .build(),
-                        )
+                    // Until every call is decided; a decision that leaves others pending
+                    // refreshes the status memo (`baton pending`, and `status` with no worker,
+                    // read it), behind a patch: it adds commands to histories.
+                    let settled = || async {
+                        loop {
+                            let seen = ctx.state(|s| s.run.status().pending.len());
+                            let _ = ctx
+                                .wait_condition_with_options(
+                                    |s: &Self| {
+                                        s.run.approvals_settled()
+                                            || s.run.status().pending.len() != seen
+                                    },
+                                    WaitConditionOptions::builder()
+                                        .cancellation_token(token.clone())
+                                        .build(),
+                                )
+                                .await;
+                            if token.is_cancelled() || ctx.state(|s| s.run.approvals_settled()) {
+                                return;
+                            }
+                            if ctx.patched(PATCH_MEMO_ON_DECISION) {
+                                publish_status(ctx);
+                                let status = ctx.state(|s| s.run.status());
+                                let key = status_key(&status);
+                                ctx.state_mut(|s| {
+                                    s.published = Some((key.0, key.1, status.turn));
+                                });
+                            } else {
+                                // Histories from before: wait for the whole batch, as they did.
+                                let _ = ctx
+                                    .wait_condition_with_options(
+                                        |s: &Self| s.run.approvals_settled(),
+                                        WaitConditionOptions::builder()
+                                            .cancellation_token(token.clone())
+                                            .build(),
+                                    )
+                                    .await;
+                                return;
+                            }
+                        }
                     };
                     let wait = async {
                         match timeout_seconds {
@@ -269,8 +305,9 @@ impl AgentRun {
                                     Duration::from_secs(u64::from(secs)),
                                     &token,
                                 ));
+                                let mut settled = std::pin::pin!(settled().fuse());
                                 temporalio_workflow::select! {
-                                    _ = settled() => false,
+                                    _ = settled => false,
                                     fired = timer => matches!(fired, TimerResult::Fired),
                                 }
                             }
@@ -706,7 +743,7 @@ fn instructions_options(token: &WorkflowCancellationToken) -> ActivityOptions {
 }
 
 /// Keeps the run's memo and UI details current, so `baton status` works with no worker.
-fn publish_status(ctx: &mut WorkflowContext<AgentRun>) {
+fn publish_status(ctx: &WorkflowContext<AgentRun>) {
     let status = set_details(ctx);
     if let Ok(value) = serde_json::to_value(&status) {
         let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
@@ -755,7 +792,7 @@ fn status_key(status: &RunStatus) -> (String, Vec<String>) {
 
 /// Sets the run's current details (shown by the Web UI; answered by a query, so no command
 /// and no history event) and returns the status they describe.
-fn set_details(ctx: &mut WorkflowContext<AgentRun>) -> RunStatus {
+fn set_details(ctx: &WorkflowContext<AgentRun>) -> RunStatus {
     let status = ctx.state(|s| s.run.status());
     let details = format!(
         "{} · turn {} · {}",
