@@ -226,7 +226,7 @@ async fn deliver(
                 args.run
             );
         }
-        return Ok(json!({"call_id": call_id, "approved": approved, "sent_as": "signal"}));
+        return Ok(signalled(&call_id, approved));
     }
     let update = h.execute_update(
         AgentRun::approve,
@@ -280,9 +280,23 @@ async fn deliver(
                     args.run
                 );
             }
-            Ok(json!({"call_id": call_id, "approved": approved, "sent_as": "signal"}))
+            Ok(signalled(&call_id, approved))
         }
     }
+}
+
+/// The `--json` entry of a decision sent as a signal: the same fields as one sent as the
+/// update, with what only the update could tell (`still_pending`) null. `call_id` too, as
+/// before.
+fn signalled(call_id: &str, approved: bool) -> Value {
+    json!({
+        "call_ids": [call_id],
+        "call_id": call_id,
+        "approved": approved,
+        "still_pending": null,
+        "remembered": [],
+        "sent_as": "signal",
+    })
 }
 
 /// Sends a decision as the fire-and-forget `approval` signal.

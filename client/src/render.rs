@@ -25,12 +25,15 @@ pub(crate) fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)])
 }
 
 /// The JSON printed for a finished run: `{"run_id", "status", "reason", "answer", "turns",
-/// "usage", "detail"}`, and `last_text` when it did not complete.
+/// "usage", "detail"}`, and `last_text` (`""` when the agent said nothing) when it did not
+/// complete.
 pub(crate) fn result_json(result: &RunResult) -> Value {
     let (answer, last_text) = answer_of(result);
     let mut v = json_with(result, &[("answer", json!(answer))]);
-    if let (Some(text), Value::Object(map)) = (last_text, &mut v) {
-        map.insert("last_text".to_owned(), json!(text));
+    if let Value::Object(map) = &mut v
+        && result.status() != RunState::Completed
+    {
+        map.insert("last_text".to_owned(), json!(last_text.unwrap_or_default()));
     }
     v
 }
