@@ -327,7 +327,20 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
                 args.run, args.run
             );
             if args.json {
-                println!("{}", json!({"run_id": args.run, "detail": msg}));
+                // The same object as `submit --wait` prints when it stops waiting.
+                let v = match snapshot(&h, &args.run).await {
+                    Ok(snap) => render::status_json(
+                        &snap.status,
+                        &[
+                            ("run_id", json!(args.run)),
+                            ("status", json!(snap.status.state().as_str_name())),
+                            ("waited", json!(true)),
+                            ("detail", json!(msg)),
+                        ],
+                    ),
+                    Err(_) => json!({"run_id": args.run, "waited": true, "detail": msg}),
+                };
+                println!("{v}");
             }
             eprintln!("{msg}");
             Ok(exit::WAIT_TIMEOUT)

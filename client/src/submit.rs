@@ -192,6 +192,13 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         Some(path) => Some(load_script(path)?),
         None => None,
     };
+    if let Some(p) = &args.provider
+        && !matches!(p.as_str(), "scripted" | "openai" | "anthropic")
+    {
+        return Err(Exit::usage(format!(
+            "unknown provider '{p}'; use openai, anthropic or scripted"
+        )));
+    }
     if let (Some(p), Some(_)) = (&args.provider, &script)
         && p != "scripted"
     {

@@ -48,11 +48,18 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if !settings.ignored_env.is_empty() {
-        tracing::warn!(
-            variables = ?settings.ignored_env,
-            "ignoring BATON_* variables that name no setting (see README \"Configuration\")"
-        );
+    for name in &settings.ignored_env {
+        match settings::did_you_mean(name) {
+            Some(meant) => tracing::warn!(
+                variable = %name,
+                did_you_mean = %meant,
+                "ignoring {name}, which names no setting: did you mean {meant}?"
+            ),
+            None => tracing::warn!(
+                variable = %name,
+                "ignoring {name}, which names no setting (see README \"Configuration\")"
+            ),
+        }
     }
     let outcome = run(settings).await;
     if let Err(e) = &outcome {

@@ -131,6 +131,50 @@ fn settings_env(
     (kept, ignored)
 }
 
+/// For an ignored `BATON_*` variable, the one it probably meant (`BATON_WORKSPACEROOT` ->
+/// `BATON_WORKSPACE_ROOT`): the same letters without underscores, or at most two edits away.
+pub(crate) fn did_you_mean(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("BATON_")?.to_ascii_lowercase();
+    let (top, nested) = match rest.split_once("__") {
+        Some((top, nested)) => (top.to_owned(), format!("__{}", nested.to_ascii_uppercase())),
+        None => (rest.clone(), String::new()),
+    };
+    let squeeze = |s: &str| s.replace('_', "");
+    SETTING_KEYS
+        .iter()
+        .map(|key| {
+            let distance = if squeeze(key) == squeeze(&top) {
+                0
+            } else {
+                edit_distance(key, &top)
+            };
+            (distance, key)
+        })
+        .filter(|(distance, _)| *distance <= 2)
+        .min()
+        .map(|(_, key)| format!("BATON_{}{nested}", key.to_ascii_uppercase()))
+}
+
+/// Levenshtein distance (small strings).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -320,6 +364,23 @@ impl Settings {
 #[allow(clippy::unwrap_used)]
 mod env_tests {
     use super::*;
+
+    #[test]
+    fn a_mistyped_variable_gets_a_suggestion() {
+        assert_eq!(
+            did_you_mean("BATON_WORKSPACEROOT").as_deref(),
+            Some("BATON_WORKSPACE_ROOT")
+        );
+        assert_eq!(
+            did_you_mean("BATON_TASK_QEUE").as_deref(),
+            Some("BATON_TASK_QUEUE")
+        );
+        assert_eq!(
+            did_you_mean("BATON_STOR__DIR").as_deref(),
+            Some("BATON_STORE__DIR")
+        );
+        assert_eq!(did_you_mean("BATON_SOMETHING_ELSE_ENTIRELY"), None);
+    }
 
     #[test]
     fn only_variables_naming_a_setting_are_read() {

@@ -6,7 +6,9 @@
 //! and writes into the workspace after the call was retried elsewhere, breaking exactly-once.
 //!
 //! Every tool process carries two environment variables that find them again:
-//! [`WORKER_ENV`] (`<pid>:<start time>` of the worker that ran it) and the call's idempotency
+//! [`WORKER_ENV`] (`<pid namespace>:<pid>:<start time>` of the worker that ran it: a worker
+//! judges only workers of its own pid namespace, as pids mean nothing across them; the start
+//! time tells a live worker from a new process that got a dead one's pid) and the call's idempotency
 //! key (`BATON_IDEMPOTENCY_KEY`, `<run>/<call>`). Before a retried call runs, the processes of
 //! its earlier attempts on this host are killed ([`kill_call`]); a starting worker kills those
 //! whose worker is gone ([`kill_orphans`]); a worker exiting without waiting kills its own
@@ -28,11 +30,27 @@ pub const CALL_ENV: &str = "BATON_IDEMPOTENCY_KEY";
 const ROUNDS: usize = 20;
 const BETWEEN_ROUNDS: Duration = Duration::from_millis(25);
 
-/// This worker's [`WORKER_ENV`] value: `<pid>:<start time in clock ticks>` (the start time
-/// tells a live worker from a new process that got a dead worker's pid).
+/// This worker's [`WORKER_ENV`] value: `<pid namespace>:<pid>:<start time in clock ticks>`.
 pub fn this_worker() -> String {
     let pid = std::process::id();
-    format!("{pid}:{}", start_time(pid).unwrap_or_default())
+    format!(
+        "{}:{pid}:{}",
+        pid_namespace(),
+        start_time(pid).unwrap_or_default()
+    )
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid` -> `pid:[4026531836]`).
+fn pid_namespace() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            l.to_str()
+                .and_then(|l| l.strip_prefix("pid:["))
+                .and_then(|l| l.strip_suffix(']'))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
 }
 
 /// Kills the processes of call `key` (every attempt's) on this host. Returns how many.
@@ -54,8 +72,16 @@ pub fn kill_of_worker(worker: &str) -> usize {
     kill_where(|env| env_value(env, WORKER_ENV) == Some(worker.as_bytes()))
 }
 
-/// Whether the worker `<pid>:<start time>` still runs.
+/// Whether the worker `<pid namespace>:<pid>:<start time>` still runs. A worker of another
+/// pid namespace (another container seen from the host) is taken as running: its pid cannot be
+/// looked up from here.
 fn is_running(worker: &str) -> bool {
+    let Some((namespace, worker)) = worker.split_once(':') else {
+        return false;
+    };
+    if namespace != pid_namespace() {
+        return true;
+    }
     let Some((pid, started)) = worker.split_once(':') else {
         return false;
     };
@@ -177,11 +203,19 @@ mod tests {
         // A "worker" of its own (not this test process, whose marker the shell tests running
         // next to this one use).
         let mut worker = detached_sleep(&[]);
-        let live = format!("{}:{}", worker.id(), start_time(worker.id()).unwrap());
-        let dead = format!("{}:{}", worker.id(), start_time(worker.id()).unwrap() + 1);
+        let ns = pid_namespace();
+        let started = start_time(worker.id()).unwrap();
+        let live = format!("{ns}:{}:{started}", worker.id());
+        let dead = format!("{ns}:{}:{}", worker.id(), started + 1);
         assert!(is_running(&live));
         assert!(!is_running(&dead));
         assert!(is_running(&this_worker()));
+        // Another namespace's worker is not ours to judge.
+        assert!(is_running(&format!(
+            "1{ns}:{}:{}",
+            worker.id(),
+            started + 1
+        )));
         let mut orphan = detached_sleep(&[(WORKER_ENV, &dead)]);
         let mut kept = detached_sleep(&[(WORKER_ENV, &live)]);
         std::thread::sleep(Duration::from_millis(50));
