@@ -1153,6 +1153,34 @@ async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
     }
 }
 
+/// A worker whose settings cannot be read reports it as a JSON log line when the environment
+/// asks for JSON logs (a log pipeline would drop plain text).
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_settings_are_reported_as_json_when_logs_are_json() {
+    let server = DevServer::start().unwrap();
+    let mut w = Worker::spawn(
+        &server,
+        &unique("json-settings"),
+        &[
+            ("BATON_LOG_FORMAT", "json"),
+            ("BATON_MAX_CACHED_WORKFLOWS", "many"),
+        ],
+    )
+    .unwrap();
+    let exit = w.wait_exit(Duration::from_secs(30)).await;
+    let log = w.log();
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{log}");
+    let line: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(line["level"], "ERROR", "{log}");
+    assert!(
+        line["cause"]
+            .as_str()
+            .unwrap()
+            .contains("max_cached_workflows"),
+        "{log}"
+    );
+}
+
 /// The base64 part of a `BATON_CODEC_KEYS` entry.
 fn codec_key_material(entry: &str) -> String {
     entry

@@ -37,7 +37,18 @@ async fn main() {
     let settings = match Settings::load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("baton-worker: {e:#}");
+            // Logging is not set up yet; a JSON log pipeline still gets a JSON line when the
+            // environment asks for one.
+            if std::env::var("BATON_LOG_FORMAT").is_ok_and(|f| f.trim() == "json") {
+                tracing_subscriber::fmt()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(std::io::stderr)
+                    .init();
+                error!(cause = format!("{e:#}"), "worker failed: invalid settings");
+            } else {
+                eprintln!("baton-worker: {e:#}");
+            }
             std::process::exit(2);
         }
     };
