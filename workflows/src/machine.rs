@@ -1396,6 +1396,15 @@ impl RunState {
         }
     }
 
+    /// How many calls wait for a decision ([`RunState::pending_calls`] without building them:
+    /// the approval wait checks it on every activation).
+    pub fn pending_count(&self) -> usize {
+        match &self.phase {
+            Phase::AwaitingApproval(batch) => batch.pending().count(),
+            _ => 0,
+        }
+    }
+
     /// Whether every call of the pending batch is decided (the approval wait can end).
     pub fn approvals_settled(&self) -> bool {
         !matches!(self.phase, Phase::AwaitingApproval(_))

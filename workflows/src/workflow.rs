@@ -258,12 +258,11 @@ impl AgentRun {
                     // read it), behind a patch: it adds commands to histories.
                     let settled = || async {
                         loop {
-                            let seen = ctx.state(|s| s.run.status().pending.len());
+                            let seen = ctx.state(|s| s.run.pending_count());
                             let _ = ctx
                                 .wait_condition_with_options(
                                     |s: &Self| {
-                                        s.run.approvals_settled()
-                                            || s.run.status().pending.len() != seen
+                                        s.run.approvals_settled() || s.run.pending_count() != seen
                                     },
                                     WaitConditionOptions::builder()
                                         .cancellation_token(token.clone())

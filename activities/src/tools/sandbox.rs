@@ -339,10 +339,13 @@ fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
     readable
 }
 
+/// The name prefix of every private temp dir; `<prefix><worker pid>-` is a worker's.
+const TEMP_PREFIX: &str = "baton-tool-";
+
 /// The name prefix of the private temp dirs of worker process `pid`.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn temp_prefix(pid: u32) -> String {
-    format!("baton-tool-{pid}-")
+    format!("{TEMP_PREFIX}{pid}-")
 }
 
 /// Removes the private temp dirs (in the system temp dir) that workers no longer running left
@@ -362,7 +365,7 @@ fn sweep_temp_dirs_in(dir: &Path) -> usize {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix("baton-tool-"))
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
             .and_then(|rest| rest.split_once('-'))
             .and_then(|(pid, _)| pid.parse::<u32>().ok())
         else {
