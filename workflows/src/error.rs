@@ -41,3 +41,39 @@ pub enum DecisionError {
         allowed: Vec<String>,
     },
 }
+
+/// Why a run's state cannot be made: from a spec ([`crate::machine::RunState::new`]), into a
+/// checkpoint ([`crate::machine::RunState::checkpoint`]) or from one
+/// ([`crate::machine::RunState::resume`]). A run that hits one ends at once with this text as
+/// its detail.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The spec names tools the catalog does not have.
+    #[error("unknown tools in spec: {}", unknown.join(", "))]
+    UnknownTools {
+        /// The names not found.
+        unknown: Vec<String>,
+    },
+    /// The spec's approval policy does not validate ([`crate::policy::validate`]).
+    #[error("invalid approval policy: {detail}")]
+    InvalidPolicy {
+        /// What is wrong with it and how to fix it.
+        detail: String,
+    },
+    /// The state cannot be written as JSON (not expected: every field serializes).
+    #[error("{0}")]
+    Unserializable(#[source] serde_json::Error),
+    /// The continued state was written by a worker with another checkpoint format.
+    #[error(
+        "continued run state has format {found}, this worker reads format {}",
+        crate::machine::CHECKPOINT_FORMAT
+    )]
+    CheckpointFormat {
+        /// The format the checkpoint has.
+        found: u32,
+    },
+    /// The continued state is not a readable checkpoint.
+    #[error("continued run state is unreadable: {0}")]
+    Unreadable(#[source] serde_json::Error),
+}

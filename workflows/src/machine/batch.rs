@@ -1,0 +1,295 @@
+//! A batch of tool calls: planning it (validation, the approval policy), the step that runs
+//! it, the calls as they start and finish, their results, and the guards over them (loop
+//! detection, the circuit breaker).
+
+use baton_proto::{
+    Item, PendingCall, TerminationReason, ToolCall, ToolDefinition, ToolRequest, ToolResult, item,
+    run_event,
+};
+
+use super::{Batch, Disposition, Phase, PlannedCall, RunState, Step, user};
+use crate::{
+    guards,
+    policy::{self, Assessment},
+    tools,
+};
+
+impl RunState {
+    /// The step of an `Executing` batch: its calls allowed to run, in call order.
+    pub(super) fn run_tools_step(&self, batch: &Batch) -> Step {
+        let requests: Vec<ToolRequest> = batch
+            .calls
+            .iter()
+            .filter(|c| matches!(c.disposition, Disposition::Run { .. }))
+            .map(|c| ToolRequest {
+                call: Some(c.call.clone()),
+                timeout_seconds: self.tool_timeout(&c.call),
+                snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
+                mutating: !tools::definition(&c.call.name).is_some_and(|d| d.read_only),
+                confirm_retries: self
+                    .spec
+                    .approval
+                    .as_ref()
+                    .is_some_and(|p| p.on_retry == "ask"),
+                retry_confirmed: batch.retry,
+                sandbox: self.spec.sandbox.clone(),
+            })
+            .collect();
+        Step::RunTools {
+            requests,
+            max_parallel: self.limits().max_parallel_tools,
+        }
+    }
+
+    /// Validates and assesses every call of a batch before any of it runs.
+    pub(super) fn plan_batch(&mut self, calls: Vec<ToolCall>, now_ms: i64) {
+        let policy = self.spec.approval.clone().unwrap_or_default();
+        let matching = self.matching();
+        let planned: Vec<PlannedCall> = calls
+            .into_iter()
+            .map(|call| {
+                let disposition = match self.check_call(&call) {
+                    Err(content) => Disposition::Refused { content },
+                    Ok(def) => {
+                        match policy::assess(&call, def, &policy, &self.remembered, matching) {
+                            Assessment::AutoApprove => Disposition::Run { approver: None },
+                            Assessment::AskHuman => Disposition::Pending,
+                            Assessment::Reject { reason } => {
+                                Disposition::Refused { content: reason }
+                            }
+                        }
+                    }
+                };
+                PlannedCall { call, disposition }
+            })
+            .collect();
+        let batch = Batch {
+            calls: planned,
+            requested_at_ms: now_ms,
+            question: None,
+            extend: None,
+            retry: false,
+            started: Vec::new(),
+            done: Vec::new(),
+        };
+        let pending: Vec<PendingCall> = batch
+            .pending()
+            .map(|c| PendingCall {
+                call_id: c.call.id.clone(),
+                tool: c.call.name.clone(),
+                arguments: c.call.arguments.clone(),
+                requested_at_ms: now_ms,
+            })
+            .collect();
+        if pending.is_empty() {
+            self.phase = Phase::Executing(batch);
+        } else {
+            self.phase = Phase::AwaitingApproval(batch);
+            for p in pending {
+                self.push_event(now_ms, run_event::Kind::ApprovalRequested(p));
+            }
+        }
+    }
+
+    /// A call must name an enabled tool and carry a JSON object of arguments.
+    fn check_call(&self, call: &ToolCall) -> Result<&ToolDefinition, String> {
+        let Some(def) = self.tools.iter().find(|t| t.name == call.name) else {
+            let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+            return Err(format!(
+                "Unknown tool '{}'. The available tools are: {}. Call one of them.",
+                call.name,
+                names.join(", ")
+            ));
+        };
+        let args = if call.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            call.arguments.as_str()
+        };
+        match serde_json::from_str::<serde_json::Value>(args) {
+            Ok(serde_json::Value::Object(_)) => Ok(def),
+            Ok(other) => Err(format!(
+                "The arguments of '{}' must be a JSON object matching its schema, got: {}. \
+                 The call did not run.",
+                call.name, other
+            )),
+            Err(e) => Err(format!(
+                "The arguments of '{}' are not valid JSON ({e}). Send a JSON object matching \
+                 the tool's schema: {}. The call did not run.",
+                call.name, def.parameters
+            )),
+        }
+    }
+
+    fn tool_timeout(&self, call: &ToolCall) -> u32 {
+        let default = self.limits().tool_timeout_seconds;
+        if call.name != tools::SHELL {
+            return default;
+        }
+        serde_json::from_str::<serde_json::Value>(&call.arguments)
+            .ok()
+            .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
+            .filter(|t| *t > 0)
+            .map(|t| t.min(u64::from(u32::MAX)) as u32)
+            .unwrap_or(default)
+    }
+
+    /// The calls `ids` of the current batch start executing now (the workflow tells as it
+    /// schedules them: mutating calls go one at a time).
+    pub fn on_tools_started(&mut self, ids: &[String], now_ms: i64) {
+        let Phase::Executing(batch) = &mut self.phase else {
+            return;
+        };
+        let mut started = Vec::new();
+        for planned in &batch.calls {
+            if ids.contains(&planned.call.id) && !batch.started.contains(&planned.call.id) {
+                batch.started.push(planned.call.id.clone());
+                started.push(planned.call.clone());
+            }
+        }
+        for call in started {
+            self.push_event(now_ms, run_event::Kind::ToolStarted(call));
+        }
+    }
+
+    /// Calls of the current batch completed (as each group of it does): `watch` sees them
+    /// finish now, and if the run ends before the batch does, they keep their results.
+    /// [`RunState::on_tool_results`] takes them all again at the end of the batch.
+    pub fn on_tools_finished(&mut self, results: &[ToolResult], now_ms: i64) {
+        let Phase::Executing(batch) = &mut self.phase else {
+            return;
+        };
+        let mut finished = Vec::new();
+        for r in results {
+            if r.interrupted || batch.done.iter().any(|d| d.call_id == r.call_id) {
+                continue;
+            }
+            batch.done.push(r.clone());
+            finished.push(r.clone());
+        }
+        for r in finished {
+            self.push_event(now_ms, run_event::Kind::ToolFinished(r));
+        }
+    }
+
+    /// Results of the calls of the last [`Step::RunTools`], in the same order. Refused calls
+    /// get their error observation; everything goes into the conversation in call order.
+    pub fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
+        let Phase::Executing(batch) = std::mem::replace(&mut self.phase, Phase::Thinking) else {
+            return;
+        };
+        let mut results = results.into_iter();
+        let mut any_error = false;
+        let mut interrupted = Vec::new();
+        for planned in batch.calls {
+            let result = match planned.disposition {
+                Disposition::Run { .. } => {
+                    let mut r = results.next().unwrap_or_else(|| ToolResult {
+                        content: "internal error: the tool produced no result".to_owned(),
+                        is_error: true,
+                        ..Default::default()
+                    });
+                    r.call_id = planned.call.id.clone();
+                    r.name = planned.call.name.clone();
+                    r
+                }
+                Disposition::Refused { content } => ToolResult {
+                    call_id: planned.call.id.clone(),
+                    name: planned.call.name.clone(),
+                    content,
+                    is_error: true,
+                    ..Default::default()
+                },
+                Disposition::Pending => ToolResult {
+                    call_id: planned.call.id.clone(),
+                    name: planned.call.name.clone(),
+                    content: "internal error: the call was never decided".to_owned(),
+                    is_error: true,
+                    ..Default::default()
+                },
+            };
+            if result.interrupted {
+                // The workspace as the cut-off call found it.
+                if !result.snapshot.is_empty() {
+                    self.workspace_snapshot = Some(result.snapshot.clone());
+                }
+                interrupted.push(PlannedCall {
+                    call: planned.call,
+                    disposition: Disposition::Pending,
+                });
+                continue;
+            }
+            any_error |= result.is_error;
+            if !result.snapshot.is_empty() {
+                self.workspace_snapshot = Some(result.snapshot.clone());
+            }
+            if !batch.done.iter().any(|d| d.call_id == result.call_id) {
+                self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+            }
+            self.conversation.push(Item {
+                kind: Some(item::Kind::ToolResult(result)),
+            });
+        }
+        self.circuit_breaker(any_error, now_ms);
+        if !interrupted.is_empty() && matches!(self.phase, Phase::Thinking) {
+            self.ask_about_retries(interrupted, now_ms);
+        }
+    }
+
+    fn loops_policy(&self) -> Option<&baton_proto::LoopPolicy> {
+        self.spec.approval.as_ref().and_then(|p| p.loops.as_ref())
+    }
+
+    pub(super) fn loop_check(&self) -> Option<String> {
+        if self.loops_policy().is_some_and(|l| l.disabled) {
+            return None;
+        }
+        guards::detect_loop(&self.conversation)
+    }
+
+    /// A loop was detected: stop, or ask a human, by policy.
+    pub(super) fn on_loop(&mut self, why: String, now_ms: i64) {
+        let ask = self.loops_policy().is_some_and(|l| l.on_loop == "ask");
+        if ask {
+            self.ask_question(
+                format!("Loop detected: {why}. Continue the run (approve) or abort it (deny)?"),
+                now_ms,
+            );
+        } else {
+            self.finish(now_ms, TerminationReason::LoopDetected, why);
+        }
+    }
+
+    /// Counts failing turns: alerts the model after the first threshold, then pauses for a
+    /// human after the second.
+    fn circuit_breaker(&mut self, any_error: bool, now_ms: i64) {
+        if !any_error {
+            self.error_streak = 0;
+            return;
+        }
+        self.error_streak += 1;
+        if self.loops_policy().is_some_and(|l| l.disabled) {
+            return;
+        }
+        let (alert_after, pause_after) = guards::breaker_thresholds(self.loops_policy());
+        if self.error_streak == alert_after {
+            self.conversation
+                .push(user(&guards::breaker_alert(self.error_streak), true));
+            self.note(
+                now_ms,
+                &format!(
+                    "circuit breaker: {} failing turns in a row; the model was told to change strategy",
+                    self.error_streak
+                ),
+            );
+        } else if self.error_streak == alert_after + pause_after {
+            self.ask_question(
+                format!(
+                    "The agent's tool calls failed in {} turns in a row, even after it was told to change strategy. Continue the run (approve) or abort it (deny)?",
+                    self.error_streak
+                ),
+                now_ms,
+            );
+        }
+    }
+}

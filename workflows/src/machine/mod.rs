@@ -1,0 +1,507 @@
+//! The agent state machine: a pure transition function over an explicit [`RunState`].
+//!
+//! The workflow asks [`RunState::next_step`] what to do, does it (an activity, a wait for
+//! approval), and feeds the outcome back (`on_llm_response`, `on_decision`, `on_tool_results`,
+//! ...). Nothing here does I/O or reads a clock: time comes in as arguments, so every
+//! transition is unit-tested without a server and replays identically.
+//!
+//! # Transitions
+//!
+//! Phase × input → next phase, and the [`Step`] that [`RunState::next_step`] returns in it.
+//! "Question" is a one-call batch for a human ([`QUESTION_TOOL`]): approving continues the run,
+//! denying ends it.
+//!
+//! | Phase | Input | Next phase | Step / effect |
+//! |---|---|---|---|
+//! | `Thinking` | `next_step`, a turn guard trips (turns, tokens, deadline), `on_exhausted = "ask"` | `AwaitingApproval` (question, `extend`) | `AwaitApproval` |
+//! | `Thinking` | `next_step`, a turn guard trips | `Finished` (`MaxTurnsExceeded`, `BudgetExceeded`) | `Finish` |
+//! | `Thinking` | `next_step`, over the compaction threshold after eliding old outputs, older turns to cut, compaction not failed this turn | `Compacting` | `Compact` |
+//! | `Thinking` | `next_step`, otherwise (the inbox joins the conversation) | `Thinking` | `CallLlm` |
+//! | `Thinking` | `on_llm_response`, finish `length`, at most [`MAX_LENGTH_CONTINUATIONS`] in a row | `Thinking` | [`CONTINUE_PROMPT`] added |
+//! | `Thinking` | `on_llm_response`, finish `length`, one more | `Finished` (`OutputTruncated`) | |
+//! | `Thinking` | `on_llm_response`, finish `content_filter` | `Finished` (`ContentFiltered`) | |
+//! | `Thinking` | `on_llm_response`, a loop detected | `AwaitingApproval` (question) if `loops.on_loop = "ask"`, else `Finished` (`LoopDetected`) | |
+//! | `Thinking` | `on_llm_response`, no tool calls | `Finished` (`Completed`, the answer) | |
+//! | `Thinking` | `on_llm_response`, tool calls, each auto-approved or refused by policy | `Executing` | |
+//! | `Thinking` | `on_llm_response`, tool calls, one needs a human | `AwaitingApproval` (the whole batch) | `approval_requested` events |
+//! | `Thinking` | `on_llm_failure(ContextOverflow)`, first in the turn and old outputs to elide | `Thinking` (the turn is retried) | note |
+//! | `Thinking` | `on_llm_failure`, otherwise | `Finished` (`ContextOverflow`, `ProviderError`, `InternalError`) | |
+//! | `Compacting` | `next_step` | `Compacting` | `Compact` |
+//! | `Compacting` | `on_compacted` | `Thinking` (the summary replaces the older turns in the view) | note |
+//! | `Compacting` | `on_compaction_failed` | `Thinking` (not retried this turn) | note |
+//! | `AwaitingApproval` | `next_step` | `AwaitingApproval` | `AwaitApproval` (policy timeout) |
+//! | `AwaitingApproval` | `on_decision`, valid, calls still pending | `AwaitingApproval` | `approval_decided` events |
+//! | `AwaitingApproval` | `on_decision`, the last pending call of a tool batch | `Executing` | |
+//! | `AwaitingApproval` | `on_decision`, a question approved | `Thinking` (limit extended, or breaker reset) | note |
+//! | `AwaitingApproval` | `on_decision`, a question denied | `Finished` (the limit's reason, else `LoopDetected`) | |
+//! | `AwaitingApproval` | `on_decision`, invalid ([`DecisionError`](crate::error::DecisionError)) | `AwaitingApproval` | note `approval ignored: ..` |
+//! | `AwaitingApproval` | `on_approval_timeout`, `on_timeout = "deny"` | as if the undecided calls were denied | note |
+//! | `AwaitingApproval` | `on_approval_timeout`, `on_timeout = "fail"` | `Finished` (`ApprovalTimedOut`) | |
+//! | `Executing` | `next_step` | `Executing` | `RunTools` (the calls allowed to run) |
+//! | `Executing` | `on_tools_started`, `on_tools_finished` | `Executing` | `tool_started`/`tool_finished` events, once each |
+//! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off | results join the conversation |
+//! | `Finished` | `next_step` | `Finished` | `Finish` |
+//! | not `Finished` | `on_deadline_passed` | `Finished` (`BudgetExceeded`) | open calls answered |
+//! | not `Finished` | `on_cancelled` | `Finished` (`Cancelled`) | open calls answered |
+//! | not `Finished` | `on_user_message` | unchanged (the inbox) | note |
+//! | any | `on_instructions` (once, before the first step) | unchanged | note |
+//!
+//! An input in a phase the table does not list for it changes nothing. The workflow never
+//! sends one (it feeds each step's outcome back in the phase that asked for it), so each such
+//! branch is explicit and tested: a model reply or failure outside `Thinking`, a compaction
+//! outcome outside `Compacting`, tool progress or results outside `Executing`, an approval
+//! timeout outside `AwaitingApproval` record a note `<input> ignored: the run is <phase>, not
+//! <phase>`; a decision outside `AwaitingApproval` is refused with a [`DecisionError`](crate::error::DecisionError) (and a
+//! note); a deadline, a cancellation or a user message for a `Finished` run record nothing (the
+//! first ending stands and stays the run's last event).
+//!
+//! # Files
+//!
+//! - `mod.rs`: the types, [`RunState::new`], [`RunState::next_step`].
+//! - `turn.rs`: the LLM request, the model's reply (finish reasons, length continuations, call
+//!   ids), LLM failures, the turn guards, workspace instructions, user messages.
+//! - `batch.rs`: planning a batch of tool calls (validation, policy), tools started, finished
+//!   and their results, loop detection and the circuit breaker.
+//! - `approvals.rs`: decisions, approval timeout, questions to a human, limit extensions.
+//! - `context.rs`: eliding old tool outputs, the token estimate, compaction.
+//! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
+//! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
+//! - `status.rs`: status, pending calls, events, [`describe_event`].
+
+use std::{collections::BTreeSet, fmt};
+
+use baton_proto::{
+    AssistantMessage, CompactRequest, Item, LlmRequest, RunEvent, RunResult, RunSpec,
+    TerminationReason, ToolCall, ToolDefinition, ToolRequest, ToolResult, ToolRule, Usage,
+    UserMessage, WorkspaceInstructions, item,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{error::StateError, policy, tools};
+
+mod approvals;
+mod batch;
+mod checkpoint;
+mod context;
+mod end;
+mod status;
+mod turn;
+
+pub use status::describe_event;
+
+/// Default maximum number of LLM calls in a run.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+/// How many times in a row a `length` finish is answered with "continue" before the run fails.
+pub const MAX_LENGTH_CONTINUATIONS: u32 = 3;
+/// Default timeout of one tool call, in seconds.
+pub const DEFAULT_TOOL_TIMEOUT_SECONDS: u32 = 600;
+/// Default number of tool calls of one batch run at once.
+pub const DEFAULT_MAX_PARALLEL_TOOLS: u32 = 4;
+/// Events kept for `watch`/`events`; older ones are dropped (the conversation keeps everything).
+pub const MAX_EVENTS: usize = 2_000;
+/// Default history budget of one run segment, in events, before it continues as new.
+pub const DEFAULT_HISTORY_EVENTS_BUDGET: u32 = 5_000;
+/// Format of [`Continuation::state`].
+pub const CHECKPOINT_FORMAT: u32 = 1;
+/// Events a continued run carries into its next segment (for `watch`).
+pub const CARRIED_EVENTS: usize = 64;
+/// Longest text of a carried event; the rest is cut.
+pub const CARRIED_EVENT_TEXT: usize = 2_048;
+/// Assistant turns a continued run keeps whole in memory (loop detection, the last answer);
+/// older items become stubs and live only in the blob store.
+pub const RESIDENT_TURNS: usize = 8;
+/// How much of a user message its event note (`status`'s last event, `watch`) repeats.
+pub const USER_MESSAGE_NOTE_BYTES: usize = 200;
+/// Largest checkpoint carried across continue-as-new (payloads stay under 256 KiB).
+pub const MAX_CHECKPOINT_BYTES: usize = 192 * 1024;
+
+/// On a context overflow, tool outputs older than this many assistant turns are elided from
+/// the model's view before the turn is retried.
+pub const KEEP_RECENT_TURNS: usize = 2;
+/// Compaction starts this many tokens below the context window (or a quarter of the window,
+/// if that is smaller).
+pub const COMPACTION_BUFFER_TOKENS: u32 = 13_000;
+pub use crate::view::ELIDE_MIN_BYTES;
+
+/// Tool name of a question to a human ("continue or abort?") shown as a pending call.
+pub const QUESTION_TOOL: &str = "baton.continue";
+/// Call-id prefix of such a question.
+pub const QUESTION_CALL_PREFIX: &str = "baton_continue_";
+
+/// The hidden message that asks the model to go on after its output was cut off.
+pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
+Continue exactly where you left off: no apology, no repetition, no preamble.";
+
+/// What the workflow must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Call the model (activity `llm_generate`).
+    CallLlm(LlmRequest),
+    /// Wait for approval decisions, at most `timeout_seconds` (`None`: forever).
+    AwaitApproval {
+        /// How long to wait before the policy's timeout action applies.
+        timeout_seconds: Option<u32>,
+    },
+    /// Run these tool calls (activity `run_tool`), at most `max_parallel` at once, then report
+    /// their results in the same order with [`RunState::on_tool_results`].
+    RunTools {
+        /// The approved calls of the batch, in call order.
+        requests: Vec<ToolRequest>,
+        /// Concurrency limit.
+        max_parallel: u32,
+    },
+    /// Summarize the older part of the conversation (activity `compact_context`), then report
+    /// with [`RunState::on_compacted`] or [`RunState::on_compaction_failed`].
+    Compact(CompactRequest),
+    /// The run is over.
+    Finish(RunResult),
+}
+
+/// How one call of a batch stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Disposition {
+    /// May run: approved by policy or by a human.
+    Run {
+        /// Who approved it (`None`: the policy).
+        approver: Option<String>,
+    },
+    /// Waiting for a human decision.
+    Pending,
+    /// Will not run; the model gets this error text as the call's result.
+    Refused {
+        /// The error observation.
+        content: String,
+    },
+}
+
+/// One tool call of the current batch and its disposition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCall {
+    /// The call as the model made it (id normalised).
+    pub call: ToolCall,
+    /// Whether it runs.
+    pub disposition: Disposition,
+}
+
+/// The tool calls of one assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// In the order the model made them.
+    pub calls: Vec<PlannedCall>,
+    /// When approval was first requested (workflow time, Unix ms).
+    pub requested_at_ms: i64,
+    /// Set when this "batch" is a question to a human (continue or abort?) rather than tool
+    /// calls: approving continues the run, denying ends it.
+    #[serde(default)]
+    pub question: Option<String>,
+    /// For a question about an exhausted limit: the termination reason it would end with.
+    /// Approving extends the limit.
+    #[serde(default)]
+    pub extend: Option<i32>,
+    /// Calls cut off by a worker failure that may have taken effect: approving runs them
+    /// again, denying skips them.
+    #[serde(default)]
+    pub retry: bool,
+    /// Calls whose execution has started (their `tool_started` events are out).
+    #[serde(default)]
+    pub started: Vec<String>,
+    /// Results of the calls that completed so far (their `tool_finished` events are out).
+    #[serde(default)]
+    pub done: Vec<ToolResult>,
+}
+
+impl Batch {
+    fn pending(&self) -> impl Iterator<Item = &PlannedCall> {
+        self.calls
+            .iter()
+            .filter(|c| c.disposition == Disposition::Pending)
+    }
+}
+
+/// Where the run is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Phase {
+    /// The next step is an LLM call.
+    Thinking,
+    /// A batch waits for human decisions.
+    AwaitingApproval(Batch),
+    /// A batch is decided; its runnable calls execute next.
+    Executing(Batch),
+    /// The older conversation up to (not including) item `upto` is being summarized.
+    Compacting {
+        /// First conversation index that stays verbatim.
+        upto: usize,
+        /// Estimated tokens before.
+        tokens_before: u32,
+    },
+    /// Over.
+    Finished(RunResult),
+}
+
+/// The whole state of a run. Serializable, so it can be carried across continue-as-new.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// The workflow id: the run id users see.
+    pub run_id: String,
+    /// The spec with defaults filled in.
+    pub spec: RunSpec,
+    /// Tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Workflow time the run started (Unix ms).
+    pub started_at_ms: i64,
+    /// The full conversation, in order.
+    pub conversation: Vec<Item>,
+    /// LLM calls made so far.
+    pub turn: u32,
+    /// Tokens used so far.
+    pub usage: Usage,
+    /// `length` finishes in a row.
+    pub consecutive_length: u32,
+    /// Text of replies cut off by `length`, joined to the reply that completes them.
+    pub partial_text: String,
+    /// Where the run is.
+    pub phase: Phase,
+    /// Recent events (for `watch`), with increasing `seq`.
+    pub events: Vec<RunEvent>,
+    /// Sequence number of the next event.
+    pub next_seq: u32,
+    /// Messages from users (signal `message`) to add before the next LLM call.
+    pub inbox: Vec<String>,
+    /// Call ids seen in this run, to keep them unique.
+    pub seen_call_ids: BTreeSet<String>,
+    /// Tool results before this conversation index (of at least [`ELIDE_MIN_BYTES`]) are
+    /// shown to the model as a short placeholder (the conversation keeps the output).
+    #[serde(default)]
+    pub elide_before: usize,
+    /// The current turn already hit a context overflow and was retried after trimming.
+    #[serde(default)]
+    pub overflow_retried: bool,
+    /// Allow rules learned from approvals with `remember: true`.
+    #[serde(default)]
+    pub remembered: Vec<ToolRule>,
+    /// Rules match shell commands strictly ([`policy::Matching::Strict`]): set by the
+    /// workflow for runs since patch `strict-shell-rules-v1`; older histories replay with
+    /// legacy matching.
+    #[serde(default)]
+    pub strict_rules: bool,
+    /// Consecutive turns in which a tool call failed (circuit breaker).
+    #[serde(default)]
+    pub error_streak: u32,
+    /// Summary that replaces the older conversation in the model's view.
+    #[serde(default)]
+    pub summary: Option<Summary>,
+    /// Tokens the last LLM call reported (input + output) and the conversation length then;
+    /// cleared when the model's view changes (elision, compaction).
+    #[serde(default)]
+    pub calibration: Option<(u32, usize)>,
+    /// Turn in which compaction last failed (not retried in the same turn).
+    #[serde(default)]
+    pub compaction_failed_turn: Option<u32>,
+    /// What the workspace contributes to the system prompt (read once, at the start).
+    #[serde(default)]
+    pub instructions: Option<WorkspaceInstructions>,
+    /// The limits the run started with; an extension adds them again.
+    #[serde(default)]
+    pub base_limits: Option<baton_proto::Limits>,
+    /// The part of the conversation in the blob store: (head segment id, items). Requests
+    /// carry only the items after it.
+    #[serde(default)]
+    pub stored: Option<(String, usize)>,
+    /// Blob id of the stored system prompt and tools.
+    #[serde(default)]
+    pub context_ref: Option<String>,
+    /// Segments of this run before the current one (continue-as-new).
+    #[serde(default)]
+    pub segment: u32,
+    /// The latest snapshot of the run's workspace in the blob store (from tool results).
+    #[serde(default)]
+    pub workspace_snapshot: Option<String>,
+    /// The turn at which the current segment started.
+    #[serde(default)]
+    pub segment_start_turn: u32,
+}
+
+/// A compaction summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The summary text.
+    pub text: String,
+    /// Conversation items before this index are replaced by the summary in the model's view.
+    pub upto: usize,
+}
+
+/// Why an LLM call failed for good, as far as the state machine cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlmFailure {
+    /// The request did not fit the model's context window.
+    ContextOverflow,
+    /// The worker's side failed (its blob store), not the provider.
+    Infrastructure,
+    /// Anything else retries could not fix.
+    Fatal,
+}
+
+impl Phase {
+    /// The phase in words, as notes about ignored inputs name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Thinking => "thinking",
+            Phase::AwaitingApproval(_) => "awaiting approval",
+            Phase::Executing(_) => "executing tools",
+            Phase::Compacting { .. } => "compacting",
+            Phase::Finished(_) => "finished",
+        }
+    }
+}
+
+impl RunState {
+    /// A new run. Fails if the spec names unknown tools (the CLI checks this too).
+    pub fn new(run_id: &str, spec: RunSpec, now_ms: i64) -> Result<Self, StateError> {
+        let spec = normalize(spec);
+        let tools = tools::definitions(&spec.tools)
+            .map_err(|unknown| StateError::UnknownTools { unknown })?;
+        if let Some(p) = &spec.approval {
+            policy::validate(p).map_err(|detail| StateError::InvalidPolicy { detail })?;
+        }
+        let conversation = vec![user(&spec.task, false)];
+        let mut state = Self::blank(run_id, spec, tools, conversation, now_ms);
+        state.base_limits = state.spec.limits.clone();
+        state.note(now_ms, "run started");
+        Ok(state)
+    }
+
+    /// A run that could not start (e.g. a spec naming unknown tools, a [`StateError`] from
+    /// [`RunState::new`] or [`RunState::resume`]): it ends at once, `detail` saying why.
+    pub fn invalid(run_id: &str, spec: RunSpec, now_ms: i64, detail: impl fmt::Display) -> Self {
+        let mut state = Self::blank(run_id, spec, Vec::new(), Vec::new(), now_ms);
+        state.finish(now_ms, TerminationReason::InternalError, detail.to_string());
+        state
+    }
+
+    fn blank(
+        run_id: &str,
+        spec: RunSpec,
+        tools: Vec<ToolDefinition>,
+        conversation: Vec<Item>,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            run_id: run_id.to_owned(),
+            tools,
+            started_at_ms: now_ms,
+            conversation,
+            spec,
+            turn: 0,
+            usage: Usage::default(),
+            consecutive_length: 0,
+            partial_text: String::new(),
+            phase: Phase::Thinking,
+            events: Vec::new(),
+            next_seq: 0,
+            inbox: Vec::new(),
+            seen_call_ids: BTreeSet::new(),
+            elide_before: 0,
+            stored: None,
+            context_ref: None,
+            segment: 0,
+            workspace_snapshot: None,
+            segment_start_turn: 0,
+            overflow_retried: false,
+            remembered: Vec::new(),
+            strict_rules: false,
+            error_streak: 0,
+            summary: None,
+            calibration: None,
+            compaction_failed_turn: None,
+            instructions: None,
+            base_limits: None,
+        }
+    }
+
+    /// What to do next. Applies the turn guards (max turns, token budget, deadline) before an
+    /// LLM call, which may end the run.
+    pub fn next_step(&mut self, now_ms: i64) -> Step {
+        match &self.phase {
+            Phase::Finished(result) => Step::Finish(result.clone()),
+            Phase::AwaitingApproval(_) => Step::AwaitApproval {
+                timeout_seconds: self.approval_timeout(),
+            },
+            Phase::Compacting { upto, .. } => Step::Compact(self.compact_request(*upto)),
+            Phase::Executing(batch) => self.run_tools_step(batch),
+            Phase::Thinking => {
+                if let Some((reason, detail)) = self.guard(now_ms) {
+                    if self.ask_on_exhausted() {
+                        self.ask_question(
+                            format!("{detail}. Extend the limit (approve) or end the run (deny)?"),
+                            now_ms,
+                        );
+                        if let Phase::AwaitingApproval(batch) = &mut self.phase {
+                            batch.extend = Some(reason as i32);
+                        }
+                    } else {
+                        self.finish(now_ms, reason, detail);
+                    }
+                    return self.next_step(now_ms);
+                }
+                for text in std::mem::take(&mut self.inbox) {
+                    self.conversation.push(user(&text, false));
+                }
+                if let Some(step) = self.context_hygiene(now_ms) {
+                    return step;
+                }
+                Step::CallLlm(self.llm_request())
+            }
+        }
+    }
+
+    fn limits(&self) -> baton_proto::Limits {
+        self.spec.limits.clone().unwrap_or_default()
+    }
+}
+
+/// Fills in defaults so the rest of the machine never sees zeros that mean "default".
+fn normalize(mut spec: RunSpec) -> RunSpec {
+    let mut limits = spec.limits.unwrap_or_default();
+    if limits.max_turns == 0 {
+        limits.max_turns = DEFAULT_MAX_TURNS;
+    }
+    if limits.tool_timeout_seconds == 0 {
+        limits.tool_timeout_seconds = DEFAULT_TOOL_TIMEOUT_SECONDS;
+    }
+    if limits.max_parallel_tools == 0 {
+        limits.max_parallel_tools = DEFAULT_MAX_PARALLEL_TOOLS;
+    }
+    spec.limits = Some(limits);
+    spec.approval.get_or_insert_with(Default::default);
+    spec.model.get_or_insert_with(Default::default);
+    spec
+}
+
+fn user(text: &str, synthetic: bool) -> Item {
+    Item {
+        kind: Some(item::Kind::User(UserMessage {
+            text: text.to_owned(),
+            synthetic,
+        })),
+    }
+}
+
+fn assistant_item(message: AssistantMessage) -> Item {
+    Item {
+        kind: Some(item::Kind::Assistant(message)),
+    }
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
+    let t = if u.total_tokens > 0 {
+        u.total_tokens
+    } else {
+        u.input_tokens.saturating_add(u.output_tokens)
+    };
+    total.total_tokens = total.total_tokens.saturating_add(t);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,100 @@
+//! Continue-as-new: checkpoint and resume.
+
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+#[test]
+fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
+    let mut spec = spec(&["shell"]);
+    spec.limits = Some(Limits {
+        max_turns: 100,
+        segment_turns: 30,
+        ..Default::default()
+    });
+    let mut s = RunState::new("run-1", spec.clone(), T0).unwrap();
+    assert!(!s.wants_continue_as_new(10, false));
+    assert!(s.wants_continue_as_new(10, true));
+    assert!(s.wants_continue_as_new(DEFAULT_HISTORY_EVENTS_BUDGET, false));
+    for i in 0..30 {
+        // Approve each call so the batch runs.
+        let Step::CallLlm(req) = s.next_step(T0) else {
+            panic!("expected an LLM call");
+        };
+        let h = req.history.unwrap();
+        let mut r = reply(
+            &format!("turn {i}"),
+            vec![call(
+                &format!("c{i}"),
+                "shell",
+                &format!("{{\"command\":\"echo {i}\"}}"),
+            )],
+            FinishReason::ToolCalls,
+        );
+        r.history_head = format!("head{i}");
+        r.history_items = h.stored_items + h.added.len() as u32;
+        s.on_llm_response(r, T0);
+        if i == 29 {
+            break;
+        }
+        s.on_decision(
+            ApprovalDecision {
+                call_id: format!("c{i}"),
+                approved: true,
+                approver: "ann".into(),
+                ..Default::default()
+            },
+            T0,
+        )
+        .unwrap();
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result(&"o".repeat(2000))], T0);
+    }
+    // Turn 30 waits for a human, and the segment used its turn budget.
+    assert_eq!(s.status().state(), StateName::AwaitingApproval);
+    assert!(s.wants_continue_as_new(100, false));
+    let carried = s.checkpoint().unwrap();
+    assert_eq!(carried.segment, 1);
+    assert!(carried.state.len() < MAX_CHECKPOINT_BYTES);
+    let mut next = RunState::resume("run-1", spec, &carried).unwrap();
+    assert!(
+        !next.wants_continue_as_new(100, false),
+        "the budget restarts"
+    );
+    assert_eq!(next.turn, 30);
+    assert_eq!(next.conversation.len(), s.conversation.len());
+    assert_eq!(next.estimate_tokens(), s.estimate_tokens());
+    let stubs = next
+        .conversation
+        .iter()
+        .filter(|i| matches!(i.kind, Some(item::Kind::Stub(_))))
+        .count();
+    assert!(stubs > 40, "older items are stubs: {stubs}");
+    assert!(next.events.len() <= CARRIED_EVENTS);
+    // The pending approval survives the boundary and is applied.
+    assert_eq!(next.status().pending.len(), 1);
+    next.on_decision(
+        ApprovalDecision {
+            call_id: "c29".into(),
+            approved: true,
+            approver: "ann".into(),
+            ..Default::default()
+        },
+        T0,
+    )
+    .unwrap();
+    let requests = expect_tools(&mut next);
+    assert_eq!(requests[0].call.as_ref().unwrap().id, "c29");
+    next.on_tool_results(vec![ok_result("done")], T0);
+    let Step::CallLlm(req) = next.next_step(T0) else {
+        panic!("expected an LLM call");
+    };
+    let h = req.history.unwrap();
+    assert_eq!(h.head, "head29");
+    assert!(
+        h.added
+            .iter()
+            .all(|i| !matches!(i.kind, Some(item::Kind::Stub(_)))),
+        "stubs never travel"
+    );
+}

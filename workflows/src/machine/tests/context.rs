@@ -1,0 +1,222 @@
+//! The model's context: overflow, elision, the token estimate, compaction.
+
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+#[test]
+fn context_overflow_elides_old_tool_outputs_and_retries_once() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    let big = "x".repeat(10_000);
+    for i in 0..3 {
+        expect_llm(&mut s);
+        s.on_llm_response(
+            reply(
+                "",
+                vec![call(
+                    &format!("c{i}"),
+                    "list_files",
+                    &format!(r#"{{"path":"d{i}"}}"#),
+                )],
+                FinishReason::ToolCalls,
+            ),
+            T0,
+        );
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result(&big)], T0);
+    }
+    let before = expect_llm(&mut s);
+    s.on_llm_failure(LlmFailure::ContextOverflow, "prompt is too long".into(), T0);
+    // The turn is retried with the oldest output elided; the last two turns stay intact.
+    let after = expect_llm(&mut s);
+    assert_eq!(after.conversation.len(), before.conversation.len());
+    let contents: Vec<String> = after
+        .conversation
+        .iter()
+        .filter_map(|i| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        contents[0].starts_with("[10000 bytes of output from list_files were removed"),
+        "{}",
+        contents[0]
+    );
+    assert_eq!(contents[1], big);
+    assert_eq!(contents[2], big);
+    // The full output is kept in the conversation itself.
+    assert_eq!(tool_results(&s)[0].content, big);
+    // A second overflow in the same turn ends the run.
+    s.on_llm_failure(LlmFailure::ContextOverflow, "prompt is too long".into(), T0);
+    let r = expect_finish(&mut s);
+    assert_eq!(r.reason(), TerminationReason::ContextOverflow);
+    assert_eq!(r.detail, "prompt is too long");
+}
+
+#[test]
+fn context_overflow_with_nothing_to_elide_fails_at_once() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_failure(LlmFailure::ContextOverflow, "too long".into(), T0);
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContextOverflow
+    );
+}
+
+fn windowed(window: u32) -> RunSpec {
+    let mut sp = spec(&[]);
+    // These runs repeat themselves on purpose.
+    sp.approval.as_mut().unwrap().loops = Some(baton_proto::LoopPolicy {
+        disabled: true,
+        ..Default::default()
+    });
+    sp.model = Some(baton_proto::ModelConfig {
+        provider: "scripted".into(),
+        context_window: window,
+        ..Default::default()
+    });
+    sp
+}
+
+fn shrink_window(s: &mut RunState, window: u32) {
+    if let Some(m) = s.spec.model.as_mut() {
+        m.context_window = window;
+    }
+}
+
+/// A turn whose tool returns `out`, with `text` as the assistant's words.
+fn turn_with_output(s: &mut RunState, i: u32, text: &str, out: &str) {
+    expect_llm(s);
+    s.on_llm_response(
+        LlmResponse {
+            message: Some(AssistantMessage {
+                text: text.into(),
+                tool_calls: vec![call(
+                    &format!("k{i}"),
+                    "read_file",
+                    &format!(r#"{{"path":"f{i}"}}"#),
+                )],
+                finish_reason: FinishReason::ToolCalls as i32,
+                ..Default::default()
+            }),
+            usage: None,
+            ..Default::default()
+        },
+        T0,
+    );
+    expect_tools(s);
+    s.on_tool_results(vec![ok_result(out)], T0);
+}
+
+#[test]
+fn no_context_window_means_no_compaction() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    for i in 0..4 {
+        turn_with_output(&mut s, i, "", &"y".repeat(50_000));
+    }
+    assert_eq!(s.compaction_threshold(), None);
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+}
+
+#[test]
+fn over_the_threshold_old_tool_outputs_go_first() {
+    // Window 8000 -> buffer 2000 -> threshold 6000 tokens (~24 KB).
+    let mut s = RunState::new("run-1", windowed(1_000_000), T0).unwrap();
+    for i in 0..4 {
+        turn_with_output(&mut s, i, "", &"y".repeat(7_000));
+    }
+    shrink_window(&mut s, 8_000);
+    assert_eq!(s.compaction_threshold(), Some(6_000));
+    assert!(s.estimate_tokens() > 6_000, "{}", s.estimate_tokens());
+    let req = expect_llm(&mut s);
+    // The two oldest outputs are placeholders now; the last two turns are intact.
+    let outs: Vec<usize> = req
+        .conversation
+        .iter()
+        .filter_map(|i| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => Some(r.content.len()),
+            _ => None,
+        })
+        .collect();
+    assert!(outs[0] < 200 && outs[1] < 200, "{outs:?}");
+    assert_eq!(&outs[2..], &[7_000, 7_000]);
+    assert!(s.estimate_tokens() <= 6_000);
+    let notes = s
+        .events
+        .iter()
+        .filter(|e| matches!(&e.kind, Some(baton_proto::run_event::Kind::Note(n)) if n.starts_with("compaction: removed")))
+        .count();
+    assert!(notes > 0, "a compaction event is recorded");
+    // The conversation itself keeps everything.
+    assert!(tool_results(&s).iter().all(|r| r.content.len() == 7_000));
+}
+
+#[test]
+fn when_elision_is_not_enough_the_older_turns_are_summarized() {
+    let mut s = RunState::new("run-1", windowed(1_000_000), T0).unwrap();
+    let long_text = "z".repeat(6_000);
+    for i in 0..5 {
+        turn_with_output(&mut s, i, &long_text, "small output");
+    }
+    shrink_window(&mut s, 8_000);
+    let step = s.next_step(T0);
+    let Step::Compact(mut req) = step else {
+        panic!("expected compaction, got {step:?}");
+    };
+    let history = req.history.clone().unwrap();
+    req.items = crate::view::compaction_input(
+        &history.added,
+        &req.view.clone().unwrap(),
+        req.from as usize,
+        req.upto as usize,
+    );
+    assert_eq!(s.status().state(), StateName::Compacting);
+    assert_eq!(req.task, "do the thing");
+    // Everything but the task and the last two turns goes to the summary.
+    assert!(matches!(&req.items[0].kind, Some(item::Kind::Assistant(_))));
+    let summarized_assistants = req
+        .items
+        .iter()
+        .filter(|i| matches!(i.kind, Some(item::Kind::Assistant(_))))
+        .count();
+    assert_eq!(summarized_assistants, 3);
+    s.on_compacted(
+        baton_proto::CompactResponse {
+            summary: "Read f0..f2; nothing found yet.".into(),
+            usage: None,
+        },
+        T0,
+    );
+    let req = expect_llm(&mut s);
+    match (&req.conversation[0].kind, &req.conversation[1].kind) {
+        (Some(item::Kind::User(task)), Some(item::Kind::User(summary))) => {
+            assert_eq!(task.text, "do the thing");
+            assert!(summary.synthetic && summary.text.contains("Read f0..f2; nothing found yet."));
+        }
+        other => panic!("unexpected view start {other:?}"),
+    }
+    let kept = req
+        .conversation
+        .iter()
+        .filter(|i| matches!(i.kind, Some(item::Kind::Assistant(_))))
+        .count();
+    assert_eq!(kept, 2);
+    assert!(s.estimate_tokens() < 6_000);
+    assert!(s.status().last_event.starts_with("compaction: summarized"));
+    assert_eq!(s.conversation.len(), 11, "the full conversation is kept");
+}
+
+#[test]
+fn a_failed_compaction_is_not_retried_in_the_same_turn() {
+    let mut s = RunState::new("run-1", windowed(1_000_000), T0).unwrap();
+    let long_text = "z".repeat(6_000);
+    for i in 0..5 {
+        turn_with_output(&mut s, i, &long_text, "small");
+    }
+    shrink_window(&mut s, 8_000);
+    assert!(matches!(s.next_step(T0), Step::Compact(_)));
+    s.on_compaction_failed("provider down", T0);
+    assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
+}
