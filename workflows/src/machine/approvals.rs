@@ -72,6 +72,7 @@ impl RunState {
         }
         let matching = self.matching();
         let Phase::AwaitingApproval(batch) = &mut self.phase else {
+            // Not reached: `validate_decision` refused the decision (with a note) above.
             return Err(DecisionError::NothingPending);
         };
         // Who decided, as the model is told: the name the sender gave, else the Temporal
@@ -171,6 +172,7 @@ impl RunState {
             .map(|p| p.on_timeout())
             .unwrap_or_default();
         let Phase::AwaitingApproval(batch) = &mut self.phase else {
+            self.ignored(now_ms, "approval timeout", "awaiting approval");
             return;
         };
         match action {

@@ -138,6 +138,7 @@ impl RunState {
     /// schedules them: mutating calls go one at a time).
     pub fn on_tools_started(&mut self, ids: &[String], now_ms: i64) {
         let Phase::Executing(batch) = &mut self.phase else {
+            self.ignored(now_ms, "tools started", "executing tools");
             return;
         };
         let mut started = Vec::new();
@@ -157,6 +158,7 @@ impl RunState {
     /// [`RunState::on_tool_results`] takes them all again at the end of the batch.
     pub fn on_tools_finished(&mut self, results: &[ToolResult], now_ms: i64) {
         let Phase::Executing(batch) = &mut self.phase else {
+            self.ignored(now_ms, "tools finished", "executing tools");
             return;
         };
         let mut finished = Vec::new();
@@ -175,8 +177,13 @@ impl RunState {
     /// Results of the calls of the last [`Step::RunTools`], in the same order. Refused calls
     /// get their error observation; everything goes into the conversation in call order.
     pub fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
-        let Phase::Executing(batch) = std::mem::replace(&mut self.phase, Phase::Thinking) else {
-            return;
+        let batch = match std::mem::replace(&mut self.phase, Phase::Thinking) {
+            Phase::Executing(batch) => batch,
+            other => {
+                self.phase = other;
+                self.ignored(now_ms, "tool results", "executing tools");
+                return;
+            }
         };
         let mut results = results.into_iter();
         let mut any_error = false;

@@ -166,6 +166,7 @@ impl RunState {
             tokens_before,
         } = self.phase
         else {
+            self.ignored(now_ms, "compaction result", "compacting");
             return;
         };
         if let Some(u) = &response.usage {
@@ -188,9 +189,11 @@ impl RunState {
 
     /// The summary could not be made: go on without it (not retried this turn).
     pub fn on_compaction_failed(&mut self, detail: &str, now_ms: i64) {
-        if matches!(self.phase, Phase::Compacting { .. }) {
-            self.phase = Phase::Thinking;
+        if !matches!(self.phase, Phase::Compacting { .. }) {
+            self.ignored(now_ms, "compaction failure", "compacting");
+            return;
         }
+        self.phase = Phase::Thinking;
         self.compaction_failed_turn = Some(self.turn);
         self.note(
             now_ms,

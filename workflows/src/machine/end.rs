@@ -120,6 +120,7 @@ impl RunState {
     /// workflow cancelled).
     pub fn on_deadline_passed(&mut self, now_ms: i64) {
         if matches!(self.phase, Phase::Finished(_)) {
+            // The run ended first: that ending stands, and stays its last event.
             return;
         }
         let secs = self.limits().deadline_seconds;
@@ -133,6 +134,7 @@ impl RunState {
     /// Workflow cancellation was requested.
     pub fn on_cancelled(&mut self, reason: Option<String>, now_ms: i64) {
         if matches!(self.phase, Phase::Finished(_)) {
+            // The run ended first: that ending stands, and stays its last event.
             return;
         }
         let detail = match reason {

@@ -81,6 +81,16 @@ impl RunState {
         }
     }
 
+    /// An input arrived in a phase that cannot take it (`expected`: the phase that can). The
+    /// workflow never sends one; should it, the note says so and nothing else changes.
+    pub(super) fn ignored(&mut self, now_ms: i64, input: &str, expected: &str) {
+        let note = format!(
+            "{input} ignored: the run is {}, not {expected}",
+            self.phase.name()
+        );
+        self.note(now_ms, &note);
+    }
+
     /// Records a note event (shown by `watch` and as `last_event`).
     pub fn note(&mut self, now_ms: i64, text: &str) {
         self.push_event(now_ms, run_event::Kind::Note(text.to_owned()));

@@ -115,6 +115,11 @@ impl RunState {
 
     /// The model answered.
     pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
+        if !matches!(self.phase, Phase::Thinking) {
+            // Only a `CallLlm` step (from `Thinking`) is answered by a reply.
+            self.ignored(now_ms, "model reply", "thinking");
+            return;
+        }
         if !response.history_head.is_empty()
             && response.history_items as usize <= self.conversation.len()
         {
@@ -195,6 +200,10 @@ impl RunState {
     /// overflow is answered once per turn by eliding old tool outputs from the model's view and
     /// retrying; a second overflow (or nothing left to elide) ends the run.
     pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
+        if !matches!(self.phase, Phase::Thinking) {
+            self.ignored(now_ms, "model failure", "thinking");
+            return;
+        }
         match failure {
             LlmFailure::Fatal => self.finish(now_ms, TerminationReason::ProviderError, detail),
             LlmFailure::Infrastructure => {
@@ -261,6 +270,8 @@ impl RunState {
     /// A user message (signal `message`) for the model, added before the next LLM call.
     pub fn on_user_message(&mut self, text: String, now_ms: i64) {
         if matches!(self.phase, Phase::Finished(_)) {
+            // Too late: no turn follows. Nothing is recorded, so the run's last event stays
+            // its `finished` one (what `status` shows).
             return;
         }
         // The text too (cut, on one line), so `watch` and `status` show what was said.

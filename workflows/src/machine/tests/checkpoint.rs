@@ -98,3 +98,57 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
         "stubs never travel"
     );
 }
+
+#[test]
+fn a_state_that_cannot_be_made_says_why_in_a_typed_error() {
+    let unknown = RunState::new(
+        "run-1",
+        RunSpec {
+            tools: vec!["read_file".into(), "teleport".into(), "fly".into()],
+            ..spec(&[])
+        },
+        T0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&unknown, StateError::UnknownTools { unknown } if unknown == &["teleport", "fly"])
+    );
+    assert_eq!(unknown.to_string(), "unknown tools in spec: teleport, fly");
+
+    let s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    let mut continued = s.checkpoint().unwrap();
+    continued.format = CHECKPOINT_FORMAT + 1;
+    let newer = RunState::resume("run-1", spec(&[]), &continued).unwrap_err();
+    assert_eq!(
+        newer.to_string(),
+        format!(
+            "continued run state has format {}, this worker reads format {CHECKPOINT_FORMAT}",
+            CHECKPOINT_FORMAT + 1
+        )
+    );
+
+    continued.format = CHECKPOINT_FORMAT;
+    continued.state = "{not json".into();
+    let unreadable = RunState::resume("run-1", spec(&[]), &continued).unwrap_err();
+    assert!(
+        matches!(unreadable, StateError::Unreadable(_)),
+        "{unreadable:?}"
+    );
+    assert!(
+        unreadable
+            .to_string()
+            .starts_with("continued run state is unreadable: "),
+        "{unreadable}"
+    );
+
+    // The run that cannot start ends at once, with that text as its detail.
+    let invalid = RunState::invalid("run-1", spec(&[]), T0, &unknown);
+    assert_eq!(
+        invalid.result().map(|r| r.detail.as_str()),
+        Some("unknown tools in spec: teleport, fly")
+    );
+    assert_eq!(
+        invalid.result().map(|r| r.reason()),
+        Some(TerminationReason::InternalError)
+    );
+}
