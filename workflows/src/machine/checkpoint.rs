@@ -39,14 +39,8 @@ impl RunState {
         let stored = self.stored.as_ref().map(|s| s.1).unwrap_or(0);
         let mut resident_turns = RESIDENT_TURNS;
         let mut carried = CARRIED_EVENTS;
+        let assistants = self.assistant_turns();
         loop {
-            let assistants: Vec<usize> = self
-                .conversation
-                .iter()
-                .enumerate()
-                .filter(|(_, i)| view::is_assistant(i))
-                .map(|(n, _)| n)
-                .collect();
             let resident_from = assistants
                 .len()
                 .checked_sub(resident_turns)

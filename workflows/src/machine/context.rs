@@ -10,16 +10,20 @@ use super::{
 use crate::view;
 
 impl RunState {
-    /// Elides tool outputs older than the last [`KEEP_RECENT_TURNS`] assistant turns from the
-    /// model's view. Returns how many outputs and bytes were elided.
-    pub fn elide_old_tool_outputs(&mut self) -> (usize, usize) {
-        let assistants: Vec<usize> = self
-            .conversation
+    /// Conversation indices of the assistant turns, in order.
+    pub(super) fn assistant_turns(&self) -> Vec<usize> {
+        self.conversation
             .iter()
             .enumerate()
             .filter(|(_, i)| view::is_assistant(i))
             .map(|(n, _)| n)
-            .collect();
+            .collect()
+    }
+
+    /// Elides tool outputs older than the last [`KEEP_RECENT_TURNS`] assistant turns from the
+    /// model's view. Returns how many outputs and bytes were elided.
+    pub fn elide_old_tool_outputs(&mut self) -> (usize, usize) {
+        let assistants = self.assistant_turns();
         let Some(&cutoff) = assistants
             .len()
             .checked_sub(KEEP_RECENT_TURNS)
@@ -130,12 +134,9 @@ impl RunState {
     fn compaction_cut(&self) -> Option<usize> {
         let from = self.summary.as_ref().map(|s| s.upto).unwrap_or(1);
         let assistants: Vec<usize> = self
-            .conversation
-            .iter()
-            .enumerate()
-            .skip(from)
-            .filter(|(_, i)| view::is_assistant(i))
-            .map(|(n, _)| n)
+            .assistant_turns()
+            .into_iter()
+            .filter(|n| *n >= from)
             .collect();
         let k = assistants.len().checked_sub(KEEP_RECENT_TURNS)?;
         let cut = *assistants.get(k)?;
