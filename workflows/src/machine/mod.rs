@@ -39,7 +39,7 @@
 //! | `AwaitingApproval` | `on_approval_timeout`, `on_timeout = "fail"` | `Finished` (`ApprovalTimedOut`) | |
 //! | `Executing` | `next_step` | `Executing` | `RunTools` (the calls allowed to run) |
 //! | `Executing` | `on_tools_started`, `on_tools_finished` | `Executing` | `tool_started`/`tool_finished` events, once each |
-//! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off | results join the conversation |
+//! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off (`on_retry = "ask"`) | results join the conversation (and the breaker's alert, after its first threshold) |
 //! | `Finished` | `next_step` | `Finished` | `Finish` |
 //! | not `Finished` | `on_deadline_passed` | `Finished` (`BudgetExceeded`) | open calls answered |
 //! | not `Finished` | `on_cancelled` | `Finished` (`Cancelled`) | open calls answered |
@@ -51,9 +51,10 @@
 //! branch is explicit and tested: a model reply or failure outside `Thinking`, a compaction
 //! outcome outside `Compacting`, tool progress or results outside `Executing`, an approval
 //! timeout outside `AwaitingApproval` record a note `<input> ignored: the run is <phase>, not
-//! <phase>`; a decision outside `AwaitingApproval` is refused with a [`DecisionError`](crate::error::DecisionError) (and a
-//! note); a deadline, a cancellation or a user message for a `Finished` run record nothing (the
-//! first ending stands and stays the run's last event).
+//! <phase>`; a decision outside `AwaitingApproval` is refused with a
+//! [`DecisionError`](crate::error::DecisionError) (and a note); a deadline, a cancellation or
+//! a user message for a `Finished` run record nothing (the first ending stands and stays the
+//! run's last event). Tests: `machine/tests/phases.rs`.
 //!
 //! # Files
 //!
@@ -101,7 +102,7 @@ pub const DEFAULT_MAX_PARALLEL_TOOLS: u32 = 4;
 pub const MAX_EVENTS: usize = 2_000;
 /// Default history budget of one run segment, in events, before it continues as new.
 pub const DEFAULT_HISTORY_EVENTS_BUDGET: u32 = 5_000;
-/// Format of [`Continuation::state`].
+/// Format of [`Continuation::state`](baton_proto::Continuation::state).
 pub const CHECKPOINT_FORMAT: u32 = 1;
 /// Events a continued run carries into its next segment (for `watch`).
 pub const CARRIED_EVENTS: usize = 64;
