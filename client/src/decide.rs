@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
-use serde_json::{Value, json};
+use serde_json::Value;
 use temporalio_client::{
     Client, WorkflowCancelOptions, WorkflowDescribeOptions, WorkflowExecuteUpdateOptions,
     WorkflowExecutionStatus, WorkflowHandle, WorkflowSignalOptions,
@@ -17,6 +17,7 @@ use crate::{
     connect::{connect, handle, interaction_error, not_found, short},
     exit::{self, Exit},
     inspect,
+    json::{self, Decision},
 };
 
 /// How long a validated update may wait for a worker before falling back to a signal.
@@ -84,10 +85,11 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
         }
     }
     if args.json {
-        println!(
-            "{}",
-            json!({"run_id": args.run, "approved": approved, "decisions": outcomes})
-        );
+        json::print(&json::Decided {
+            run_id: &args.run,
+            approved,
+            decisions: &outcomes,
+        })?;
     }
     Ok(exit::COMPLETED)
 }
@@ -203,12 +205,12 @@ async fn ask_pending(
 }
 
 /// Sends one decision: the validated update, or the signal (`--signal`, or when no worker
-/// answers in time). Prints what happened unless `--json`; returns it as JSON.
+/// answers in time). Prints what happened unless `--json`; returns it for `--json`.
 async fn deliver(
     h: &WorkflowHandle<Client, AgentRun>,
     args: &DecideArgs,
     decision: ApprovalDecision,
-) -> Result<Value, Exit> {
+) -> Result<Decision, Exit> {
     let call_id = decision.call_id.clone();
     let verb = if decision.approved {
         "approved"
@@ -226,7 +228,7 @@ async fn deliver(
                 args.run
             );
         }
-        return Ok(signalled(&call_id, approved));
+        return Ok(Decision::signal(&call_id, approved));
     }
     let update = h.execute_update(
         AgentRun::approve,
@@ -254,9 +256,12 @@ async fn deliver(
                     println!("allowed for the rest of the run: {rule}");
                 }
             }
-            Ok(
-                json!({"call_ids": call_ids, "approved": approved, "still_pending": still_pending, "remembered": remembered, "sent_as": "update"}),
-            )
+            Ok(Decision::update(
+                call_ids,
+                approved,
+                still_pending,
+                remembered,
+            ))
         }
         Ok(Err(WorkflowUpdateError::NotFound(_))) => {
             Err(not_running(h, &args.run, "there is nothing to approve or deny").await)
@@ -280,30 +285,16 @@ async fn deliver(
                     args.run
                 );
             }
-            Ok(signalled(&call_id, approved))
+            Ok(Decision::signal(&call_id, approved))
         }
     }
-}
-
-/// The `--json` entry of a decision sent as a signal: the same fields as one sent as the
-/// update, with what only the update could tell (`still_pending`) null. `call_id` too, as
-/// before.
-fn signalled(call_id: &str, approved: bool) -> Value {
-    json!({
-        "call_ids": [call_id],
-        "call_id": call_id,
-        "approved": approved,
-        "still_pending": null,
-        "remembered": [],
-        "sent_as": "signal",
-    })
 }
 
 /// Sends a decision as the fire-and-forget `approval` signal.
 async fn signal_decision(
     h: &WorkflowHandle<Client, AgentRun>,
     run: &str,
-    decision: serde_json::Value,
+    decision: Value,
 ) -> Result<(), Exit> {
     match h
         .signal(

@@ -3,7 +3,6 @@
 //! Read from describe, so it works with no worker up, and it is what tells a user that a run
 //! that says THINKING is in fact riding out a provider's rate limit.
 
-use serde_json::{Value, json};
 use temporalio_common::data_converters::DataConverter;
 use temporalio_common::protos::temporal::api::{
     enums::v1::PendingActivityState, workflow::v1::PendingActivityInfo,
@@ -144,22 +143,6 @@ pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
     line
 }
 
-/// The JSON of one pending activity in `status --json` (`activities`).
-pub(crate) fn json(a: &InFlight) -> Value {
-    json!({
-        "activity": a.activity,
-        "activity_id": a.activity_id,
-        "state": a.state.as_str_name().trim_start_matches("PENDING_ACTIVITY_STATE_"),
-        "attempt": a.attempt,
-        "maximum_attempts": a.maximum_attempts,
-        "last_failure": a.last_failure,
-        "scheduled_at_ms": a.scheduled_at_ms,
-        "started_at_ms": a.started_at_ms,
-        "last_heartbeat_at_ms": a.last_heartbeat_at_ms,
-        "next_attempt_at_ms": a.next_attempt_at_ms,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,11 +178,6 @@ mod tests {
             "model call: retrying: attempt 3 of 10 in 12s; last error: openai rate limited the \
              request (429): slow down"
         );
-        let v = json(&a);
-        assert_eq!(v["state"], "SCHEDULED");
-        assert_eq!(v["attempt"], 3);
-        assert_eq!(v["next_attempt_at_ms"], NOW + 12_400);
-        assert_eq!(v["started_at_ms"], Value::Null);
     }
 
     #[test]
@@ -223,6 +201,5 @@ mod tests {
             "model call: waiting 35s for a worker to pick it up (is one running on the run's \
              task queue?)"
         );
-        assert_eq!(json(&a)["last_failure"], Value::Null);
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use baton_proto::{RunResult, RunState, RunStatus, TerminationReason};
 use baton_workflows::{AgentRun, STATUS_MEMO_KEY};
-use serde_json::json;
 use temporalio_client::{
     Client, NamespacedClient, WorkflowDescribeOptions, WorkflowExecutionStatus,
     WorkflowGetResultOptions, WorkflowHandle, WorkflowQueryOptions, errors::WorkflowGetResultError,
@@ -17,7 +16,8 @@ use crate::{
     connect::{self, connect, handle, interaction_error, short},
     exit::{self, Exit},
     inflight::{self, InFlight},
-    render,
+    json, render,
+    waiting::{self, Waited},
 };
 
 /// A query answered within this, or the worker is considered absent.
@@ -114,22 +114,7 @@ pub(crate) async fn status(args: RunArgs) -> Result<i32, Exit> {
     let h = handle(&client, &args.run);
     let snap = snapshot(&h, &args.run).await?;
     if args.json {
-        let v = render::status_json(
-            &snap.status,
-            &[
-                ("run_id", json!(args.run)),
-                ("source", json!(snap.source)),
-                (
-                    "temporal_status",
-                    json!(format!("{:?}", snap.temporal_status)),
-                ),
-                (
-                    "activities",
-                    snap.activities.iter().map(inflight::json).collect(),
-                ),
-            ],
-        );
-        println!("{v}");
+        json::print(&json::Status::new(&args.run, &snap))?;
     } else {
         print!(
             "{}",
@@ -273,13 +258,13 @@ fn ended(run: &str, status: RunState, reason: TerminationReason, detail: &str) -
 }
 
 /// Prints a result and returns its exit code.
-pub(crate) fn print_result(result: &RunResult, as_json: bool) -> i32 {
+pub(crate) fn print_result(result: &RunResult, as_json: bool) -> Result<i32, Exit> {
     if as_json {
-        println!("{}", render::result_json(result));
+        json::print(&json::Ended::result(result))?;
     } else {
         print!("{}", render::result_human(result));
     }
-    exit::for_result(result)
+    Ok(exit::for_result(result))
 }
 
 /// `baton result RUN`.
@@ -296,53 +281,27 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
                 snap.status.turn
             );
             if args.json {
-                println!(
-                    "{}",
-                    json!({"run_id": args.run, "status": snap.status.state().as_str_name(), "detail": msg})
-                );
+                json::print(&json::NotEnded {
+                    run_id: &args.run,
+                    status: snap.status.state().as_str_name(),
+                    detail: &msg,
+                })?;
             } else {
                 eprintln!("{msg}");
             }
             return Ok(exit::WAIT_TIMEOUT);
         }
     }
-    let waiting = async {
-        match args.wait_timeout {
-            Some(limit) => tokio::time::timeout(limit, wait_result(&h, &args.run))
-                .await
-                .ok(),
-            None => Some(wait_result(&h, &args.run).await),
-        }
-    };
-    let waited = tokio::select! {
-        waited = waiting => waited,
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    match waited {
-        Some(r) => Ok(print_result(&r?, args.json)),
-        None => {
-            // Timed out or interrupted: like `submit --wait`, detach and say how to come back.
-            let msg = format!(
-                "stopped waiting for {}; it goes on (`baton result {} --wait` waits again)",
-                args.run, args.run
-            );
+    match waiting::until_detached(args.wait_timeout, wait_result(&h, &args.run)).await {
+        Waited::Done(r) => print_result(&r?, args.json),
+        Waited::TimedOut | Waited::Detached => {
+            // Like `submit --wait`: detach and say how to come back.
             if args.json {
-                // The same object as `submit --wait` prints when it stops waiting.
-                let v = match snapshot(&h, &args.run).await {
-                    Ok(snap) => render::status_json(
-                        &snap.status,
-                        &[
-                            ("run_id", json!(args.run)),
-                            ("status", json!(snap.status.state().as_str_name())),
-                            ("waited", json!(true)),
-                            ("detail", json!(msg)),
-                        ],
-                    ),
-                    Err(_) => json!({"run_id": args.run, "waited": true, "detail": msg}),
-                };
-                println!("{v}");
+                let snap = snapshot(&h, &args.run).await.ok();
+                let status = snap.as_ref().map(|s| &s.status);
+                json::print(&json::StoppedWaiting::new(&args.run, status))?;
             }
-            eprintln!("{msg}");
+            eprintln!("{}", waiting::stopped(&args.run));
             Ok(exit::WAIT_TIMEOUT)
         }
     }
@@ -390,7 +349,10 @@ pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
         eprintln!("warning: {warning}");
     }
     if args.json {
-        println!("{}", json!({"run_id": args.run, "items": items}));
+        json::print(&json::Transcript {
+            run_id: &args.run,
+            items: &items,
+        })?;
     } else {
         print!("{}", render::transcript_human(&items));
     }

@@ -3,9 +3,10 @@
 //!
 //! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
 //! (status, result, transcript), [`watch`] (live events), [`decide`] (approve, deny, cancel,
-//! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output),
-//! [`style`] (colour and spinner rule), [`exit`] (exit codes), [`codec_server`] (Temporal's
-//! remote codec endpoint over the payload encryption keys).
+//! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
+//! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
+//! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
+//! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys).
 
 mod ask;
 mod blobs;
@@ -16,11 +17,13 @@ mod decide;
 mod exit;
 mod inflight;
 mod inspect;
+mod json;
 mod render;
 mod strict;
 mod style;
 mod submit;
 mod visibility;
+mod waiting;
 mod watch;
 
 use clap::Parser;
@@ -104,8 +107,10 @@ async fn main() {
 
 /// The `{"error", "exit_code"}` object a failing `--json` command prints on stdout.
 fn print_json_error(message: &str, code: i32) {
-    println!(
-        "{}",
-        serde_json::json!({"error": message, "exit_code": code})
-    );
+    let failure = json::Failure {
+        error: message,
+        exit_code: code,
+    };
+    // Two plain fields: nothing to fail on.
+    let _ = json::print(&failure);
 }

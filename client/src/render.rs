@@ -1,67 +1,22 @@
-//! Human and JSON output.
+//! Output for people (the `--json` objects are in `json.rs`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use baton_proto::{
-    FinishReason, RunEvent, RunResult, RunState, RunStatus, TerminationReason, Usage, run_event,
-};
-use serde_json::{Value, json};
+use baton_proto::{RunEvent, RunResult, RunState, RunStatus, TerminationReason, Usage, run_event};
 
 use crate::{
-    exit,
     inflight::{self, InFlight},
     style::Style,
 };
 
-/// JSON of a proto message with extra top-level fields.
-pub(crate) fn json_with<T: serde::Serialize>(value: &T, extra: &[(&str, Value)]) -> Value {
-    let mut v = serde_json::to_value(value).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut v {
-        for (k, x) in extra {
-            map.insert((*k).to_owned(), x.clone());
-        }
-    }
-    v
-}
-
-/// The JSON printed for a finished run: `{"run_id", "status", "reason", "answer", "turns",
-/// "usage", "detail"}`, and `last_text` (`""` when the agent said nothing) when it did not
-/// complete.
-pub(crate) fn result_json(result: &RunResult) -> Value {
-    let (answer, last_text) = answer_of(result);
-    let mut v = json_with(result, &[("answer", json!(answer))]);
-    if let Value::Object(map) = &mut v
-        && result.status() != RunState::Completed
-    {
-        map.insert("last_text".to_owned(), json!(last_text.unwrap_or_default()));
-    }
-    v
-}
-
 /// A run's answer, only when it completed; otherwise the agent's last message, which is not
 /// an answer (a CI job reading `.answer` must not take "Running the tests now." for one).
-fn answer_of(result: &RunResult) -> (&str, Option<&str>) {
+pub(crate) fn answer_of(result: &RunResult) -> (&str, Option<&str>) {
     if result.status() == RunState::Completed {
         (&result.answer, None)
     } else {
         ("", Some(result.answer.as_str()).filter(|t| !t.is_empty()))
     }
-}
-
-/// The JSON of a run's status with extra top-level fields: the reason is `null` while the
-/// run goes on, and times are numbers (as in `watch --json`), not the strings proto3 JSON
-/// makes of 64-bit integers.
-pub(crate) fn status_json(status: &RunStatus, extra: &[(&str, Value)]) -> Value {
-    let mut v = json_with(status, extra);
-    if status.reason == 0 {
-        v["reason"] = Value::Null;
-    }
-    if let Some(pending) = v.get_mut("pending").and_then(Value::as_array_mut) {
-        for (p, call) in pending.iter_mut().zip(&status.pending) {
-            p["requested_at_ms"] = json!(call.requested_at_ms);
-        }
-    }
-    v
 }
 
 /// One line explaining a termination reason, and what to do about it.
@@ -298,124 +253,6 @@ pub(crate) fn finished_human(r: &RunResult, style: &Style, answer_shown: bool) -
     format!("{first}\n{rest}")
 }
 
-/// One `baton watch --json` line: `{"run_id", "seq", "turn", "at_ms", "kind", <kind>: {..}}`.
-/// This schema is a contract (README "`baton watch --json` schema"): add fields, never rename
-/// or remove them.
-pub(crate) fn event_json(run: &str, e: &RunEvent) -> Option<Value> {
-    let (kind, body) = match e.kind.as_ref()? {
-        run_event::Kind::Assistant(a) => (
-            "assistant",
-            json!({
-                "text": a.text,
-                "reasoning": a.reasoning,
-                "finish_reason": finish_reason(a.finish_reason()),
-                "tool_calls": a.tool_calls.iter().map(|c| json!({
-                    "call_id": c.id,
-                    "tool": c.name,
-                    "arguments": c.arguments,
-                })).collect::<Vec<_>>(),
-            }),
-        ),
-        run_event::Kind::ApprovalRequested(p) => (
-            "approval_requested",
-            json!({
-                "call_id": p.call_id,
-                "tool": p.tool,
-                "arguments": p.arguments,
-                "requested_at_ms": p.requested_at_ms,
-            }),
-        ),
-        run_event::Kind::ApprovalDecided(d) => (
-            "approval_decided",
-            json!({
-                "call_id": d.call_id,
-                "approved": d.approved,
-                "approver": d.approver,
-                "identity": d.identity,
-                "reason": d.reason,
-                "remember": d.remember,
-            }),
-        ),
-        run_event::Kind::ToolStarted(c) => (
-            "tool_started",
-            json!({"call_id": c.id, "tool": c.name, "arguments": c.arguments}),
-        ),
-        run_event::Kind::ToolFinished(r) => (
-            "tool_finished",
-            json!({
-                "call_id": r.call_id,
-                "tool": r.name,
-                "is_error": r.is_error,
-                "content": r.content,
-            }),
-        ),
-        run_event::Kind::Note(n) => ("note", json!({ "text": n })),
-        run_event::Kind::Finished(r) => ("finished", finished_body(r)),
-    };
-    Some(watch_line(
-        run,
-        json!(e.seq),
-        e.turn,
-        json!(e.at_ms),
-        kind,
-        body,
-    ))
-}
-
-/// The `finished` line built from a run's result, when no worker could replay its events
-/// (`seq` and `at_ms` are null).
-pub(crate) fn finished_json(run: &str, r: &RunResult) -> Value {
-    watch_line(
-        run,
-        Value::Null,
-        r.turns,
-        Value::Null,
-        "finished",
-        finished_body(r),
-    )
-}
-
-fn watch_line(run: &str, seq: Value, turn: u32, at_ms: Value, kind: &str, body: Value) -> Value {
-    let mut map = serde_json::Map::new();
-    map.insert("run_id".to_owned(), json!(run));
-    map.insert("seq".to_owned(), seq);
-    map.insert("turn".to_owned(), json!(turn));
-    map.insert("at_ms".to_owned(), at_ms);
-    map.insert("kind".to_owned(), json!(kind));
-    map.insert(kind.to_owned(), body);
-    Value::Object(map)
-}
-
-fn finished_body(r: &RunResult) -> Value {
-    let u = r.usage.unwrap_or_default();
-    let (answer, last_text) = answer_of(r);
-    let mut body = json!({
-        "status": r.status().as_str_name(),
-        "reason": r.reason().as_str_name(),
-        "answer": answer,
-        "turns": r.turns,
-        "usage": {
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "total_tokens": u.total_tokens,
-            "llm_calls": u.llm_calls,
-        },
-        "detail": r.detail,
-        "exit_code": exit::for_result(r),
-    });
-    if let Some(text) = last_text {
-        body["last_text"] = json!(text);
-    }
-    body
-}
-
-fn finish_reason(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Unspecified => "",
-        other => other.as_str_name(),
-    }
-}
-
 /// `text` on one line, shortened to `max` chars.
 pub(crate) fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -507,10 +344,8 @@ pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use baton_proto::{
-        ApprovalDecision, AssistantMessage, PendingCall, ToolCall, ToolResult, Usage,
-    };
-    use serde_json::json;
+    use baton_proto::{AssistantMessage, ToolResult, Usage};
+    use pretty_assertions::assert_eq;
 
     use super::*;
 
@@ -523,96 +358,8 @@ mod tests {
         }
     }
 
-    fn call() -> ToolCall {
-        ToolCall {
-            id: "call_1_1".to_owned(),
-            name: "shell".to_owned(),
-            arguments: r#"{"command":"ls"}"#.to_owned(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn watch_json_lines_have_the_documented_shape() {
-        let e = event(
-            3,
-            1,
-            run_event::Kind::Assistant(AssistantMessage {
-                text: "Looking.".to_owned(),
-                tool_calls: vec![call()],
-                finish_reason: FinishReason::ToolCalls as i32,
-                reasoning: String::new(),
-            }),
-        );
-        assert_eq!(
-            event_json("r1", &e).unwrap(),
-            json!({
-                "run_id": "r1", "seq": 3, "turn": 1, "at_ms": 1_700_000_000_000_i64,
-                "kind": "assistant",
-                "assistant": {
-                    "text": "Looking.", "reasoning": "", "finish_reason": "tool_calls",
-                    "tool_calls": [{"call_id": "call_1_1", "tool": "shell", "arguments": "{\"command\":\"ls\"}"}]
-                }
-            })
-        );
-        let body = |kind: run_event::Kind| {
-            let v = event_json("r1", &event(4, 1, kind)).unwrap();
-            let k = v["kind"].as_str().unwrap().to_owned();
-            (k.clone(), v[k.as_str()].clone())
-        };
-        assert_eq!(
-            body(run_event::Kind::ApprovalRequested(PendingCall {
-                call_id: "call_1_1".to_owned(),
-                tool: "shell".to_owned(),
-                arguments: "{}".to_owned(),
-                requested_at_ms: 5,
-            })),
-            (
-                "approval_requested".to_owned(),
-                json!({"call_id": "call_1_1", "tool": "shell", "arguments": "{}", "requested_at_ms": 5})
-            )
-        );
-        assert_eq!(
-            body(run_event::Kind::ApprovalDecided(ApprovalDecision {
-                call_id: "call_1_1".to_owned(),
-                approved: false,
-                approver: "bob".to_owned(),
-                reason: "no".to_owned(),
-                remember: false,
-                identity: String::new(),
-            })),
-            (
-                "approval_decided".to_owned(),
-                json!({"call_id": "call_1_1", "approved": false, "approver": "bob", "identity": "", "reason": "no", "remember": false})
-            )
-        );
-        assert_eq!(
-            body(run_event::Kind::ToolStarted(call())),
-            (
-                "tool_started".to_owned(),
-                json!({"call_id": "call_1_1", "tool": "shell", "arguments": "{\"command\":\"ls\"}"})
-            )
-        );
-        assert_eq!(
-            body(run_event::Kind::ToolFinished(ToolResult {
-                call_id: "call_1_1".to_owned(),
-                name: "shell".to_owned(),
-                content: "exit code: 0".to_owned(),
-                is_error: false,
-                ..Default::default()
-            })),
-            (
-                "tool_finished".to_owned(),
-                json!({"call_id": "call_1_1", "tool": "shell", "is_error": false, "content": "exit code: 0"})
-            )
-        );
-        assert_eq!(
-            body(run_event::Kind::Note("run started".to_owned())),
-            ("note".to_owned(), json!({"text": "run started"}))
-        );
-    }
-
-    /// The last message of a run that did not complete is not its answer.
+    /// The last message of a run that did not complete is not its answer (the JSON side:
+    /// `json_tests.rs`).
     #[test]
     fn only_a_completed_run_has_an_answer() {
         let mut r = RunResult {
@@ -623,57 +370,14 @@ mod tests {
             turns: 50,
             ..Default::default()
         };
-        let v = result_json(&r);
-        assert_eq!(
-            (v["answer"].clone(), v["last_text"].clone()),
-            (json!(""), json!("Running the tests now."))
-        );
-        assert_eq!(
-            finished_json("r1", &r)["finished"]["last_text"],
-            "Running the tests now."
-        );
+        assert_eq!(answer_of(&r), ("", Some("Running the tests now.")));
         assert!(
             result_human(&r)
                 .contains("last message from the agent (not an answer):\nRunning the tests now.")
         );
         r.status = RunState::Completed as i32;
         r.reason = TerminationReason::Completed as i32;
-        let v = result_json(&r);
-        assert_eq!(v["answer"], "Running the tests now.");
-        assert!(v.get("last_text").is_none(), "{v}");
-    }
-
-    #[test]
-    fn the_finished_line_carries_the_result_and_exit_code() {
-        let r = RunResult {
-            run_id: "r1".to_owned(),
-            status: RunState::Cancelled as i32,
-            reason: TerminationReason::Cancelled as i32,
-            turns: 2,
-            usage: Some(Usage {
-                input_tokens: 10,
-                output_tokens: 5,
-                total_tokens: 15,
-                llm_calls: 2,
-            }),
-            detail: "cancelled: why".to_owned(),
-            ..Default::default()
-        };
-        let from_event =
-            event_json("r1", &event(9, 2, run_event::Kind::Finished(r.clone()))).unwrap();
-        let built = finished_json("r1", &r);
-        assert_eq!(from_event["finished"], built["finished"]);
-        assert_eq!(
-            built,
-            json!({
-                "run_id": "r1", "seq": null, "turn": 2, "at_ms": null, "kind": "finished",
-                "finished": {
-                    "status": "CANCELLED", "reason": "cancelled", "answer": "", "turns": 2,
-                    "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15, "llm_calls": 2},
-                    "detail": "cancelled: why", "exit_code": 4
-                }
-            })
-        );
+        assert_eq!(answer_of(&r), ("Running the tests now.", None));
     }
 
     #[test]

@@ -12,15 +12,16 @@ use baton_proto::{
     ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, SandboxPolicy, Script,
 };
 use baton_workflows::{AgentRun, policy, tools};
-use serde_json::{Value, json};
+use serde_json::Value;
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
     cli::{Exhausted, OnRetry, SandboxMode, SubmitArgs, TimeoutAction},
     connect::{connect, short},
     exit::{self, Exit},
-    inspect, render,
+    inspect, json, render,
     style::Style,
+    waiting::{self, Waited},
     watch::{self, FollowOptions},
 };
 
@@ -58,10 +59,7 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
     let h = crate::connect::handle(&client, &run_id);
     if !args.wait {
         if args.json {
-            println!(
-                "{}",
-                json!({"run_id": run_id, "status": "RUNNING", "task_queue": args.task_queue})
-            );
+            json::print(&json::Submitted::new(&run_id, &args.task_queue))?;
         } else {
             println!("{run_id}");
             eprintln!(
@@ -88,47 +86,25 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
         }
         inspect::wait_result(&h, &run_id).await
     };
-    let limited = async {
-        match args.wait_timeout {
-            Some(limit) => tokio::time::timeout(limit, wait).await.ok(),
-            None => Some(wait.await),
-        }
-    };
     // Ctrl-C detaches like a --wait-timeout (the futures, and so the spinner line, are gone
-    // once `select!` returns).
-    let waited = tokio::select! {
-        waited = limited => Waited::Ended(waited),
-        _ = tokio::signal::ctrl_c() => Waited::Detached,
-    };
-    let waited = match waited {
-        Waited::Ended(waited) => waited,
+    // once the wait ends).
+    match waiting::until_detached(args.wait_timeout, wait).await {
+        Waited::Done(result) => inspect::print_result(&result?, args.json),
         Waited::Detached if !args.json => {
             eprintln!(
                 "{}",
-                watch::detached(&run_id, seen_turn.load(Ordering::Relaxed))
+                waiting::detached(&run_id, seen_turn.load(Ordering::Relaxed))
             );
-            return Ok(exit::WAIT_TIMEOUT);
+            Ok(exit::WAIT_TIMEOUT)
         }
-        Waited::Detached => None,
-    };
-    match waited {
-        Some(result) => Ok(inspect::print_result(&result?, args.json)),
-        None => {
+        Waited::TimedOut | Waited::Detached => {
             let snap = inspect::snapshot(&h, &run_id).await?;
-            let state = snap.status.state().as_str_name();
             if args.json {
-                let v = render::status_json(
-                    &snap.status,
-                    &[
-                        ("run_id", json!(run_id)),
-                        ("status", json!(state)),
-                        ("waited", json!(true)),
-                    ],
-                );
-                println!("{v}");
+                json::print(&json::StoppedWaiting::new(&run_id, Some(&snap.status)))?;
             } else {
                 eprintln!(
-                    "run {run_id} is still going ({state}); it continues without you.\n  {}",
+                    "run {run_id} is still going ({}); it continues without you.\n  {}",
+                    snap.status.state().as_str_name(),
                     if snap.status.pending.is_empty() {
                         format!("follow it with: baton watch {run_id}")
                     } else {
@@ -139,14 +115,6 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
             Ok(exit::WAIT_TIMEOUT)
         }
     }
-}
-
-/// How waiting for a run stopped.
-enum Waited<T> {
-    /// The run ended (`Some`), or `--wait-timeout` passed (`None`).
-    Ended(Option<T>),
-    /// The user pressed Ctrl-C.
-    Detached,
 }
 
 /// A RunSpec from the flags, or a usage error that says what is wrong.
@@ -493,7 +461,7 @@ pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
         ))
     })?;
     if v.is_array() {
-        v = json!({ "turns": v });
+        v = serde_json::json!({ "turns": v });
     }
     if let Some(turns) = v.get_mut("turns").and_then(Value::as_array_mut) {
         for turn in turns {

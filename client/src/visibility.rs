@@ -6,14 +6,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use baton_proto::{RunState, RunStatus};
 use baton_workflows::{STATUS_MEMO_KEY, WORKFLOW_TYPE};
 use futures::StreamExt;
-use serde_json::{Value, json};
 use temporalio_client::{Client, WorkflowExecution, WorkflowListOptions};
 
 use crate::{
     cli::{ListArgs, PendingArgs},
     connect::{connect, short},
     exit::{self, Exit},
-    inspect, render,
+    inspect,
+    json::{self, ListedRun, PendingRun, Runs, WaitingCall},
+    render,
 };
 
 /// `'value'` for a visibility query.
@@ -107,21 +108,21 @@ pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let runs = query_runs(&client, &query, args.limit as usize).await?;
     if args.json {
-        let items: Vec<Value> = runs
+        let runs = runs
             .iter()
             .map(|r| {
                 let st = status_of(r);
-                json!({
-                    "run_id": r.id(),
-                    "state": st.state().as_str_name(),
-                    "reason": if st.reason == 0 { Value::Null } else { json!(st.reason().as_str_name()) },
-                    "turn": st.turn,
-                    "temporal_status": format!("{:?}", r.status()),
-                    "task_queue": r.task_queue(),
-                })
+                ListedRun {
+                    run_id: r.id(),
+                    state: st.state().as_str_name(),
+                    reason: (st.reason != 0).then(|| st.reason().as_str_name()),
+                    turn: st.turn,
+                    temporal_status: format!("{:?}", r.status()),
+                    task_queue: r.task_queue(),
+                }
             })
             .collect();
-        println!("{}", json!({ "runs": items }));
+        json::print(&Runs { runs })?;
     } else if runs.is_empty() {
         eprintln!("no runs match");
     } else {
@@ -154,26 +155,22 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     let runs = query_runs(&client, &query, args.limit as usize).await?;
     let now_ms = render::now_ms();
     if args.json {
-        let items: Vec<Value> = runs
+        let runs = runs
             .iter()
             .map(|r| {
                 let st = status_of(r);
-                let calls: Vec<Value> = st
-                    .pending
-                    .iter()
-                    .map(|p| {
-                        json!({
-                            "call_id": p.call_id,
-                            "tool": p.tool,
-                            "arguments": p.arguments,
-                            "waiting_seconds": ((now_ms - p.requested_at_ms).max(0) / 1000),
-                        })
-                    })
-                    .collect();
-                json!({"run_id": r.id(), "turn": st.turn, "pending": calls})
+                PendingRun {
+                    run_id: r.id(),
+                    turn: st.turn,
+                    pending: st
+                        .pending
+                        .into_iter()
+                        .map(|p| WaitingCall::new(p, now_ms))
+                        .collect(),
+                }
             })
             .collect();
-        println!("{}", json!({ "runs": items }));
+        json::print(&Runs { runs })?;
         return Ok(exit::COMPLETED);
     }
     if runs.is_empty() {

@@ -2,8 +2,8 @@
 //! the workflow's `events` query, from the start or from a turn, until the run ends.
 //!
 //! For people: each turn's text, tool calls with a spinner while they run, approvals, results
-//! and token use. With `--json`: one JSON line per event (schema in `render::event_json`,
-//! documented in the README). Re-attaching is always possible: the run keeps its events.
+//! and token use. With `--json`: one JSON line per event (`json::WatchLine`, documented in
+//! the README). Re-attaching is always possible: the run keeps its events.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -23,8 +23,9 @@ use crate::{
     connect::{connect, handle, interaction_error, short},
     exit::{self, Exit},
     inflight::{self, InFlight},
-    inspect, render,
+    inspect, json, render,
     style::{Spinner, Style},
+    waiting::{self, Waited},
 };
 
 /// Events query budget for a running run (its worker has it cached).
@@ -78,29 +79,16 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
         },
     };
     let seen_turn = AtomicU32::new(args.since);
-    let outcome = tokio::select! {
-        code = follow(&h, &args.run, options, &seen_turn) => Some(code),
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    match outcome {
-        Some(code) => code,
-        None => {
-            eprintln!("{}", detached(&args.run, seen_turn.load(Ordering::Relaxed)));
+    match waiting::until_detached(None, follow(&h, &args.run, options, &seen_turn)).await {
+        Waited::Done(code) => code,
+        Waited::TimedOut | Waited::Detached => {
+            eprintln!(
+                "{}",
+                waiting::detached(&args.run, seen_turn.load(Ordering::Relaxed))
+            );
             Ok(exit::WAIT_TIMEOUT)
         }
     }
-}
-
-/// What to print when the user detaches (Ctrl-C) from a run that goes on.
-pub(crate) fn detached(run: &str, turn: u32) -> String {
-    format!(
-        "detached from {run}; the run goes on. Re-attach with: baton watch {run}{}",
-        if turn > 0 {
-            format!(" --since {turn}")
-        } else {
-            String::new()
-        }
-    )
 }
 
 /// Follows a run's events until it ends and returns the exit code for its result.
@@ -317,9 +305,10 @@ impl<'a> View<'a> {
             return Ok(());
         }
         let text = match &e.kind {
-            _ if self.options.json => render::event_json(self.run, e)
-                .map(|v| format!("{v}\n"))
-                .unwrap_or_default(),
+            _ if self.options.json => match json::WatchLine::of(self.run, e) {
+                Some(line) => json::line(&line)? + "\n",
+                None => String::new(),
+            },
             Some(Kind::Finished(r)) => render::finished_human(
                 r,
                 &self.options.style,
@@ -362,7 +351,7 @@ impl<'a> View<'a> {
         }
         self.end_shown = true;
         let text = if self.options.json {
-            format!("{}\n", render::finished_json(self.run, result))
+            json::line(&json::WatchLine::finished(self.run, result))? + "\n"
         } else {
             render::finished_human(result, &self.options.style, false)
         };
@@ -526,14 +515,5 @@ mod tests {
             spinner_text(&running, &awaiting, Some(2_000), 7_000),
             "running 2 tools (shell, read_file) 6s"
         );
-    }
-
-    #[test]
-    fn detaching_says_how_to_re_attach() {
-        assert_eq!(
-            detached("r1", 3),
-            "detached from r1; the run goes on. Re-attach with: baton watch r1 --since 3"
-        );
-        assert!(detached("r1", 0).ends_with("baton watch r1"));
     }
 }

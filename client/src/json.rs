@@ -1,0 +1,597 @@
+//! Every object a `--json` command prints, as a typed struct: baton's machine output is
+//! defined here once, apart from the human printer (`render.rs`), after ripgrep's `--json`
+//! (`crates/printer/src/jsont.rs`). The objects borrow from what they are built from; keys
+//! come out in field order. README "`baton watch --json` schema" documents [`WatchLine`], a
+//! contract: add fields, never rename or remove them.
+//!
+//! | Command | Prints |
+//! | --- | --- |
+//! | any, when it fails | [`Failure`] |
+//! | `submit` | [`Submitted`]; with `--wait`: [`Ended`] or [`StoppedWaiting`] |
+//! | `result` | [`Ended`]; [`NotEnded`] without `--wait`; [`StoppedWaiting`] |
+//! | `status` | [`Status`] (`activities`: [`Activity`]) |
+//! | `watch` | one [`WatchLine`] per event |
+//! | `transcript` | [`Transcript`] (the proto items as proto3 JSON) |
+//! | `approve`, `deny` | [`Decided`] |
+//! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
+
+use baton_proto::{
+    ApprovalDecision, AssistantMessage, FinishReason, Item, PendingCall, RunEvent, RunResult,
+    RunState, RunStatus, ToolCall, ToolResult, Usage, run_event,
+};
+use serde::Serialize;
+
+use crate::{
+    exit::{self, Exit},
+    inflight::InFlight,
+    inspect::Snapshot,
+    render, waiting,
+};
+
+/// `value` as one line of JSON.
+pub(crate) fn line<T: Serialize>(value: &T) -> Result<String, Exit> {
+    serde_json::to_string(value)
+        .map_err(|e| Exit::infra(format!("cannot write the JSON output: {e}")))
+}
+
+/// Prints `value` on stdout as one line of JSON.
+pub(crate) fn print<T: Serialize>(value: &T) -> Result<(), Exit> {
+    println!("{}", line(value)?);
+    Ok(())
+}
+
+/// `{"error", "exit_code"}`: what a `--json` command that fails prints on stdout (bad flags
+/// included; `watch --json` as its last line).
+#[derive(Debug, Serialize)]
+pub(crate) struct Failure<'a> {
+    pub(crate) error: &'a str,
+    pub(crate) exit_code: i32,
+}
+
+/// `submit --json` without `--wait`: the run has started.
+#[derive(Debug, Serialize)]
+pub(crate) struct Submitted<'a> {
+    pub(crate) run_id: &'a str,
+    /// Always `RUNNING`.
+    pub(crate) status: &'static str,
+    pub(crate) task_queue: &'a str,
+}
+
+impl<'a> Submitted<'a> {
+    pub(crate) fn new(run_id: &'a str, task_queue: &'a str) -> Self {
+        Self {
+            run_id,
+            status: "RUNNING",
+            task_queue,
+        }
+    }
+}
+
+/// A run's token use.
+#[derive(Debug, Serialize)]
+pub(crate) struct Tokens {
+    pub(crate) input_tokens: u32,
+    pub(crate) output_tokens: u32,
+    pub(crate) total_tokens: u32,
+    pub(crate) llm_calls: u32,
+}
+
+impl From<&Usage> for Tokens {
+    fn from(u: &Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            total_tokens: u.total_tokens,
+            llm_calls: u.llm_calls,
+        }
+    }
+}
+
+/// How a run ended: what `result --json` (and `submit --wait --json`) prints
+/// ([`Ended::result`]), and the object of `watch`'s `finished` line ([`Ended::finished`]).
+/// `answer` is set only for a completed run; otherwise the agent's last message is
+/// `last_text`, which is not an answer.
+#[derive(Debug, Serialize)]
+pub(crate) struct Ended<'a> {
+    /// `result` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) run_id: Option<&'a str>,
+    pub(crate) status: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) answer: &'a str,
+    pub(crate) turns: u32,
+    /// `result`: when the run recorded it; `finished`: always.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Tokens>,
+    pub(crate) detail: &'a str,
+    /// `finished` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exit_code: Option<i32>,
+    /// `result`: for every run that did not complete (`""` when the agent said nothing);
+    /// `finished`: when the agent said something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_text: Option<&'a str>,
+}
+
+impl<'a> Ended<'a> {
+    /// `result --json`.
+    pub(crate) fn result(r: &'a RunResult) -> Self {
+        let (answer, last_text) = render::answer_of(r);
+        Self {
+            run_id: Some(&r.run_id),
+            usage: r.usage.as_ref().map(Tokens::from),
+            exit_code: None,
+            last_text: (r.status() != RunState::Completed).then(|| last_text.unwrap_or_default()),
+            ..Self::common(r, answer)
+        }
+    }
+
+    /// The object of `watch`'s `finished` line.
+    pub(crate) fn finished(r: &'a RunResult) -> Self {
+        let (answer, last_text) = render::answer_of(r);
+        Self {
+            run_id: None,
+            usage: Some(Tokens::from(&r.usage.unwrap_or_default())),
+            exit_code: Some(exit::for_result(r)),
+            last_text,
+            ..Self::common(r, answer)
+        }
+    }
+
+    fn common(r: &'a RunResult, answer: &'a str) -> Self {
+        Self {
+            run_id: None,
+            status: r.status().as_str_name(),
+            reason: r.reason().as_str_name(),
+            answer,
+            turns: r.turns,
+            usage: None,
+            detail: &r.detail,
+            exit_code: None,
+            last_text: None,
+        }
+    }
+}
+
+/// A call awaiting a decision: in a status's `pending`, and `watch`'s `approval_requested`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Pending<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) arguments: &'a str,
+    /// A number, not the string proto3 JSON makes of a 64-bit integer.
+    pub(crate) requested_at_ms: i64,
+}
+
+impl<'a> From<&'a PendingCall> for Pending<'a> {
+    fn from(p: &'a PendingCall) -> Self {
+        Self {
+            call_id: &p.call_id,
+            tool: &p.tool,
+            arguments: &p.arguments,
+            requested_at_ms: p.requested_at_ms,
+        }
+    }
+}
+
+/// A run's status (`RunStatus`), as it is part of [`Status`] and [`StoppedWaiting`]:
+/// `reason` is null while the run goes on.
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusFields<'a> {
+    pub(crate) state: &'static str,
+    pub(crate) turn: u32,
+    pub(crate) pending: Vec<Pending<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<Tokens>,
+    pub(crate) last_event: &'a str,
+    pub(crate) reason: Option<&'static str>,
+}
+
+impl<'a> From<&'a RunStatus> for StatusFields<'a> {
+    fn from(s: &'a RunStatus) -> Self {
+        Self {
+            state: s.state().as_str_name(),
+            turn: s.turn,
+            pending: s.pending.iter().map(Pending::from).collect(),
+            usage: s.usage.as_ref().map(Tokens::from),
+            last_event: &s.last_event,
+            reason: (s.reason != 0).then(|| s.reason().as_str_name()),
+        }
+    }
+}
+
+/// `status --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Status<'a> {
+    pub(crate) run_id: &'a str,
+    #[serde(flatten)]
+    pub(crate) status: StatusFields<'a>,
+    /// `query` (live, from a worker) or `memo` (the last state the run recorded).
+    pub(crate) source: &'a str,
+    /// The execution's status in Temporal: `Running`, `Completed`, `Terminated`, ...
+    pub(crate) temporal_status: String,
+    pub(crate) activities: Vec<Activity<'a>>,
+}
+
+impl<'a> Status<'a> {
+    pub(crate) fn new(run_id: &'a str, snap: &'a Snapshot) -> Self {
+        Self {
+            run_id,
+            status: StatusFields::from(&snap.status),
+            source: snap.source,
+            temporal_status: format!("{:?}", snap.temporal_status),
+            activities: snap.activities.iter().map(Activity::from).collect(),
+        }
+    }
+}
+
+/// One activity in flight, in `status --json` (`activities`; README "Architecture" lists
+/// the fields).
+#[derive(Debug, Serialize)]
+pub(crate) struct Activity<'a> {
+    pub(crate) activity: &'a str,
+    pub(crate) activity_id: &'a str,
+    /// `SCHEDULED`, `STARTED`, `CANCEL_REQUESTED`, `PAUSED`, `PAUSE_REQUESTED`.
+    pub(crate) state: &'static str,
+    pub(crate) attempt: i32,
+    pub(crate) maximum_attempts: i32,
+    pub(crate) last_failure: Option<&'a str>,
+    pub(crate) scheduled_at_ms: Option<i64>,
+    pub(crate) started_at_ms: Option<i64>,
+    pub(crate) last_heartbeat_at_ms: Option<i64>,
+    pub(crate) next_attempt_at_ms: Option<i64>,
+}
+
+impl<'a> From<&'a InFlight> for Activity<'a> {
+    fn from(a: &'a InFlight) -> Self {
+        Self {
+            activity: &a.activity,
+            activity_id: &a.activity_id,
+            state: a
+                .state
+                .as_str_name()
+                .trim_start_matches("PENDING_ACTIVITY_STATE_"),
+            attempt: a.attempt,
+            maximum_attempts: a.maximum_attempts,
+            last_failure: a.last_failure.as_deref(),
+            scheduled_at_ms: a.scheduled_at_ms,
+            started_at_ms: a.started_at_ms,
+            last_heartbeat_at_ms: a.last_heartbeat_at_ms,
+            next_attempt_at_ms: a.next_attempt_at_ms,
+        }
+    }
+}
+
+/// `submit --wait` and `result --wait` stopped waiting (`--wait-timeout`, Ctrl-C) while the
+/// run goes on: `detail` says how to wait again, and the run's status follows when it could
+/// be read (`result` prints the object without it otherwise).
+#[derive(Debug, Serialize)]
+pub(crate) struct StoppedWaiting<'a> {
+    pub(crate) run_id: &'a str,
+    /// The run's state, as `state`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<&'static str>,
+    /// Always `true`.
+    pub(crate) waited: bool,
+    pub(crate) detail: String,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<StatusFields<'a>>,
+}
+
+impl<'a> StoppedWaiting<'a> {
+    pub(crate) fn new(run_id: &'a str, status: Option<&'a RunStatus>) -> Self {
+        Self {
+            run_id,
+            status: status.map(|s| s.state().as_str_name()),
+            waited: true,
+            detail: waiting::stopped(run_id),
+            run: status.map(StatusFields::from),
+        }
+    }
+}
+
+/// `result --json` without `--wait`, for a run that goes on.
+#[derive(Debug, Serialize)]
+pub(crate) struct NotEnded<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) status: &'static str,
+    pub(crate) detail: &'a str,
+}
+
+/// `transcript --json`: the conversation as proto3 JSON items.
+#[derive(Debug, Serialize)]
+pub(crate) struct Transcript<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) items: &'a [Item],
+}
+
+/// `approve --json`, `deny --json`: each decision sent.
+#[derive(Debug, Serialize)]
+pub(crate) struct Decided<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) approved: bool,
+    pub(crate) decisions: &'a [Decision],
+}
+
+/// How one decision was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SentAs {
+    /// The validated update `approve`: applied when this returned.
+    Update,
+    /// The fire-and-forget signal `approval`: applied when a worker runs the run.
+    Signal,
+}
+
+/// One decision sent. A signal has the same fields as the update, with what only the update
+/// can tell (`still_pending`) null, and `call_id` besides.
+#[derive(Debug, Serialize)]
+pub(crate) struct Decision {
+    pub(crate) call_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) call_id: Option<String>,
+    pub(crate) approved: bool,
+    pub(crate) still_pending: Option<u32>,
+    pub(crate) remembered: Vec<String>,
+    pub(crate) sent_as: SentAs,
+}
+
+impl Decision {
+    /// A decision the update applied: the calls it decided, how many still wait, the rules
+    /// it remembered.
+    pub(crate) fn update(
+        call_ids: Vec<String>,
+        approved: bool,
+        still_pending: u32,
+        remembered: Vec<String>,
+    ) -> Self {
+        Self {
+            call_ids,
+            call_id: None,
+            approved,
+            still_pending: Some(still_pending),
+            remembered,
+            sent_as: SentAs::Update,
+        }
+    }
+
+    /// A decision sent as the signal.
+    pub(crate) fn signal(call_id: &str, approved: bool) -> Self {
+        Self {
+            call_ids: vec![call_id.to_owned()],
+            call_id: Some(call_id.to_owned()),
+            approved,
+            still_pending: None,
+            remembered: Vec::new(),
+            sent_as: SentAs::Signal,
+        }
+    }
+}
+
+/// `list --json` and `pending --json`: `{"runs": [..]}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Runs<T> {
+    pub(crate) runs: Vec<T>,
+}
+
+/// One run in `list --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ListedRun<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) state: &'static str,
+    /// Null while the run goes on.
+    pub(crate) reason: Option<&'static str>,
+    pub(crate) turn: u32,
+    pub(crate) temporal_status: String,
+    pub(crate) task_queue: &'a str,
+}
+
+/// One run in `pending --json`, with the calls it waits on.
+#[derive(Debug, Serialize)]
+pub(crate) struct PendingRun<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) turn: u32,
+    pub(crate) pending: Vec<WaitingCall>,
+}
+
+/// A call in `pending --json`, with how long it has waited.
+#[derive(Debug, Serialize)]
+pub(crate) struct WaitingCall {
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
+    pub(crate) arguments: String,
+    pub(crate) waiting_seconds: i64,
+}
+
+impl WaitingCall {
+    pub(crate) fn new(p: PendingCall, now_ms: i64) -> Self {
+        Self {
+            waiting_seconds: (now_ms - p.requested_at_ms).max(0) / 1000,
+            call_id: p.call_id,
+            tool: p.tool,
+            arguments: p.arguments,
+        }
+    }
+}
+
+/// One `baton watch --json` line: `{"run_id", "seq", "turn", "at_ms", "kind", <kind>: {..}}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct WatchLine<'a> {
+    pub(crate) run_id: &'a str,
+    /// Null on a `finished` line built from the run's result (no worker replayed its events).
+    pub(crate) seq: Option<u32>,
+    pub(crate) turn: u32,
+    /// Workflow time, Unix milliseconds; null as `seq`.
+    pub(crate) at_ms: Option<i64>,
+    /// The name of the key the event is under.
+    pub(crate) kind: &'static str,
+    #[serde(flatten)]
+    pub(crate) event: Event<'a>,
+}
+
+impl<'a> WatchLine<'a> {
+    /// The line of a recorded event (`None` for an event of no kind).
+    pub(crate) fn of(run_id: &'a str, e: &'a RunEvent) -> Option<Self> {
+        let event = Event::from(e.kind.as_ref()?);
+        Some(Self {
+            run_id,
+            seq: Some(e.seq),
+            turn: e.turn,
+            at_ms: Some(e.at_ms),
+            kind: event.kind(),
+            event,
+        })
+    }
+
+    /// The `finished` line built from a run's result, when no worker could replay its events.
+    pub(crate) fn finished(run_id: &'a str, r: &'a RunResult) -> Self {
+        let event = Event::Finished(Ended::finished(r));
+        Self {
+            run_id,
+            seq: None,
+            turn: r.turns,
+            at_ms: None,
+            kind: event.kind(),
+            event,
+        }
+    }
+}
+
+/// A watch line's event, under a key named like its kind.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Event<'a> {
+    Assistant(Assistant<'a>),
+    ApprovalRequested(Pending<'a>),
+    ApprovalDecided(ApprovalDecided<'a>),
+    ToolStarted(Call<'a>),
+    ToolFinished(ToolFinished<'a>),
+    /// Something baton did (run started, instructions read, approval timed out, ...).
+    Note {
+        text: &'a str,
+    },
+    Finished(Ended<'a>),
+}
+
+impl Event<'_> {
+    /// The kind, as the key serde writes the event under (pinned by a test).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Assistant(_) => "assistant",
+            Self::ApprovalRequested(_) => "approval_requested",
+            Self::ApprovalDecided(_) => "approval_decided",
+            Self::ToolStarted(_) => "tool_started",
+            Self::ToolFinished(_) => "tool_finished",
+            Self::Note { .. } => "note",
+            Self::Finished(_) => "finished",
+        }
+    }
+}
+
+impl<'a> From<&'a run_event::Kind> for Event<'a> {
+    fn from(kind: &'a run_event::Kind) -> Self {
+        match kind {
+            run_event::Kind::Assistant(a) => Self::Assistant(Assistant::from(a)),
+            run_event::Kind::ApprovalRequested(p) => Self::ApprovalRequested(Pending::from(p)),
+            run_event::Kind::ApprovalDecided(d) => Self::ApprovalDecided(ApprovalDecided::from(d)),
+            run_event::Kind::ToolStarted(c) => Self::ToolStarted(Call::from(c)),
+            run_event::Kind::ToolFinished(r) => Self::ToolFinished(ToolFinished::from(r)),
+            run_event::Kind::Note(text) => Self::Note { text },
+            run_event::Kind::Finished(r) => Self::Finished(Ended::finished(r)),
+        }
+    }
+}
+
+/// A model reply: `assistant`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Assistant<'a> {
+    pub(crate) text: &'a str,
+    /// The provider's thinking text, often `""`.
+    pub(crate) reasoning: &'a str,
+    /// `stop`, `tool_calls`, `length`, `content_filter`, or `""`.
+    pub(crate) finish_reason: &'static str,
+    pub(crate) tool_calls: Vec<Call<'a>>,
+}
+
+impl<'a> From<&'a AssistantMessage> for Assistant<'a> {
+    fn from(a: &'a AssistantMessage) -> Self {
+        Self {
+            text: &a.text,
+            reasoning: &a.reasoning,
+            finish_reason: match a.finish_reason() {
+                FinishReason::Unspecified => "",
+                other => other.as_str_name(),
+            },
+            tool_calls: a.tool_calls.iter().map(Call::from).collect(),
+        }
+    }
+}
+
+/// A tool call: in `assistant`'s `tool_calls`, and `tool_started`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Call<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    /// The JSON text the model wrote.
+    pub(crate) arguments: &'a str,
+}
+
+impl<'a> From<&'a ToolCall> for Call<'a> {
+    fn from(c: &'a ToolCall) -> Self {
+        Self {
+            call_id: &c.id,
+            tool: &c.name,
+            arguments: &c.arguments,
+        }
+    }
+}
+
+/// `approval_decided`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ApprovalDecided<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) approved: bool,
+    /// The name the sender gave.
+    pub(crate) approver: &'a str,
+    /// The Temporal client identity the decision came from (from history).
+    pub(crate) identity: &'a str,
+    pub(crate) reason: &'a str,
+    pub(crate) remember: bool,
+}
+
+impl<'a> From<&'a ApprovalDecision> for ApprovalDecided<'a> {
+    fn from(d: &'a ApprovalDecision) -> Self {
+        Self {
+            call_id: &d.call_id,
+            approved: d.approved,
+            approver: &d.approver,
+            identity: &d.identity,
+            reason: &d.reason,
+            remember: d.remember,
+        }
+    }
+}
+
+/// `tool_finished`: what the model sees (`baton transcript` has full outputs).
+#[derive(Debug, Serialize)]
+pub(crate) struct ToolFinished<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) is_error: bool,
+    pub(crate) content: &'a str,
+}
+
+impl<'a> From<&'a ToolResult> for ToolFinished<'a> {
+    fn from(r: &'a ToolResult) -> Self {
+        Self {
+            call_id: &r.call_id,
+            tool: &r.name,
+            is_error: r.is_error,
+            content: &r.content,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "json_tests.rs"]
+mod tests;
