@@ -9,7 +9,7 @@
 //!
 //! - [`request`]: baton's request as a Messages body.
 //! - [`response`]: a whole message or its event stream as baton's response.
-//! - Sending, stream reading and the end-of-stream rule: [`transport`](super::transport).
+//! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
 
 mod request;
 mod response;
