@@ -1,8 +1,8 @@
-//! The [`Provider`] trait every model backend implements, and what the HTTP ones share.
+//! The [`Provider`] trait every model backend implements.
 
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{future::Future, pin::Pin};
 
-use baton_proto::{FinishReason, LlmRequest, LlmResponse};
+use baton_proto::{AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage};
 
 use super::LlmError;
 
@@ -23,38 +23,32 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a>;
 }
 
-/// The HTTP client of a provider: bounded connect and total time (a streamed answer
-/// included), no retries (reqwest never retries on its own), and no redirects, so a key sent
-/// as a custom header (`x-api-key`) cannot follow a redirect to another host; a 3xx is
-/// classified like any other non-2xx answer.
-pub fn http_client(request_timeout: Duration) -> Result<reqwest::Client, LlmError> {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(request_timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))
-}
-
-/// Whether a 2xx response is an event stream (a server may ignore `"stream": true` and answer
-/// with one JSON body instead).
-pub fn is_event_stream(response: &reqwest::Response) -> bool {
-    response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
-}
-
 /// The finish reason when the provider gave none: tool calls if there are any, else stop.
 pub fn default_finish(has_tool_calls: bool) -> FinishReason {
     if has_tool_calls {
         FinishReason::ToolCalls
     } else {
         FinishReason::Stop
+    }
+}
+
+/// Baton's response for a provider's answer: the assistant message and, when the provider
+/// reported it, the usage.
+pub(crate) fn assistant_response(
+    text: String,
+    reasoning: String,
+    tool_calls: Vec<ToolCall>,
+    finish: FinishReason,
+    usage: Option<Usage>,
+) -> LlmResponse {
+    LlmResponse {
+        message: Some(AssistantMessage {
+            text,
+            tool_calls,
+            finish_reason: finish as i32,
+            reasoning,
+        }),
+        usage,
+        ..Default::default()
     }
 }

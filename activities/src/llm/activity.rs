@@ -1,0 +1,338 @@
+//! The model activity: `llm_generate` and `compact_context` ([`LlmService`]), heartbeating
+//! while they wait, and the [`Providers`] they dispatch to by `ModelConfig.provider`, built
+//! from the worker's [`ProviderSettings`].
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use baton_proto::{CompactRequest, CompactResponse, LlmRequest, LlmResponse};
+use baton_workflows::view;
+use temporalio_common::error::ApplicationFailure;
+use temporalio_macros::activities;
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
+use tracing::{info, warn};
+
+use super::{LlmError, Provider, anthropic, compact, openai, scripted};
+use crate::{
+    conversation::{ConversationError, Conversations},
+    store::SharedStore,
+};
+
+/// How often the activity heartbeats while it waits for the provider.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
+/// Provider settings of a worker. Keys live here, never in workflow inputs; `Debug` never
+/// prints them.
+#[derive(Clone)]
+pub struct ProviderSettings {
+    /// Base URL of the OpenAI-compatible endpoint.
+    pub openai_base_url: String,
+    /// Its API key, if it needs one.
+    pub openai_api_key: Option<String>,
+    /// Whether to stream Chat Completions (default true).
+    pub openai_stream: bool,
+    /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
+    pub anthropic_base_url: String,
+    /// Its API key (`x-api-key`); without one the header is not sent.
+    pub anthropic_api_key: Option<String>,
+    /// The `anthropic-version` header (default `2023-06-01`).
+    pub anthropic_version: String,
+    /// Whether to stream Messages (default true).
+    pub anthropic_stream: bool,
+    /// Timeout of one HTTP request to a provider (a streamed answer included).
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &Option<String>| k.as_ref().map(|_| "<set>");
+        f.debug_struct("ProviderSettings")
+            .field("openai_base_url", &self.openai_base_url)
+            .field("openai_api_key", &key(&self.openai_api_key))
+            .field("openai_stream", &self.openai_stream)
+            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field("anthropic_api_key", &key(&self.anthropic_api_key))
+            .field("anthropic_version", &self.anthropic_version)
+            .field("anthropic_stream", &self.anthropic_stream)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self {
+            openai_base_url: openai::DEFAULT_BASE_URL.to_owned(),
+            openai_api_key: None,
+            openai_stream: true,
+            anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
+            anthropic_api_key: None,
+            anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
+            anthropic_stream: true,
+            request_timeout: Duration::from_secs(280),
+        }
+    }
+}
+
+/// The providers a worker can call, by name.
+#[derive(Debug)]
+pub struct Providers {
+    by_name: BTreeMap<&'static str, Box<dyn Provider>>,
+}
+
+impl Providers {
+    /// Builds the providers from worker settings: `openai`, `anthropic`, `scripted`.
+    pub fn new(settings: &ProviderSettings) -> Result<Self, LlmError> {
+        let openai = openai::OpenAi::new(
+            settings.openai_base_url.clone(),
+            settings.openai_api_key.clone(),
+            settings.request_timeout,
+        )?
+        .streaming(settings.openai_stream);
+        let anthropic = anthropic::Anthropic::new(
+            settings.anthropic_base_url.clone(),
+            settings.anthropic_api_key.clone(),
+            settings.anthropic_version.clone(),
+            settings.request_timeout,
+        )?
+        .streaming(settings.anthropic_stream);
+        Ok(Self::empty()
+            .with(openai)
+            .with(anthropic)
+            .with(scripted::Scripted))
+    }
+
+    /// No providers at all.
+    pub fn empty() -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) the provider serving `provider.name()`.
+    pub fn with(mut self, provider: impl Provider + 'static) -> Self {
+        self.by_name.insert(provider.name(), Box::new(provider));
+        self
+    }
+
+    /// The names served, sorted.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.by_name.keys().copied().collect()
+    }
+
+    /// One model call, dispatched on `request.model.provider`.
+    pub async fn generate(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
+        let name = request
+            .model
+            .as_ref()
+            .map(|m| m.provider.as_str())
+            .unwrap_or_default();
+        match self.by_name.get(name) {
+            Some(provider) => provider.generate(request).await,
+            None if name.is_empty() => Err(LlmError::Config(format!(
+                "the run names no provider; submit with --provider {}",
+                self.names().join("|")
+            ))),
+            None => Err(LlmError::Config(format!(
+                "unknown provider '{name}'; this worker serves: {}",
+                self.names().join(", ")
+            ))),
+        }
+    }
+}
+
+/// Implements the `llm_generate` activity contract.
+pub struct LlmService {
+    providers: Providers,
+    conversations: Conversations,
+}
+
+impl LlmService {
+    /// A service over these providers, keeping conversations in `store`.
+    pub fn new(providers: Providers, store: SharedStore) -> Self {
+        Self {
+            providers,
+            conversations: Conversations::new(store),
+        }
+    }
+}
+
+/// A blob store failure, as an activity failure: retried (the store may be back, or another
+/// worker may reach it), with a message saying what to check.
+fn store_failure(e: ConversationError) -> ActivityError {
+    let message = format!(
+        "{e} (check the workers' [store] settings: every worker must use the same blob store)"
+    );
+    warn!(error = %message, "the blob store failed during a model call");
+    ActivityError::application(
+        ApplicationFailure::builder(message)
+            .type_name(baton_workflows::activities::STORE_UNAVAILABLE.to_owned())
+            .build(),
+    )
+}
+
+#[activities]
+impl LlmService {
+    /// Calls the model; heartbeats while waiting; honours cancellation.
+    #[activity(definition = baton_workflows::activities::LlmGenerate)]
+    pub async fn llm_generate(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: LlmRequest,
+    ) -> Result<LlmResponse, ActivityError> {
+        let info = ctx.info();
+        let run_id = info.workflow_id.clone().unwrap_or_default();
+        let attempt = info.attempt;
+        let provider = request
+            .model
+            .as_ref()
+            .map(|m| m.provider.clone())
+            .unwrap_or_default();
+        info!(run_id, provider, attempt, "llm call started");
+        let resolved = self
+            .conversations
+            .resolve(request)
+            .await
+            .map_err(store_failure)?;
+        match with_heartbeat(&ctx, self.providers.generate(&resolved.request)).await? {
+            Ok(mut response) => {
+                info!(run_id, provider, attempt, "llm call finished");
+                self.conversations
+                    .complete(&resolved, &mut response)
+                    .await
+                    .map_err(store_failure)?;
+                Ok(response)
+            }
+            Err(e) => {
+                warn!(run_id, provider, attempt, retryable = e.is_retryable(), cause = %e, "llm call failed");
+                Err(e.into_activity_error())
+            }
+        }
+    }
+
+    /// Summarizes the older part of a conversation with the run's model (compaction).
+    #[activity(definition = baton_workflows::activities::CompactContext)]
+    pub async fn compact_context(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        mut request: CompactRequest,
+    ) -> Result<CompactResponse, ActivityError> {
+        if let Some(history) = request.history.take() {
+            let (_, items) = self
+                .conversations
+                .materialize(&history)
+                .await
+                .map_err(store_failure)?;
+            request.items = view::compaction_input(
+                &items,
+                &request.view.clone().unwrap_or_default(),
+                request.from as usize,
+                request.upto as usize,
+            );
+        }
+        let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
+        let provider = request
+            .model
+            .as_ref()
+            .map(|m| m.provider.clone())
+            .unwrap_or_default();
+        info!(
+            run_id,
+            provider,
+            items = request.items.len(),
+            "compaction started"
+        );
+        if provider == "scripted" {
+            // A scripted model has no one to summarize with: keep an extract instead.
+            return Ok(compact::extract(&request));
+        }
+        let llm_request = compact::summary_request(&request);
+        match with_heartbeat(&ctx, self.providers.generate(&llm_request)).await? {
+            Ok(response) => Ok(compact::response(response)),
+            Err(e) => {
+                warn!(run_id, provider, cause = %e, "compaction call failed");
+                Err(e.into_activity_error())
+            }
+        }
+    }
+}
+
+/// Runs `work`, heartbeating every [`HEARTBEAT_EVERY`] so a dead worker's call is retried
+/// elsewhere within the heartbeat timeout; returns `Err(cancelled)` if the activity is
+/// cancelled first.
+async fn with_heartbeat<T>(
+    ctx: &ActivityContext,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, ActivityError> {
+    tokio::pin!(work);
+    // The first beat comes after one period: a quick call sends none at all.
+    let mut beat = tokio::time::interval_at(
+        tokio::time::Instant::now() + HEARTBEAT_EVERY,
+        HEARTBEAT_EVERY,
+    );
+    loop {
+        tokio::select! {
+            r = &mut work => return Ok(r),
+            _ = ctx.cancelled() => return Err(ActivityError::cancelled()),
+            _ = beat.tick() => { let _ = ctx.record_heartbeat(()).await; }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_proto::{ModelConfig, Script, ScriptedTurn};
+    use pretty_assertions::assert_eq;
+
+    fn request(provider: &str) -> LlmRequest {
+        LlmRequest {
+            model: Some(ModelConfig {
+                provider: provider.into(),
+                script: Some(Script {
+                    turns: vec![ScriptedTurn {
+                        text: "scripted answer".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn dispatches_by_provider_name() {
+        let providers = Providers::new(&ProviderSettings::default()).unwrap();
+        assert_eq!(providers.names(), vec!["anthropic", "openai", "scripted"]);
+        let r = providers.generate(&request("scripted")).await.unwrap();
+        assert_eq!(r.message.unwrap().text, "scripted answer");
+        let err = providers.generate(&request("gemini")).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown provider 'gemini'; this worker serves: anthropic, openai, scripted"
+        );
+        assert!(!err.is_retryable());
+        let err = providers.generate(&request("")).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--provider anthropic|openai|scripted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn settings_defaults_and_debug_hides_keys() {
+        let s = ProviderSettings {
+            openai_api_key: Some("sk-openai-secret".into()),
+            anthropic_api_key: Some("sk-ant-secret".into()),
+            ..Default::default()
+        };
+        assert!(s.openai_stream && s.anthropic_stream);
+        assert_eq!(s.anthropic_base_url, "https://api.anthropic.com");
+        assert_eq!(s.anthropic_version, "2023-06-01");
+        assert_eq!(s.openai_base_url, "https://api.openai.com/v1");
+        let shown = format!("{s:?} {:?}", Providers::new(&s).unwrap());
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+}

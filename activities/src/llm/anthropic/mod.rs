@@ -1,0 +1,94 @@
+//! The `anthropic` provider: the Messages API (`POST {base_url}/v1/messages`).
+//!
+//! Streams by default (`"stream": true`), assembling the message from the content-block
+//! events. Baton's conversation becomes strictly alternating user/assistant messages: tool
+//! results travel as `tool_result` blocks of a user message, merged with any user text that
+//! follows them. The HTTP client never retries on its own: every failure is classified
+//! ([`LlmError`]) and Temporal's retry policy decides.
+
+//!
+//! - [`request`]: baton's request as a Messages body.
+//! - [`response`]: a whole message or its event stream as baton's response.
+//! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
+
+mod request;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use baton_proto::LlmRequest;
+use reqwest::RequestBuilder;
+use serde_json::Value;
+
+pub use request::request_body_for;
+pub use response::parse_response;
+
+use super::{
+    LlmError,
+    transport::{HttpProvider, StreamEnd, WireFormat},
+};
+
+/// Default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// Default `anthropic-version` header.
+pub const DEFAULT_VERSION: &str = "2023-06-01";
+/// Model used when the run names none.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+/// `max_tokens` when the run sets none (the API requires it).
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+/// The provider's name in `ModelConfig.provider`.
+pub const PROVIDER: &str = "anthropic";
+
+/// A configured Messages API endpoint.
+pub type Anthropic = HttpProvider<Messages>;
+
+impl Anthropic {
+    /// A streaming provider talking to `base_url` (e.g. `https://api.anthropic.com`), sending
+    /// `version` as `anthropic-version` and the key (when set) as `x-api-key`.
+    pub fn new(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        version: impl Into<String>,
+        request_timeout: Duration,
+    ) -> Result<Self, LlmError> {
+        let version = version.into();
+        let wire = Messages {
+            version: if version.is_empty() {
+                DEFAULT_VERSION.to_owned()
+            } else {
+                version
+            },
+        };
+        Self::with_wire(wire, base_url, "/v1/messages", api_key, request_timeout)
+    }
+}
+
+/// The Messages wire format: the key as `x-api-key`, the API version as
+/// `anthropic-version`.
+#[derive(Clone, Debug)]
+pub struct Messages {
+    version: String,
+}
+
+impl WireFormat for Messages {
+    const PROVIDER: &'static str = PROVIDER;
+    /// A Messages stream's documented event flow always ends with `message_stop`, after the
+    /// `message_delta` that carries the `stop_reason` and the final usage; a body that ends,
+    /// or breaks, before it is cut, whatever came first.
+    const END: StreamEnd = StreamEnd::TerminalEvent;
+    type Response = response::StreamState;
+
+    fn body(request: &LlmRequest, stream: bool) -> Value {
+        request_body_for(request, stream)
+    }
+
+    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
+        let http = http.header("anthropic-version", &self.version);
+        match api_key {
+            Some(key) => http.header("x-api-key", key),
+            None => http,
+        }
+    }
+}

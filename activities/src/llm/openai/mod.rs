@@ -1,0 +1,90 @@
+//! The `openai` provider: Chat Completions (`POST {base_url}/chat/completions`) against any
+//! OpenAI-compatible server (OpenAI, Azure, OpenRouter, vLLM, Ollama, llama.cpp).
+//!
+//! Streams by default (`"stream": true` with `stream_options.include_usage`), assembling the
+//! message from the deltas; a server that answers a streaming request with a plain JSON body is
+//! read as a non-streaming answer. The HTTP client never retries on its own: every failure is
+//! classified ([`LlmError`]) and Temporal's retry policy decides.
+
+//!
+//! - [`request`]: baton's request as a Chat Completions body.
+//! - [`response`]: a whole body or a chunk stream as baton's response.
+//! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
+
+mod request;
+mod response;
+
+use std::time::Duration;
+
+use baton_proto::LlmRequest;
+use reqwest::RequestBuilder;
+use serde_json::Value;
+
+pub use request::{request_body, request_body_for};
+pub use response::parse_response;
+
+use super::{
+    LlmError,
+    error::classify_http,
+    transport::{HttpProvider, StreamEnd, WireFormat},
+};
+
+/// Default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Model used when the run names none.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+/// The provider's name in `ModelConfig.provider`.
+pub const PROVIDER: &str = "openai";
+
+/// A configured OpenAI-compatible endpoint.
+pub type OpenAi = HttpProvider<ChatCompletions>;
+
+impl OpenAi {
+    /// A streaming provider talking to `base_url` (e.g. `https://api.openai.com/v1`).
+    pub fn new(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        request_timeout: Duration,
+    ) -> Result<Self, LlmError> {
+        Self::with_wire(
+            ChatCompletions,
+            base_url,
+            "/chat/completions",
+            api_key,
+            request_timeout,
+        )
+    }
+}
+
+/// The Chat Completions wire format: the key as a bearer token.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChatCompletions;
+
+impl WireFormat for ChatCompletions {
+    const PROVIDER: &'static str = PROVIDER;
+    /// A Chat Completions stream ends with `data: [DONE]`, a sentinel outside the chunk
+    /// schema; the chunk carrying `finish_reason` is the message's last (only the usage chunk
+    /// may follow). The format has many server implementations, so baton does not insist on
+    /// the sentinel: a body that ends, or breaks, after a finish reason is complete too.
+    const END: StreamEnd = StreamEnd::TerminalOrFinishReason;
+    type Response = response::StreamState;
+
+    fn body(request: &LlmRequest, stream: bool) -> Value {
+        request_body_for(request, stream)
+    }
+
+    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
+        match api_key {
+            Some(key) => http.bearer_auth(key),
+            None => http,
+        }
+    }
+}
+
+/// Classifies a non-2xx answer.
+pub fn classify(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -> LlmError {
+    classify_http(PROVIDER, status, headers, body)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! The Chat Completions answer: a whole `chat.completion` body ([`parse_response`]) or a
+//! stream of `chat.completion.chunk` events ([`StreamState`]), as baton's [`LlmResponse`].
+
+use std::collections::BTreeMap;
+
+use baton_proto::{FinishReason, LlmResponse, ToolCall, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::PROVIDER;
+use crate::llm::{
+    LlmError,
+    error::{ErrorDetail, classify, snippet},
+    provider::{assistant_response, default_finish},
+    sse::SseEvent,
+    transport::{Flow, ResponseParser},
+};
+
+#[derive(Deserialize)]
+struct ChatResponse {
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: ChatMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChatToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct ChatToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: ChatFunction,
+}
+
+#[derive(Deserialize)]
+struct ChatFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u32>,
+    #[serde(default)]
+    completion_tokens: Option<u32>,
+    #[serde(default)]
+    total_tokens: Option<u32>,
+}
+
+impl ChatUsage {
+    fn to_usage(self) -> Usage {
+        let input = self.prompt_tokens.unwrap_or(0);
+        let output = self.completion_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: self
+                .total_tokens
+                .filter(|t| *t > 0)
+                .unwrap_or(input + output),
+            llm_calls: 0,
+        }
+    }
+}
+
+fn bad(message: String) -> LlmError {
+    LlmError::BadResponse {
+        provider: PROVIDER.to_owned(),
+        message,
+    }
+}
+
+/// The `reasoning_content` (DeepSeek, vLLM) or `reasoning` (OpenRouter, Ollama) text.
+fn reasoning_of(reasoning_content: Option<String>, reasoning: Option<String>) -> Option<String> {
+    reasoning_content
+        .filter(|r| !r.is_empty())
+        .or(reasoning)
+        .filter(|r| !r.is_empty())
+}
+
+fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
+    match reason {
+        Some("length") => FinishReason::Length,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some("tool_calls") | Some("function_call") => FinishReason::ToolCalls,
+        Some("stop") if !has_tool_calls => FinishReason::Stop,
+        _ => default_finish(has_tool_calls),
+    }
+}
+
+/// Tool-call arguments as sent to the workflow: an empty string means no arguments.
+fn arguments_text(arguments: String) -> String {
+    if arguments.trim().is_empty() {
+        "{}".to_owned()
+    } else {
+        arguments
+    }
+}
+
+/// Parses a (non-streaming) Chat Completions response body.
+pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
+    let parsed: ChatResponse = serde_json::from_str(body)
+        .map_err(|e| bad(format!("invalid JSON ({e}): {}", snippet(body))))?;
+    let Some(choice) = parsed.choices.unwrap_or_default().into_iter().next() else {
+        return Err(bad(format!(
+            "no choices in the response: {}",
+            snippet(body)
+        )));
+    };
+    let tool_calls: Vec<ToolCall> = choice
+        .message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| ToolCall {
+            id: c.id.unwrap_or_default(),
+            name: c.function.name,
+            arguments: arguments_text(c.function.arguments.unwrap_or_default()),
+            ..Default::default()
+        })
+        .collect();
+    let finish = finish_reason(choice.finish_reason.as_deref(), !tool_calls.is_empty());
+    let reasoning = reasoning_of(choice.message.reasoning_content, choice.message.reasoning);
+    Ok(assistant_response(
+        choice.message.content.unwrap_or_default(),
+        reasoning.unwrap_or_default(),
+        tool_calls,
+        finish,
+        parsed.usage.map(ChatUsage::to_usage),
+    ))
+}
+
+/// One `chat.completion.chunk` (or an error object) of a stream.
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Option<Vec<ChunkChoice>>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<DeltaToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaToolCall {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<DeltaFunction>,
+}
+
+#[derive(Deserialize)]
+struct DeltaFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The message being assembled from a stream's chunks.
+#[derive(Default)]
+pub(crate) struct StreamState {
+    text: String,
+    reasoning: String,
+    calls: BTreeMap<u32, PartialCall>,
+    finish: Option<String>,
+    usage: Option<ChatUsage>,
+}
+
+impl StreamState {
+    fn on_tool_call_delta(&mut self, call: DeltaToolCall) {
+        let index = call.index.unwrap_or_else(|| {
+            // Servers that omit the index: a new id starts a new call, fragments extend the last.
+            let last = self.calls.keys().next_back().copied();
+            match (&call.id, last) {
+                (Some(id), Some(last)) if self.calls.get(&last).is_some_and(|c| &c.id == id) => {
+                    last
+                }
+                (Some(id), _) if !id.is_empty() => last.map_or(0, |l| l + 1),
+                (_, Some(last)) => last,
+                (_, None) => 0,
+            }
+        });
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = call.id.filter(|id| !id.is_empty())
+            && entry.id.is_empty()
+        {
+            entry.id = id;
+        }
+        if let Some(f) = call.function {
+            if let Some(name) = f.name.filter(|n| !n.is_empty())
+                && name != entry.name
+            {
+                // Sent once by OpenAI; some servers repeat it (skipped) or split it (appended).
+                entry.name.push_str(&name);
+            }
+            if let Some(arguments) = f.arguments {
+                entry.arguments.push_str(&arguments);
+            }
+        }
+    }
+}
+
+impl ResponseParser for StreamState {
+    fn parse_body(body: &str) -> Result<LlmResponse, LlmError> {
+        parse_response(body)
+    }
+
+    fn on_event(&mut self, event: &SseEvent) -> Result<Flow, LlmError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        if data.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            bad(format!(
+                "invalid JSON in the stream ({e}): {}",
+                snippet(data)
+            ))
+        })?;
+        if chunk.error.as_ref().is_some_and(|e| !e.is_null()) || event.event == "error" {
+            let detail = serde_json::from_str::<Value>(data)
+                .ok()
+                .and_then(|v| ErrorDetail::from_value(&v))
+                .unwrap_or_else(|| ErrorDetail {
+                    message: snippet(data),
+                    ..Default::default()
+                });
+            return Err(classify(PROVIDER, detail.implied_status(), None, detail));
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        let choices = chunk.choices.unwrap_or_default();
+        let Some(choice) = choices.into_iter().find(|c| c.index.unwrap_or(0) == 0) else {
+            return Ok(Flow::Continue);
+        };
+        if let Some(delta) = choice.delta {
+            if let Some(text) = delta.content {
+                self.text.push_str(&text);
+            }
+            if let Some(r) = reasoning_of(delta.reasoning_content, delta.reasoning) {
+                self.reasoning.push_str(&r);
+            }
+            for call in delta.tool_calls.unwrap_or_default() {
+                self.on_tool_call_delta(call);
+            }
+        }
+        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+            self.finish = Some(reason);
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn has_finish_reason(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    fn into_response(self) -> LlmResponse {
+        let tool_calls: Vec<ToolCall> = self
+            .calls
+            .into_values()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: arguments_text(c.arguments),
+                ..Default::default()
+            })
+            .collect();
+        let finish = finish_reason(self.finish.as_deref(), !tool_calls.is_empty());
+        let usage = self.usage.map(ChatUsage::to_usage);
+        assistant_response(self.text, self.reasoning, tool_calls, finish, usage)
+    }
+}
