@@ -29,9 +29,9 @@ use tracing::{info, warn};
 
 pub use error::LlmError;
 
-use crate::{
+use baton_store::{
+    SharedStore,
     conversation::{ConversationError, Conversations},
-    store::SharedStore,
 };
 pub use provider::Provider;
 

@@ -39,7 +39,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use super::{BlobId, BlobStore, StoreError, get_json};
+use crate::{BlobId, BlobStore, StoreError, get_json};
 
 /// The manifest format written by [`take`] and the only one [`restore`] reads.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -1129,7 +1129,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
-    use crate::store::put_json;
+    use crate::put_json;
 
     /// An in-memory store counting puts.
     #[derive(Debug, Default)]
