@@ -41,6 +41,7 @@ pub struct Context {
 
 /// What went wrong loading or storing a conversation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConversationError {
     /// The store failed or lacks a blob.
     #[error("{0}")]

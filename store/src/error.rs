@@ -4,6 +4,7 @@ use crate::BlobId;
 
 /// Failures of a blob store.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No blob has this id.
     #[error("blob {0} is not in the store (was it written to another store, or deleted?)")]
