@@ -7,10 +7,8 @@
 //! - [`tool_activity`]: the `run_tool` activity ([`tool_activity::ToolService`]).
 //! - [`metrics`]: baton's metrics and the per-activity log span (worker-side interceptors).
 
-pub mod conversation;
 pub mod llm;
 pub mod metrics;
 pub mod senders;
-pub mod store;
 pub mod tool_activity;
 pub mod tools;

@@ -13,12 +13,11 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{
-    store::{BlobId, SharedStore, snapshot},
-    tools::{
-        self, ToolContext, ToolError, orphans,
-        sandbox::{Sandbox, SandboxError, SandboxSettings},
-    },
+use baton_store::{BlobId, SharedStore, snapshot};
+
+use crate::tools::{
+    self, ToolContext, ToolError, orphans,
+    sandbox::{Sandbox, SandboxError, SandboxSettings},
 };
 
 /// An infrastructure failure of the activity (retried).
@@ -504,7 +503,7 @@ mod tests {
 
         // A run that started under the old name keeps its directory.
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::LocalStore::new(dir.path().join("blobs")).unwrap();
+        let store = baton_store::LocalStore::new(dir.path().join("blobs")).unwrap();
         let service = ToolService::new(dir.path().to_path_buf(), Arc::new(store), false);
         std::fs::create_dir_all(dir.path().join("old_id")).unwrap();
         assert_eq!(service.workspace_of("old id"), dir.path().join("old_id"));
@@ -518,7 +517,7 @@ mod tests {
     #[test]
     fn workspace_locks_are_forgotten_once_nobody_holds_them() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::LocalStore::new(dir.path().join("blobs")).unwrap();
+        let store = baton_store::LocalStore::new(dir.path().join("blobs")).unwrap();
         let service = ToolService::new(dir.path().join("ws"), Arc::new(store), true);
         let held = service.lock_of("run-a");
         drop(service.lock_of("run-b"));

@@ -10,12 +10,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
 use baton_activities::{
-    conversation::Conversations,
     llm::{ProviderSettings, Providers},
-    store::{self, StoreSettings},
     tools::{self, ToolContext},
 };
 use baton_proto::{LlmRequest, LlmResponse, RunState as StateName, WorkspaceInstructions};
+use baton_store::{StoreSettings, conversation::Conversations};
 use baton_tests::MockOpenAi;
 use baton_workflows::{RunState, Step};
 use tokio_util::sync::CancellationToken;
@@ -47,7 +46,7 @@ impl InProcess {
             .prefix("baton-bench-inprocess-")
             .tempdir()
             .context("creating a temp dir")?;
-        let blobs = store::open(&StoreSettings {
+        let blobs = baton_store::open(&StoreSettings {
             dir: dir.path().join("blobs"),
             ..Default::default()
         })?;

@@ -3,11 +3,8 @@
 //! (`BATON_STORE__BACKEND`, `BATON_STORE__DIR`, `BATON_STORE__S3__BUCKET`, ...; default a
 //! local `.baton/blobs`).
 
-use baton_activities::{
-    conversation::Conversations,
-    store::{BlobId, SharedStore, StoreSettings},
-};
 use baton_proto::{Item, item};
+use baton_store::{BlobId, SharedStore, StoreSettings, conversation::Conversations};
 
 /// The blob store named by the environment, or why it cannot be opened.
 pub(crate) fn open() -> Result<SharedStore, String> {
@@ -21,7 +18,7 @@ pub(crate) fn open() -> Result<SharedStore, String> {
         .build()
         .and_then(|c| c.get::<StoreSettings>("store"))
         .unwrap_or_default();
-    baton_activities::store::open(&settings).map_err(|e| e.to_string())
+    baton_store::open(&settings).map_err(|e| e.to_string())
 }
 
 /// Fills in what the run keeps by reference: stubs (from the stored conversation ending at

@@ -428,7 +428,7 @@ async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
                  ({e}); set BATON_STORE__DIR (or BATON_STORE__S3__*) to the workers' store"
             ))
         })?;
-        let id = baton_activities::store::put_json(store.as_ref(), &script)
+        let id = baton_store::put_json(store.as_ref(), &script)
             .await
             .map_err(|e| Exit::infra(format!("cannot store the script: {e}")))?;
         model.script_ref = id.to_string();

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use baton_activities::store::{BlobId, LocalStore, snapshot};
+use baton_store::{BlobId, LocalStore, snapshot};
 use baton_tests::*;
 use common::*;
 use serde_json::{Value, json};

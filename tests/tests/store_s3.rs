@@ -3,7 +3,7 @@
 //! fail saying so.
 #![allow(clippy::unwrap_used)]
 
-use baton_activities::store::{
+use baton_store::{
     BlobId, BlobStore, S3Settings, S3Store, StoreError, StoreSettings, get_json, open, put_json,
 };
 use baton_tests::moto::{MOTO_ACCESS_KEY_ID, MOTO_REGION, MOTO_SECRET_ACCESS_KEY, MotoServer};

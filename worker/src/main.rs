@@ -244,7 +244,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         workspace_root.display()
     ))?;
     writable(&workspace_root, "workspace root (workspace_root)")?;
-    let store = baton_activities::store::open(&settings.store)
+    let store = baton_store::open(&settings.store)
         .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
     let local_store = (settings.store.backend == "local")
         .then(|| std::path::absolute(&settings.store.dir).ok())

@@ -23,7 +23,7 @@ pub(crate) struct Settings {
     pub(crate) workspace_snapshots: bool,
     /// The blob store (`[store]`): conversations, full tool outputs, workspace snapshots.
     /// Every worker of a task queue must use the same one.
-    pub(crate) store: baton_activities::store::StoreSettings,
+    pub(crate) store: baton_store::StoreSettings,
     /// On SIGTERM/SIGINT, running activities get this long to finish before they are cancelled.
     pub(crate) graceful_shutdown_secs: u64,
     /// How long a workflow task waits on this worker's sticky queue before any worker may take
@@ -270,7 +270,7 @@ impl Default for Settings {
             task_queue: baton_workflows::DEFAULT_TASK_QUEUE.to_owned(),
             workspace_root: PathBuf::from(".baton/workspaces"),
             workspace_snapshots: true,
-            store: baton_activities::store::StoreSettings::default(),
+            store: baton_store::StoreSettings::default(),
             graceful_shutdown_secs: 30,
             sticky_queue_timeout_secs: 3,
             max_cached_workflows: 1000,

@@ -12,9 +12,9 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 use super::{LlmError, Provider, anthropic, compact, openai, scripted};
-use crate::{
+use baton_store::{
+    SharedStore,
     conversation::{ConversationError, Conversations},
-    store::SharedStore,
 };
 
 /// How often the activity heartbeats while it waits for the provider.

@@ -441,7 +441,7 @@ mod imp {
     use tracing::warn;
 
     use super::{Prepared, Sandbox, SandboxError, SandboxMode, temp_env};
-    use crate::store::snapshot::LOCAL_DIR;
+    use baton_store::snapshot::LOCAL_DIR;
 
     /// The type of `RLIMIT_*` constants.
     #[cfg(target_env = "gnu")]

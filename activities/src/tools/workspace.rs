@@ -2,7 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::store::snapshot::LOCAL_DIR;
+use baton_store::snapshot::LOCAL_DIR;
 
 /// How many symbolic links to dangling targets [`resolve`] follows by hand before giving up
 /// (the kernel's own limit is 40).

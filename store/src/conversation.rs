@@ -14,7 +14,7 @@ use baton_workflows::view::{self, cut_text};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use crate::store::{BlobId, SharedStore, StoreError, get_json, put_json};
+use crate::{BlobId, SharedStore, StoreError, get_json, put_json};
 
 /// Conversations a worker keeps assembled in memory.
 pub const CACHED_CONVERSATIONS: usize = 64;
@@ -41,6 +41,7 @@ pub struct Context {
 
 /// What went wrong loading or storing a conversation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConversationError {
     /// The store failed or lacks a blob.
     #[error("{0}")]
@@ -182,7 +183,7 @@ mod tests {
     use baton_proto::{UserMessage, item};
 
     use super::*;
-    use crate::store::local::LocalStore;
+    use crate::local::LocalStore;
 
     fn user(t: &str) -> Item {
         Item {
@@ -453,7 +454,7 @@ mod bound_tests {
     use baton_proto::{AssistantMessage, ToolCall};
 
     use super::*;
-    use crate::store::local::LocalStore;
+    use crate::local::LocalStore;
 
     #[tokio::test]
     async fn a_huge_reply_is_trimmed_for_history_and_restored_for_the_model() {

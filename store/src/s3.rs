@@ -13,7 +13,7 @@ use object_store::{
     path::Path,
 };
 
-use super::{BlobId, BlobStore, S3Settings, StoreError};
+use crate::{BlobId, BlobStore, S3Settings, StoreError};
 
 /// A blob store in an S3 bucket. Its `Debug` shows where it points, never credentials.
 pub struct S3Store {

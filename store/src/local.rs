@@ -12,7 +12,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use super::{BlobId, BlobStore, StoreError};
+use crate::{BlobId, BlobStore, StoreError};
 
 /// Temporary files of this process get distinct names from this counter (and the pid).
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -178,7 +178,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::{get_json, put_json};
+    use crate::{get_json, put_json};
 
     fn store() -> (tempfile::TempDir, LocalStore) {
         let dir = tempfile::tempdir().unwrap();

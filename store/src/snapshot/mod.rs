@@ -1,0 +1,151 @@
+//! Workspace snapshots in the blob store.
+//!
+//! After every mutating tool call the worker snapshots the run's workspace ([`take`]) and the
+//! tool result records the snapshot id; a worker that picks the run up on another machine and
+//! finds its copy missing or at an older snapshot ([`local_snapshot`]) restores it first
+//! ([`restore`]).
+//!
+//! A snapshot is a [`Manifest`], stored as a JSON blob, listing every directory, regular file
+//! and symbolic link under the workspace root by '/'-separated relative path; files point at
+//! the blob holding their content. The manifest's blob id is the snapshot id, so identical
+//! trees have identical ids.
+//!
+//! Snapshots are incremental: a file's blob is uploaded only when the store lacks it, and a
+//! local cache (`.baton/snapshot-state.json`: size, mtime, ctime and inode -> blob, plus the
+//! snapshot the tree is known to match) spares re-hashing files that did not change since the
+//! last [`take`] or [`restore`]. Files modified within [`RACY_WINDOW_NS`] of being hashed are
+//! not cached (a later write in the same timestamp tick would go unnoticed), so they are
+//! hashed again next time.
+//!
+//! The directory `.baton` at the root holds local state: it is never snapshotted, restored
+//! over or deleted. Only `.baton` at the root is special; deeper ones are ordinary files.
+//!
+//! Unix only (executable bits, inode numbers, symbolic links).
+//!
+//! - `manifest`: the format ([`Manifest`], [`Entry`]) and its validation.
+//! - `cache`: the local state in `.baton` ([`local_snapshot`]).
+//! - `take`: [`take`]/[`take_with`].
+//! - `restore`: [`restore`].
+//!
+//! [`take`]: fn@take
+//! [`restore`]: fn@restore
+
+mod cache;
+mod manifest;
+mod restore;
+mod take;
+#[cfg(test)]
+mod test_support;
+
+use std::{
+    fs,
+    io::{self, Read},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use sha2::Digest;
+
+pub use cache::{RACY_WINDOW_NS, STATE_FILE, local_snapshot};
+pub use manifest::{Entry, MANIFEST_VERSION, Manifest, SnapshotId};
+pub use restore::{Restored, restore};
+pub use take::{DEFAULT_MAX_FILE_SIZE, SnapshotOptions, Taken, take, take_with};
+
+use crate::{BlobId, StoreError};
+
+/// The directory at the workspace root that holds local state; never snapshotted or restored.
+pub const LOCAL_DIR: &str = ".baton";
+
+/// Concurrent uploads (or downloads while restoring); each holds one file in memory.
+const TRANSFER_CONCURRENCY: usize = 4;
+const HASH_BUFFER: usize = 64 * 1024;
+
+/// Failures of taking or restoring a snapshot.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The blob store failed.
+    #[error("workspace snapshot: {0}")]
+    Store(#[from] StoreError),
+    /// The workspace could not be read or written.
+    #[error("workspace snapshot: {}: {detail}", path.display())]
+    Io {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What failed and why.
+        detail: String,
+    },
+    /// The manifest is malformed or unsafe (paths outside the root, unknown version, ..);
+    /// nothing was written.
+    #[error("workspace snapshot manifest rejected: {0}")]
+    BadManifest(String),
+}
+
+// Helpers shared by the cache, take and restore.
+
+fn io_err(path: &Path, what: &str, err: io::Error) -> SnapshotError {
+    SnapshotError::Io {
+        path: path.to_path_buf(),
+        detail: format!("cannot {what}: {err}"),
+    }
+}
+
+/// Runs blocking filesystem work off the async threads.
+async fn blocking<T: Send + 'static>(
+    root: &Path,
+    work: impl FnOnce() -> Result<T, SnapshotError> + Send + 'static,
+) -> Result<T, SnapshotError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SnapshotError::Io {
+            path: root.to_path_buf(),
+            detail: format!("background filesystem task failed: {e}"),
+        })?
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn temp_name() -> String {
+    format!(
+        ".baton-tmp-{}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn child_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// Hashes the file at `path`; `None` if it holds more than `max` bytes.
+fn hash_file(path: &Path, max: u64) -> io::Result<Option<(BlobId, u64)>> {
+    let mut file = fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; HASH_BUFFER];
+    let mut total = 0u64;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        total += n as u64;
+        if total > max {
+            return Ok(None);
+        }
+        hasher.update(&buf[..n]);
+    }
+    let id = BlobId::parse(&hex::encode(hasher.finalize()))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(Some((id, total)))
+}
+
+fn executable(meta: &fs::Metadata) -> bool {
+    meta.mode() & 0o111 != 0
+}
