@@ -86,3 +86,23 @@ pub fn fleet(
         })
         .collect()
 }
+
+/// The script of the approval tests: list files, then a shell batch that needs approval, then
+/// the answer.
+pub fn approval_script(dir: &std::path::Path, name: &str, shell_calls: &[&str]) -> String {
+    let calls: Vec<Value> = shell_calls
+        .iter()
+        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
+        .collect();
+    script(
+        dir,
+        name,
+        json!([
+            {"text": "Looking around.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Now the shell.", "tool_calls": calls},
+            {"text": "All done."}
+        ]),
+    )
+    .display()
+    .to_string()
+}
