@@ -849,9 +849,13 @@ fn submit_wait_survives_a_server_restart() {
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
     // `watch` rides it out too.
     let watching = baton_spawn(&server, &["watch", &run], &[]).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    // Longer than the SDK's own retries of a call (about 10 s).
+    wait_until_blocking(T, "watch to print the run so far", || {
+        Ok((!watching.stdout_so_far().is_empty()).then_some(()))
+    })
+    .unwrap();
     server.stop();
+    // The point of the test: the server stays down longer than the SDK's own retries of a
+    // call (about 10 s), so both clients must ride out the outage themselves.
     std::thread::sleep(Duration::from_secs(15));
     server.restart().unwrap();
     wait_state(&server, &run, "AWAITING_APPROVAL", T);

@@ -702,6 +702,7 @@ async fn mock_openai_streams_tool_calls_headers_cuts_and_slow_streams() {
     let r = post(json!({"model": "m", "messages": []})).await.unwrap();
     assert_eq!(r.status().as_u16(), 429);
     assert_eq!(r.headers()["retry-after"], "2");
+    // Time must pass between the two requests: the test checks their arrival times.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let r = post(json!({"model": "m", "messages": []})).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);

@@ -193,7 +193,13 @@ fn status_shows_a_model_call_riding_out_a_rate_limit() {
     );
     // `watch` tells about the retry too (on stderr: its stdout stays the run's events).
     let mut watching = baton_spawn(&server, &["watch", &run], &with_keys).unwrap();
-    std::thread::sleep(Duration::from_secs(8));
+    wait_until_blocking(T, "watch to tell about the retry", || {
+        let told = watching.stderr_so_far();
+        Ok((told.contains("· model call: retrying: attempt 2 of 8 in ")
+            && told.contains("last error: rate limited by openai"))
+        .then_some(()))
+    })
+    .unwrap();
     watching.signal(Signal::SIGINT).unwrap();
     let watched = watching.wait(T).unwrap();
     assert_eq!(watched.code, 3, "Ctrl-C detaches: {watched}");
