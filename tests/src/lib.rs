@@ -74,7 +74,7 @@ pub use server::{
     free_ports,
 };
 pub use wait::{POLL_INTERVAL, assert_holds_for, unique, wait_until, wait_until_blocking};
-pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker};
+pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker, pause_worker_starts};
 
 /// Re-exported so tests can name signals (`Signal::SIGINT`) without a direct
 /// `nix` dependency.

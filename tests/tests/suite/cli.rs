@@ -20,24 +20,6 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
 
-/// A script: one turn with `shell_calls` (a batch that needs approval), then the answer.
-fn shell_script(dir: &Path, name: &str, text: &str, shell_calls: &[&str]) -> String {
-    let calls: Vec<Value> = shell_calls
-        .iter()
-        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
-        .collect();
-    script(
-        dir,
-        name,
-        json!([
-            {"text": text, "tool_calls": calls},
-            {"text": "All done."}
-        ]),
-    )
-    .display()
-    .to_string()
-}
-
 /// Single-quotes `s` for `sh`.
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -821,6 +803,22 @@ fn a_terminated_run_reads_as_ended_everywhere() {
 
 /// `submit --wait` (a CI job's step) outlives a restart of the Temporal server: it says it
 /// lost the connection, keeps waiting, and prints the result once the run ends.
+/// Whether the run's last workflow task completed (none is scheduled or running).
+fn workflow_task_settled(server: &DevServer, run: &str) -> anyhow::Result<bool> {
+    const TASK_EVENTS: [&str; 3] = [
+        "workflowTaskScheduledEventAttributes",
+        "workflowTaskStartedEventAttributes",
+        "workflowTaskCompletedEventAttributes",
+    ];
+    let history = server.workflow_history_json(run, None)?;
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let last = events
+        .iter()
+        .rev()
+        .find_map(|e| TASK_EVENTS.into_iter().find(|k| e.get(k).is_some()));
+    Ok(last == Some(TASK_EVENTS[2]))
+}
+
 #[test]
 fn submit_wait_survives_a_server_restart() {
     let mut server = DevServer::start().unwrap();
@@ -849,8 +847,12 @@ fn submit_wait_survives_a_server_restart() {
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
     // `watch` rides it out too.
     let watching = baton_spawn(&server, &["watch", &run], &[]).unwrap();
-    wait_until_blocking(T, "watch to print the run so far", || {
-        Ok((!watching.stdout_so_far().is_empty()).then_some(()))
+    // Once watch follows the run and the worker is done with its workflow task, the outage.
+    wait_until_blocking(T, "watch to follow and the worker to settle", || {
+        Ok(
+            (!watching.stdout_so_far().is_empty() && workflow_task_settled(&server, &run)?)
+                .then_some(()),
+        )
     })
     .unwrap();
     server.stop();

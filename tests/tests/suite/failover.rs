@@ -1,6 +1,8 @@
 //! Durability end to end: a worker killed mid-tool, and a cancelled run whose tool has
 //! background children. They share the test process with the other suites (`--test-threads`),
-//! so they wait for the tool's processes to run before cutting them off, not a fixed time.
+//! so they wait for the tool's processes to run before cutting them off, not a fixed time, and
+//! the kill -9 test holds back other tests' worker start-ups (`pause_worker_starts`) until its
+//! retry has killed the dead worker's processes: a starting worker would sweep them first.
 
 #![allow(clippy::unwrap_used)]
 
@@ -107,8 +109,22 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
         },
     )
     .unwrap();
+    // Until the survivor's retry killed them, no other test's worker may start: it would
+    // sweep the dead worker's processes first (`pause_worker_starts`).
+    let quiet = pause_worker_starts();
     workers[victim].kill9();
     let killed_at = started.elapsed();
+    let _ = wait_until_blocking(
+        Duration::from_secs(60),
+        "the retry to kill the leftovers",
+        || {
+            Ok(workers[1 - victim]
+                .log()
+                .contains("killed processes left by an earlier attempt of this call")
+                .then_some(()))
+        },
+    );
+    drop(quiet);
 
     let r = result(&server, &run, 0);
     let elapsed = started.elapsed();
