@@ -6,7 +6,10 @@
 //! [`baton_with`], [`baton_at`], [`baton_spawn`]), plus in-process
 //! [`MockOpenAi`] / [`MockAnthropic`] servers that play the LLM (scripted
 //! with [`MockResponse`]s: extra headers, delays, cut / slow streams,
-//! in-stream errors).
+//! in-stream errors). Every request to a mock is checked against what the
+//! real APIs require (tool results answer calls made just before them) and
+//! for the worker's API key in the body; a violation is answered 400 and
+//! fails the test when the mock is dropped (`mock_checks.rs`).
 //!
 //! The baton binaries are looked up next to the test executable
 //! ([`bin_path`]); `cargo test` does not build them, so run
@@ -43,6 +46,7 @@ mod cli;
 mod codec;
 mod history;
 mod mock_anthropic;
+mod mock_checks;
 mod mock_http;
 mod mock_openai;
 pub mod moto;
@@ -70,7 +74,7 @@ pub use server::{
     free_ports,
 };
 pub use wait::{POLL_INTERVAL, assert_holds_for, unique, wait_until, wait_until_blocking};
-pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker};
+pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker, pause_worker_starts};
 
 /// Re-exported so tests can name signals (`Signal::SIGINT`) without a direct
 /// `nix` dependency.

@@ -300,6 +300,8 @@ struct MockState {
     /// Keep only the count of requests, not the requests (long benchmarks).
     count_only: bool,
     count: usize,
+    /// Requests that broke [`crate::mock_checks`]: "request #n: reason".
+    violations: Vec<String>,
 }
 
 struct Inner {
@@ -436,6 +438,20 @@ impl MockServer {
         }
     }
 
+    /// The requests so far that a real API would refuse or that leaked the API key (see
+    /// `mock_checks.rs`), one line each; each was answered 400 with the reason. A mock
+    /// dropped with violations panics (failing the test) unless they were taken with
+    /// [`MockServer::take_violations`].
+    pub fn violations(&self) -> Vec<String> {
+        self.inner.lock().violations.clone()
+    }
+
+    /// Returns and forgets the violations so far: for a test that sends a bad request on
+    /// purpose.
+    pub fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner.lock().violations)
+    }
+
     /// Waits until at least `n` requests were received and returns them all.
     pub async fn wait_for_requests(
         &self,
@@ -467,6 +483,14 @@ impl Drop for MockServer {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        let violations = self.take_violations();
+        if !violations.is_empty() && !thread::panicking() {
+            panic!(
+                "{} got requests the real API would refuse:\n{}",
+                self.inner.flavor.name(),
+                violations.join("\n")
+            );
         }
     }
 }
@@ -503,6 +527,11 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     let is_endpoint = method == Method::POST && path == flavor.endpoint();
+    let broken = if is_endpoint {
+        crate::mock_checks::violations(flavor, &headers, &bytes, &body)
+    } else {
+        Vec::new()
+    };
 
     let captured = CapturedRequest {
         method: method.to_string(),
@@ -516,7 +545,12 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let scripted = {
         let mut st = inner.lock();
         st.count += 1;
-        let scripted = if !is_endpoint {
+        let number = st.count;
+        for reason in &broken {
+            eprintln!("{}: request #{number} refused: {reason}", flavor.name());
+            st.violations.push(format!("request #{number}: {reason}"));
+        }
+        let scripted = if !is_endpoint || !broken.is_empty() {
             None
         } else if let Some(next) = st.queue.pop_front() {
             Some(next)
@@ -534,6 +568,13 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             StatusCode::NOT_FOUND,
             &flavor.not_found_body(&method, &path),
         );
+    }
+    if !broken.is_empty() {
+        let reason = format!(
+            "mock: the real API would refuse this: {}",
+            broken.join("; ")
+        );
+        return json_response(StatusCode::BAD_REQUEST, &flavor.bad_request_body(&reason));
     }
     let Some(resp) = scripted else {
         return json_response(StatusCode::INTERNAL_SERVER_ERROR, &flavor.exhausted_body());

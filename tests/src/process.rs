@@ -9,8 +9,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -109,8 +109,25 @@ pub struct RunningCmd {
     pid: u32,
     command: String,
     started: Instant,
-    stdout: Option<JoinHandle<Vec<u8>>>,
-    stderr: Option<JoinHandle<Vec<u8>>>,
+    stdout: Option<Captured>,
+    stderr: Option<Captured>,
+}
+
+/// A pipe read to its end by a thread, into a buffer readable meanwhile.
+struct Captured {
+    buf: Arc<Mutex<Vec<u8>>>,
+    thread: JoinHandle<()>,
+}
+
+impl Captured {
+    fn so_far(&self) -> String {
+        text(&self.buf)
+    }
+}
+
+fn text(buf: &Mutex<Vec<u8>>) -> String {
+    let buf = buf.lock().unwrap_or_else(|e| e.into_inner());
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 impl RunningCmd {
@@ -160,6 +177,23 @@ impl RunningCmd {
         }
     }
 
+    /// What the process wrote to stdout so far (it may still be writing): for waiting until a
+    /// long-running command (`baton watch`) printed something.
+    pub fn stdout_so_far(&self) -> String {
+        self.stdout
+            .as_ref()
+            .map(Captured::so_far)
+            .unwrap_or_default()
+    }
+
+    /// What the process wrote to stderr so far (see [`RunningCmd::stdout_so_far`]).
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr
+            .as_ref()
+            .map(Captured::so_far)
+            .unwrap_or_default()
+    }
+
     /// Sends `sig` to the process (no-op if it already exited).
     pub fn signal(&mut self, sig: Signal) -> anyhow::Result<()> {
         if self.is_running() {
@@ -196,10 +230,12 @@ impl RunningCmd {
 
     fn collect(&mut self, status: Option<ExitStatus>) -> CmdOutput {
         let elapsed = self.started.elapsed();
-        let join = |h: Option<JoinHandle<Vec<u8>>>| {
-            h.and_then(|h| h.join().ok())
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default()
+        let join = |c: Option<Captured>| {
+            c.map(|Captured { buf, thread }| {
+                let _ = thread.join();
+                text(&buf)
+            })
+            .unwrap_or_default()
         };
         CmdOutput {
             command: self.command.clone(),
@@ -220,12 +256,24 @@ impl Drop for RunningCmd {
     }
 }
 
-fn reader_thread<R: Read + Send + 'static>(mut r: R) -> JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
-    })
+fn reader_thread<R: Read + Send + 'static>(mut r: R) -> Captured {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&buf);
+    let thread = thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => sink
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    });
+    Captured { buf, thread }
 }
 
 /// Runs `cmd` to completion with a timeout (see [`RunningCmd::wait`]).

@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::{RwLock, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,23 @@ use crate::server::DevServer;
 pub const WORKER_READY_MARKER: &str = "worker started";
 /// Default timeout of [`Worker::terminate`].
 pub const WORKER_TERMINATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Logged by the SDK once the worker is past its start-up sweep of orphaned tool processes.
+const PAST_ORPHAN_SWEEP: &str = "Initializing worker";
+
+/// Held (shared) by every worker start-up until the worker is past its sweep of orphans.
+static STARTS: RwLock<()> = RwLock::new(());
+
+/// Holds back every worker start-up (in this test process) until dropped.
+///
+/// A starting worker kills the tool processes of every dead worker on the host
+/// (`orphans::kill_orphans`). A test that kills a worker and checks that the *retry* finds
+/// and kills the dead worker's processes holds this from the kill until the retry did, so
+/// that a worker started meanwhile by another test (all suites share one process) does
+/// not sweep them first. Keep it short: other tests' [`Worker::spawn`] calls wait.
+pub fn pause_worker_starts() -> RwLockWriteGuard<'static, ()> {
+    STARTS.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A `baton-worker` child process. stdout+stderr go to a log file. SIGKILLed
 /// on drop if still running (and its log tail printed if the test panicked).
@@ -120,8 +138,9 @@ impl Worker {
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().context("dup log fd")?)
             .stderr(log);
+        let starting = STARTS.read().unwrap_or_else(|e| e.into_inner());
         let child = spawn_tied(cmd).with_context(|| format!("spawning {}", bin.display()))?;
-        Ok(Worker {
+        let mut worker = Worker {
             pid: child.id(),
             child: Some(child),
             exit: None,
@@ -129,7 +148,19 @@ impl Worker {
             workspace_root,
             log_path,
             dir: Some(dir),
-        })
+        };
+        // See `pause_worker_starts`: the start-up is done with orphans once the SDK worker
+        // initialises (or the process is ready or gone).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && worker.is_running() {
+            let log = worker.log();
+            if log.contains(PAST_ORPHAN_SWEEP) || log.contains(WORKER_READY_MARKER) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        drop(starting);
+        Ok(worker)
     }
 
     /// Waits until the log contains [`WORKER_READY_MARKER`] (`"worker

@@ -86,3 +86,36 @@ pub fn fleet(
         })
         .collect()
 }
+
+/// A script (its path): the turns `before`, then one turn saying `text` with `shell_calls` (a
+/// batch that needs approval), then the answer "All done.".
+fn shell_script_after(
+    dir: &Path,
+    name: &str,
+    mut before: Vec<Value>,
+    text: &str,
+    shell_calls: &[&str],
+) -> String {
+    let calls: Vec<Value> = shell_calls
+        .iter()
+        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
+        .collect();
+    before.push(json!({"text": text, "tool_calls": calls}));
+    before.push(json!({"text": "All done."}));
+    script(dir, name, Value::Array(before))
+        .display()
+        .to_string()
+}
+
+/// The script of the approval tests: list files, then a shell batch that needs approval, then
+/// the answer.
+pub fn approval_script(dir: &Path, name: &str, shell_calls: &[&str]) -> String {
+    let look =
+        json!({"text": "Looking around.", "tool_calls": [{"name": "list_files", "arguments": {}}]});
+    shell_script_after(dir, name, vec![look], "Now the shell.", shell_calls)
+}
+
+/// A script: one turn with `shell_calls` (a batch that needs approval), then the answer.
+pub fn shell_script(dir: &Path, name: &str, text: &str, shell_calls: &[&str]) -> String {
+    shell_script_after(dir, name, Vec::new(), text, shell_calls)
+}

@@ -1,10 +1,12 @@
 //! Durability end to end: a worker killed mid-tool, and a cancelled run whose tool has
-//! background children. Kept in their own test binary so their timing is not disturbed by the
-//! other end-to-end tests.
+//! background children. They share the test process with the other suites (`--test-threads`),
+//! so they wait for the tool's processes to run before cutting them off, not a fixed time, and
+//! the kill -9 test holds back other tests' worker start-ups (`pause_worker_starts`) until its
+//! retry has killed the dead worker's processes: a starting worker would sweep them first.
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -95,10 +97,34 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
         "sleep",
     );
     let (victim, needle) = worker_running_the_tool(&workers, &run);
-    // Let the tool run a little, then kill its worker outright.
-    std::thread::sleep(Duration::from_secs(2));
+    // Once the command and its background job run, kill their worker outright.
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "the tool and its background job",
+        || {
+            Ok(
+                (!pids_matching(&sleep_arg).is_empty() && !pids_matching(&late_arg).is_empty())
+                    .then_some(()),
+            )
+        },
+    )
+    .unwrap();
+    // Until the survivor's retry killed them, no other test's worker may start: it would
+    // sweep the dead worker's processes first (`pause_worker_starts`).
+    let quiet = pause_worker_starts();
     workers[victim].kill9();
     let killed_at = started.elapsed();
+    let _ = wait_until_blocking(
+        Duration::from_secs(60),
+        "the retry to kill the leftovers",
+        || {
+            Ok(workers[1 - victim]
+                .log()
+                .contains("killed processes left by an earlier attempt of this call")
+                .then_some(()))
+        },
+    );
+    drop(quiet);
 
     let r = result(&server, &run, 0);
     let elapsed = started.elapsed();
@@ -296,14 +322,26 @@ fn with_on_retry_ask_a_cut_off_call_waits_for_a_human_before_it_runs_again() {
         "deploy once",
     );
     let (victim, _) = worker_running_the_tool(&workers, &run);
-    std::thread::sleep(Duration::from_secs(2));
+    let deploys = workspace.path().join(&run).join("deploys.txt");
+    // Once the command deployed and sleeps, cut it off.
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "the deploy to be under way",
+        || {
+            let deployed = std::fs::read_to_string(&deploys).unwrap_or_default();
+            Ok(
+                (deployed.lines().count() == 1 && !pids_matching(&sleep_arg).is_empty())
+                    .then_some(()),
+            )
+        },
+    )
+    .unwrap();
     workers[victim].kill9();
     kill_leftovers(&sleep_arg);
     // The retry on the other worker does not run the command: a human decides.
     let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
     let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
     assert_eq!(status["pending"][0]["tool"], "shell", "{status}");
-    let deploys = workspace.path().join(&run).join("deploys.txt");
     assert_eq!(
         std::fs::read_to_string(&deploys).unwrap().lines().count(),
         1

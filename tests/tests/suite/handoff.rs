@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -208,6 +208,7 @@ fn chaos_twenty_runs_survive_random_kill_9_of_their_workers() {
     let mut seed: u64 = 0x5eed_1234_abcd_0001;
     let mut kills = 0;
     let mut last_done = None;
+    let mut last_kill = started;
     let done = |server: &DevServer, run: &str| {
         server
             .workflow_status(run)
@@ -227,13 +228,17 @@ fn chaos_twenty_runs_survive_random_kill_9_of_their_workers() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let pause = Duration::from_millis(3_000 + (seed >> 33) % 3_000);
-        std::thread::sleep(pause);
+        // The point of the test: the next kill comes at a random moment, 3-6 s after the last
+        // one (counted from that kill, so a slow worker start on a loaded machine does not
+        // thin out the kills), whatever the runs are doing.
+        std::thread::sleep((last_kill + pause).saturating_duration_since(Instant::now()));
         if all_done && last_done.is_none() {
             last_done = Some(started.elapsed());
         }
         // The killer keeps going for the whole chaos period.
         let victim = ((seed >> 17) % WORKERS as u64) as usize;
         workers[victim].kill9();
+        last_kill = Instant::now();
         kills += 1;
         workers[victim] = spawn(&mut incarnation);
     }

@@ -702,6 +702,7 @@ async fn mock_openai_streams_tool_calls_headers_cuts_and_slow_streams() {
     let r = post(json!({"model": "m", "messages": []})).await.unwrap();
     assert_eq!(r.status().as_u16(), 429);
     assert_eq!(r.headers()["retry-after"], "2");
+    // Time must pass between the two requests: the test checks their arrival times.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let r = post(json!({"model": "m", "messages": []})).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -769,4 +770,73 @@ async fn mock_openai_streams_tool_calls_headers_cuts_and_slow_streams() {
     assert!(text.starts_with(": ping\n\n: ping\n\n"), "{text}");
     assert!(text.contains("\"finally\"") && text.ends_with("data: [DONE]\n\n"));
     assert_eq!(mock.pending(), 0);
+}
+
+/// Both mocks check every request: a tool result answering no call, or a body carrying the
+/// API key the client authenticates with, is answered 400 with the reason and kept as a
+/// violation (a mock dropped with violations panics, failing the test).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mocks_refuse_orphan_tool_results_and_keys_in_the_body() {
+    let client = reqwest::Client::new();
+    let openai = MockOpenAi::start().unwrap();
+    openai.push_text("never sent");
+    let orphan = json!({"model": "m", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "call_nobody_made", "content": "output"}
+    ]});
+    let r = client
+        .post(format!("{}/chat/completions", openai.base_url()))
+        .json(&orphan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("call_nobody_made"), "{message}");
+    assert_eq!(
+        openai.pending(),
+        1,
+        "a refused request consumes no scripted answer"
+    );
+    let violations = openai.take_violations();
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0].starts_with("request #1: ") && violations[0].contains("call_nobody_made"),
+        "{violations:?}"
+    );
+
+    let anthropic = MockAnthropic::start().unwrap();
+    let leaky = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "the key is sk-ant-leaked-42"}
+    ]});
+    let r = client
+        .post(format!("{}/v1/messages", anthropic.base_url()))
+        .header("x-api-key", "sk-ant-leaked-42")
+        .json(&leaky)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let violations = anthropic.take_violations();
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("API key"), "{violations:?}");
+    assert!(
+        !violations[0].contains("sk-ant-leaked-42"),
+        "the reason does not repeat the key"
+    );
+
+    // Left in place, a violation fails the test at the mock's drop.
+    let mock = MockOpenAi::start().unwrap();
+    let r = client
+        .post(format!("{}/chat/completions", mock.base_url()))
+        .json(&orphan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let dropped = std::thread::spawn(move || drop(mock)).join();
+    let panic = dropped.expect_err("dropping a mock with violations panics");
+    let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("the real API would refuse"), "{text}");
 }

@@ -1,11 +1,11 @@
-//! End-to-end: the operator commands of the `baton` CLI (pending, approve without call ids,
-//! list, watch and its JSON lines, cancel, colour rules), against a real dev server, real
-//! workers and the real binary. `e2e.rs` covers the basic flows; this file covers what
-//! operators do around them.
+//! End-to-end: the `baton` CLI against a real dev server, real workers and the real binary:
+//! bad input refused with clear messages, the `--wait --json` contract, pending/list through
+//! visibility, approve without call ids, watch and its JSON lines, cancel, colour rules, and
+//! a `submit --wait` that rides out a server restart.
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -19,24 +19,6 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
-
-/// A script: one turn with `shell_calls` (a batch that needs approval), then the answer.
-fn shell_script(dir: &Path, name: &str, text: &str, shell_calls: &[&str]) -> String {
-    let calls: Vec<Value> = shell_calls
-        .iter()
-        .map(|c| json!({"name": "shell", "arguments": {"command": c}}))
-        .collect();
-    script(
-        dir,
-        name,
-        json!([
-            {"text": text, "tool_calls": calls},
-            {"text": "All done."}
-        ]),
-    )
-    .display()
-    .to_string()
-}
 
 /// Single-quotes `s` for `sh`.
 fn sh_quote(s: &str) -> String {
@@ -821,6 +803,22 @@ fn a_terminated_run_reads_as_ended_everywhere() {
 
 /// `submit --wait` (a CI job's step) outlives a restart of the Temporal server: it says it
 /// lost the connection, keeps waiting, and prints the result once the run ends.
+/// Whether the run's last workflow task completed (none is scheduled or running).
+fn workflow_task_settled(server: &DevServer, run: &str) -> anyhow::Result<bool> {
+    const TASK_EVENTS: [&str; 3] = [
+        "workflowTaskScheduledEventAttributes",
+        "workflowTaskStartedEventAttributes",
+        "workflowTaskCompletedEventAttributes",
+    ];
+    let history = server.workflow_history_json(run, None)?;
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let last = events
+        .iter()
+        .rev()
+        .find_map(|e| TASK_EVENTS.into_iter().find(|k| e.get(k).is_some()));
+    Ok(last == Some(TASK_EVENTS[2]))
+}
+
 #[test]
 fn submit_wait_survives_a_server_restart() {
     let mut server = DevServer::start().unwrap();
@@ -849,9 +847,17 @@ fn submit_wait_survives_a_server_restart() {
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
     // `watch` rides it out too.
     let watching = baton_spawn(&server, &["watch", &run], &[]).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    // Longer than the SDK's own retries of a call (about 10 s).
+    // Once watch follows the run and the worker is done with its workflow task, the outage.
+    wait_until_blocking(T, "watch to follow and the worker to settle", || {
+        Ok(
+            (!watching.stdout_so_far().is_empty() && workflow_task_settled(&server, &run)?)
+                .then_some(()),
+        )
+    })
+    .unwrap();
     server.stop();
+    // The point of the test: the server stays down longer than the SDK's own retries of a
+    // call (about 10 s), so both clients must ride out the outage themselves.
     std::thread::sleep(Duration::from_secs(15));
     server.restart().unwrap();
     wait_state(&server, &run, "AWAITING_APPROVAL", T);
@@ -874,4 +880,384 @@ fn submit_wait_survives_a_server_restart() {
             .contains("lost the connection to Temporal while watching"),
         "{watched}"
     );
+}
+
+#[test]
+fn bad_input_is_refused_with_clear_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = script(dir.path(), "ok", json!([{"text": "hi"}]));
+    let good = good.display().to_string();
+    // These fail before any connection is attempted.
+    let unreachable = "127.0.0.1:1";
+    let out = baton_at(
+        unreachable,
+        &["submit", "--script", &good, "--tool", "nope", "x"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("unknown tool(s): nope"), "{out}");
+    let out = baton_at(
+        unreachable,
+        &["submit", "--script", "/nonexistent/script.json", "x"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(
+        out.stderr
+            .contains("cannot read script file /nonexistent/script.json"),
+        "{out}"
+    );
+    std::fs::write(dir.path().join("broken.json"), "{not json").unwrap();
+    let broken = dir.path().join("broken.json").display().to_string();
+    let out = baton_at(unreachable, &["submit", "--script", &broken, "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("is not valid JSON"), "{out}");
+    let out = baton_at(unreachable, &["submit", "--bogus-flag", "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    // Limits of zero, an empty id and flags that would be silently ignored are refused.
+    for (args, said) in [
+        (vec!["--max-turns", "0"], "--max-turns"),
+        (vec!["--max-tokens", "0"], "--max-tokens"),
+        (vec!["--context-window", "0"], "--context-window"),
+        (vec!["--deadline", "0s"], "is zero"),
+        (vec!["--tool-timeout", "0"], "is zero"),
+        (vec!["--id", ""], "the run id is empty"),
+        (vec!["--label", "a=1", "--label", "a=2"], "is given twice"),
+        (
+            vec!["--on-approval-timeout", "fail"],
+            "without an approval timeout",
+        ),
+        (
+            vec!["--provider", "openai"],
+            "--script is for the scripted provider",
+        ),
+    ] {
+        let mut all = vec!["submit", "--script", good.as_str()];
+        all.extend(args);
+        all.push("x");
+        let out = baton_at(unreachable, &all).unwrap();
+        assert_eq!(out.code, 2, "{all:?}: {out}");
+        assert!(out.stderr.contains(said), "{all:?}: {out}");
+    }
+    let out = baton_at(
+        unreachable,
+        &[
+            "submit",
+            "--script",
+            &good,
+            "--prompt-file",
+            "/nonexistent/task.md",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(
+        out.stderr
+            .contains("cannot read the prompt file /nonexistent/task.md"),
+        "{out}"
+    );
+    // With --json, stdout holds one JSON object even when the flags are wrong or the server
+    // cannot be reached.
+    for (args, code, said) in [
+        (
+            vec!["submit", "--json", "--deadline", "0", "x"],
+            2,
+            "is zero",
+        ),
+        (vec!["submit", "--json"], 2, "PROMPT"),
+        (
+            vec!["status", "some-run", "--json"],
+            5,
+            "cannot reach Temporal",
+        ),
+        (
+            vec!["result", "some-run", "--json"],
+            5,
+            "cannot reach Temporal",
+        ),
+    ] {
+        let out = baton_at(unreachable, &args).unwrap();
+        assert_eq!(out.code, code, "{args:?}: {out}");
+        let v = out.json().unwrap();
+        assert_eq!(v["exit_code"], code, "{args:?}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(said), "{args:?}: {v}");
+    }
+    let out = baton_at(unreachable, &["status", "some-run"]).unwrap();
+    assert!(out.stderr.contains("connection refused"), "{out}");
+    // Policy files: the error names the file and the field.
+    for (name, text, said) in [
+        (
+            "neg.toml",
+            "timeout_seconds = -5\n",
+            "field `timeout_seconds` = -5",
+        ),
+        (
+            "tool.toml",
+            "require_approval = [\"nosuch\"]\n",
+            "tool.toml: require_approval names unknown tool(s): nosuch",
+        ),
+        ("p.yaml", "mode: x\n", "YAML is not supported"),
+        ("p.policy", "{{not json", "is neither JSON"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        let out = baton_at(
+            unreachable,
+            &["submit", "--script", &good, "--policy", &path, "x"],
+        )
+        .unwrap();
+        assert_eq!(out.code, 2, "{name}: {out}");
+        assert!(out.stderr.contains(said), "{name}: {out}");
+    }
+    let out = baton_at(unreachable, &["deny", "some-run", "--all", "--remember"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("--remember is for approve"), "{out}");
+    // A valid submit against an unreachable server.
+    let out = baton_at(unreachable, &["submit", "--script", &good, "x"]).unwrap();
+    assert_eq!(out.code, 5, "{out}");
+    assert!(out.stderr.contains("cannot reach Temporal at"), "{out}");
+    assert!(out.stderr.contains("TEMPORAL_ADDRESS"), "{out}");
+    let out = baton_at(unreachable, &["status", "some-run"]).unwrap();
+    assert_eq!(out.code, 5, "{out}");
+}
+
+#[test]
+fn wait_json_contract_max_turns_and_unknown_run() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("contract");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let done = script(dir.path(), "done", json!([{"text": "42"}]))
+        .display()
+        .to_string();
+    let run = unique("run-json");
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &done,
+            "--wait",
+            "--json",
+            "q",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let v = out.json().unwrap();
+    for key in ["run_id", "status", "reason", "answer", "turns", "usage"] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["run_id"], run.as_str());
+    assert_eq!(v["status"], "COMPLETED");
+    assert_eq!(v["answer"], "42");
+
+    let looping = script(
+        dir.path(),
+        "loop",
+        json!([
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Listing once more.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]}
+        ]),
+    )
+    .display()
+    .to_string();
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--script",
+            &looping,
+            "--max-turns",
+            "2",
+            "--wait",
+            "--json",
+            "loop",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 1, "{out}");
+    let v = out.json().unwrap();
+    assert_eq!(v["status"], "FAILED");
+    assert_eq!(v["reason"], "max_turns_exceeded");
+    assert_eq!(v["turns"], 2);
+    // The last thing the agent said is not an answer.
+    assert_eq!(v["answer"], "", "{v}");
+    assert_eq!(v["last_text"], "Listing once more.", "{v}");
+
+    // --wait-timeout while awaiting approval: exit 3, the run goes on.
+    let needs = approval_script(dir.path(), "needs", &["true"]);
+    let out = baton(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--script",
+            &needs,
+            "--wait",
+            "--wait-timeout",
+            "3s",
+            "--json",
+            "w",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 3, "{out}");
+    let v = out.json().unwrap();
+    assert_eq!(v["status"], "AWAITING_APPROVAL");
+    // The run goes on: no reason yet; times are numbers, as in `watch --json`.
+    assert_eq!(v["reason"], Value::Null, "{v}");
+    assert!(v["pending"][0]["requested_at_ms"].is_i64(), "{v}");
+    // A later step re-attaches with a bound of its own.
+    let waiting = v["run_id"].as_str().unwrap();
+    let out = baton(
+        &server,
+        &[
+            "result",
+            waiting,
+            "--wait",
+            "--wait-timeout",
+            "2s",
+            "--json",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 3, "{out}");
+    assert!(out.stderr.contains("it goes on"), "{out}");
+
+    let out = baton(&server, &["status", "no-such-run"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("no run with id 'no-such-run'"), "{out}");
+}
+
+#[test]
+fn pending_and_list_find_runs_through_visibility() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("visibility");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let waiting_script = approval_script(dir.path(), "w", &["echo later"]);
+    let done_script = script(dir.path(), "d", json!([{"text": "done"}]))
+        .display()
+        .to_string();
+    let label = unique("repo");
+    let waiting = submit(
+        &server,
+        &queue,
+        &unique("run-waiting"),
+        &[
+            "--script",
+            &waiting_script,
+            "--label",
+            &format!("repo={label}"),
+            "--label",
+            "submitter=ann",
+        ],
+        "w",
+    );
+    let done = submit(
+        &server,
+        &queue,
+        &unique("run-done"),
+        &[
+            "--script",
+            &done_script,
+            "--label",
+            &format!("repo={label}"),
+        ],
+        "d",
+    );
+    wait_state(&server, &waiting, "AWAITING_APPROVAL", T);
+    result(&server, &done, 0);
+
+    let pending = wait_until_blocking(T, "the waiting run in `baton pending`", || {
+        let v = baton(&server, &["pending", "--json"])?.json()?;
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        Ok(runs.into_iter().find(|r| r["run_id"] == waiting.as_str()))
+    })
+    .unwrap();
+    assert_eq!(pending["pending"][0]["call_id"], "call_2_1");
+    assert_eq!(pending["pending"][0]["tool"], "shell");
+    assert!(pending["pending"][0]["waiting_seconds"].as_i64().is_some());
+    let human = baton(&server, &["pending"]).unwrap();
+    assert!(
+        human.stdout.contains(&waiting) && human.stdout.contains("baton approve"),
+        "{human}"
+    );
+    let v = baton(&server, &["pending", "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(
+        !v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["run_id"] == done.as_str()),
+        "a finished run is not pending"
+    );
+
+    let both = wait_until_blocking(T, "both runs listed by label", || {
+        let v = baton(
+            &server,
+            &["list", "--label", &format!("repo={label}"), "--json"],
+        )?
+        .json()?;
+        let ids: Vec<String> = v["runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        Ok((ids.len() == 2).then_some(ids))
+    })
+    .unwrap();
+    assert!(both.contains(&waiting) && both.contains(&done));
+    let completed = wait_until_blocking(T, "the completed run by state", || {
+        let v = baton(
+            &server,
+            &[
+                "list",
+                "--label",
+                &format!("repo={label}"),
+                "--state",
+                "completed",
+                "--json",
+            ],
+        )?
+        .json()?;
+        let runs = v["runs"].as_array().cloned().unwrap_or_default();
+        Ok((runs.len() == 1).then_some(runs))
+    })
+    .unwrap();
+    assert_eq!(completed[0]["run_id"], done.as_str());
+    let by_submitter = server
+        .temporal(&[
+            "workflow",
+            "list",
+            "--query",
+            "BatonSubmitter = 'ann'",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    assert!(by_submitter.stdout.contains(&waiting), "{by_submitter}");
+    // Approving still works and the run leaves `pending`.
+    assert_eq!(
+        baton(&server, &["approve", &waiting, "--all"])
+            .unwrap()
+            .code,
+        0
+    );
+    result(&server, &waiting, 0);
 }

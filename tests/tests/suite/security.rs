@@ -1,11 +1,12 @@
 //! Encrypted history end to end: a worker and `baton` with `BATON_CODEC_KEYS` write nothing of
 //! a run (prompt, tool output, approval reason, provider errors) in plain text to the server,
 //! read all of it back, survive a key rotation, and `baton codec-server` decodes the history
-//! for the `temporal` CLI.
+//! for the `temporal` CLI. Also approver identities: approvals attributed to the Temporal
+//! client that sent them, and policies that restrict who may decide.
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use baton_tests::*;
 use common::*;
 use pretty_assertions::assert_eq;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -359,4 +360,115 @@ fn history_is_encrypted_keys_rotate_and_the_codec_server_decodes() {
     let stopped = codec.wait(Duration::from_secs(10)).unwrap();
     assert_eq!(stopped.code, 0, "{stopped}");
     w2.terminate().unwrap();
+}
+
+/// Approvals are attributed to the Temporal client identity that sent them (from history, not
+/// the self-declared approver), and a policy's `approvers` restrict who may decide: a refused
+/// update fails with the reason, a refused signal is ignored and noted, and the run waits on.
+#[test]
+fn approvals_are_attributed_and_restricted_by_identity() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("approvers");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned();
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"require_approval": ["shell"],
+            "approvers": [{"tool": "shell", "identities": ["alice@*", "ci:github:*@acme/app/*"]}]}"#,
+    )
+    .unwrap();
+    let s = approval_script(dir.path(), "s", &["echo approved-ok > ok.txt"]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-id"),
+        &["--script", &s, "--policy", policy.to_str().unwrap()],
+        "guarded task",
+    );
+    wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let as_user = |user: &str, args: &[&str]| {
+        let mut all = vec!["approve", run.as_str(), "--all"];
+        all.extend_from_slice(args);
+        // The approver name claims to be alice: only the identity counts.
+        all.extend_from_slice(&["--approver", "alice"]);
+        baton_with(&server, &all, &[("USER", user)], None).unwrap()
+    };
+
+    // bob's update is rejected by the validator, with what is allowed.
+    let bob = as_user("bob", &[]);
+    assert_eq!(bob.code, 2, "{bob}");
+    assert!(
+        bob.stderr.contains(&format!(
+            "identity 'bob@{host}' may not decide calls of tool 'shell'"
+        )),
+        "{bob}"
+    );
+    assert!(bob.stderr.contains("alice@*"), "{bob}");
+    // bob's signal is ignored (and noted); the run keeps waiting.
+    let bob_signal = as_user("bob", &["--signal"]);
+    assert_eq!(
+        bob_signal.code, 0,
+        "a signal cannot be refused: {bob_signal}"
+    );
+    wait_until_blocking(T, "the ignored signal noted in the status", || {
+        let t = baton(&server, &["status", &run, "--json"])?.stdout;
+        Ok(t.contains(&format!(
+            "approval ignored: identity 'bob@{host}' may not decide"
+        ))
+        .then_some(()))
+    })
+    .unwrap();
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"].as_array().unwrap().len(), 1, "{status}");
+    assert!(!w.workspace_root().join(&run).join("ok.txt").exists());
+
+    // alice may; the decision records her identity next to the name she gave.
+    let alice = as_user("alice", &[]);
+    assert_eq!(alice.code, 0, "{alice}");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    assert!(w.workspace_root().join(&run).join("ok.txt").exists());
+    let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
+    let decided: Vec<Value> = watch
+        .json_lines()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l["kind"] == "approval_decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{watch}");
+    assert_eq!(
+        decided[0]["approval_decided"]["identity"],
+        json!(format!("alice@{host}"))
+    );
+
+    // A CI job is named by the CI's variables.
+    let s2 = approval_script(dir.path(), "s2", &["echo from-ci"]);
+    let ci = submit(
+        &server,
+        &queue,
+        &unique("run-ci"),
+        &["--script", &s2, "--policy", policy.to_str().unwrap()],
+        "ci task",
+    );
+    wait_state(&server, &ci, "AWAITING_APPROVAL", T);
+    let from_ci = baton_with(
+        &server,
+        &["approve", &ci, "--all"],
+        &[
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_ACTOR", "carol"),
+            ("GITHUB_REPOSITORY", "acme/app"),
+            ("GITHUB_RUN_ID", "99"),
+        ],
+        None,
+    )
+    .unwrap();
+    assert_eq!(from_ci.code, 0, "{from_ci}");
+    let r = result(&server, &ci, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
 }

@@ -1,15 +1,17 @@
-//! Worker operations: the Prometheus endpoint (Temporal's and baton's metrics) and JSON logs
-//! whose activity lines name their run. Real dev server, real worker process, real CLI.
+//! Worker operations: the Prometheus endpoint (Temporal's and baton's metrics), JSON logs
+//! whose activity lines name their run, gRPC health for probes, a clean exit on SIGTERM, and
+//! start-up errors that say what to fix. Real dev server, real worker process, real CLI. TLS
+//! and API keys to Temporal are in `tls.rs`.
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
     net::TcpStream,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use baton_tests::*;
@@ -331,4 +333,172 @@ fn evicted_and_finished_runs_leave_the_workers_memory() {
         value(s, "baton_workflows_resident", &[]) == 0.0
     });
     w.terminate_timeout(Duration::from_secs(20)).unwrap();
+}
+
+#[test]
+fn worker_exits_cleanly_on_sigterm() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sigterm");
+    let mut w = worker(&server, &queue, &[("BATON_GRACEFUL_SHUTDOWN_SECS", "2")]);
+    let status = w.terminate_timeout(Duration::from_secs(15)).unwrap();
+    assert!(
+        status.success(),
+        "worker exit status {status:?}\n{}",
+        w.log()
+    );
+    assert!(w.log().contains("shutting down"), "{}", w.log());
+    assert!(w.log().contains("worker stopped"), "{}", w.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_worker_serves_grpc_health_for_probes() {
+    let mut server = DevServer::start().unwrap();
+    let queue = unique("health");
+    let port = free_port().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let mut w = Worker::spawn(&server, &queue, &[("BATON_HEALTH_ADDR", addr.as_str())]).unwrap();
+    w.wait_ready(T).await.unwrap();
+    let url = format!("http://{addr}");
+    let check = async |service: &str| -> anyhow::Result<i32> {
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let channel = tonic::transport::Channel::from_shared(url.clone())?
+            .connect()
+            .await?;
+        let r = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await?
+            .into_inner();
+        Ok(r.status)
+    };
+    const SERVING: i32 = 1;
+    const NOT_SERVING: i32 = 2;
+    let until = async |service: &str, want: i32, timeout: Duration| {
+        wait_until(
+            timeout,
+            &format!("health of {service:?} = {want}"),
+            async || Ok((check(service).await? == want).then_some(())),
+        )
+        .await
+        .unwrap();
+    };
+    until("", SERVING, T).await;
+    assert_eq!(check("baton.worker").await.unwrap(), SERVING);
+    assert_eq!(check("baton.worker.liveness").await.unwrap(), SERVING);
+
+    // Temporal goes away: readiness turns NOT_SERVING (after 15 s of failed checks), liveness
+    // does not (restarting the worker would not help), and both come back with Temporal.
+    server.stop();
+    let stopped = Instant::now();
+    until("", NOT_SERVING, Duration::from_secs(60)).await;
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(10),
+        "NOT_SERVING after only {:?}: a short blip must not flip readiness",
+        stopped.elapsed()
+    );
+    assert_eq!(check("baton.worker").await.unwrap(), NOT_SERVING);
+    assert_eq!(check("baton.worker.liveness").await.unwrap(), SERVING);
+    assert!(
+        w.log()
+            .contains("Temporal is unreachable: health NOT_SERVING"),
+        "{}",
+        w.log()
+    );
+    server.restart().unwrap();
+    until("", SERVING, Duration::from_secs(60)).await;
+    assert!(
+        w.log().contains("Temporal is reachable again"),
+        "{}",
+        w.log()
+    );
+
+    let exit = w.terminate_timeout(Duration::from_secs(20)).unwrap();
+    assert!(exit.success());
+    let reconnect = tonic::transport::Channel::from_shared(url)
+        .unwrap()
+        .connect()
+        .await;
+    assert!(reconnect.is_err(), "the port closes with the worker");
+}
+
+/// Start-up errors name what to fix, and the exit code says whose they are: 2 for the
+/// worker's configuration, 1 for the rest (Temporal unreachable).
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let closed = format!("127.0.0.1:{}", free_port().unwrap());
+    let key = format!("my key={}", codec_key());
+    for (env, code, says) in [
+        (
+            ("BATON_CODEC_KEYS", key.as_str()),
+            2,
+            "an id cannot contain spaces",
+        ),
+        (
+            ("BATON_WORKSPACE_ROOT", file.to_str().unwrap()),
+            2,
+            "cannot create the workspace root (workspace_root)",
+        ),
+        (("BATON_STORE__BACKEND", "floppy"), 2, "floppy"),
+        (
+            ("TEMPORAL_ADDRESS", closed.as_str()),
+            1,
+            "cannot reach Temporal",
+        ),
+        (
+            ("TEMPORAL_NAMESPACE", "no-such-namespace"),
+            2,
+            "namespace 'no-such-namespace' does not exist",
+        ),
+    ] {
+        let mut w = Worker::spawn(&server, &unique("startup"), &[env]).unwrap();
+        let exit = w.wait_exit(Duration::from_secs(60)).await;
+        let log = w.log();
+        assert_eq!(exit.and_then(|e| e.code()), Some(code), "{env:?}: {log}");
+        assert!(log.contains(says), "{env:?}: {log}");
+        assert!(
+            !log.contains(&codec_key_material(&key)),
+            "the key leaked: {log}"
+        );
+    }
+}
+
+/// A worker whose settings cannot be read reports it as a JSON log line when the environment
+/// asks for JSON logs (a log pipeline would drop plain text).
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_settings_are_reported_as_json_when_logs_are_json() {
+    let server = DevServer::start().unwrap();
+    let mut w = Worker::spawn(
+        &server,
+        &unique("json-settings"),
+        &[
+            ("BATON_LOG_FORMAT", "json"),
+            ("BATON_MAX_CACHED_WORKFLOWS", "many"),
+        ],
+    )
+    .unwrap();
+    let exit = w.wait_exit(Duration::from_secs(30)).await;
+    let log = w.log();
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{log}");
+    let line: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(line["level"], "ERROR", "{log}");
+    assert!(
+        line["cause"]
+            .as_str()
+            .unwrap()
+            .contains("max_cached_workflows"),
+        "{log}"
+    );
+}
+
+/// The base64 part of a `BATON_CODEC_KEYS` entry.
+fn codec_key_material(entry: &str) -> String {
+    entry
+        .split_once('=')
+        .map(|(_, k)| k.to_owned())
+        .unwrap_or_default()
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -193,7 +193,13 @@ fn status_shows_a_model_call_riding_out_a_rate_limit() {
     );
     // `watch` tells about the retry too (on stderr: its stdout stays the run's events).
     let mut watching = baton_spawn(&server, &["watch", &run], &with_keys).unwrap();
-    std::thread::sleep(Duration::from_secs(8));
+    wait_until_blocking(T, "watch to tell about the retry", || {
+        let told = watching.stderr_so_far();
+        Ok((told.contains("· model call: retrying: attempt 2 of 8 in ")
+            && told.contains("last error: rate limited by openai"))
+        .then_some(()))
+    })
+    .unwrap();
     watching.signal(Signal::SIGINT).unwrap();
     let watched = watching.wait(T).unwrap();
     assert_eq!(watched.code, 3, "Ctrl-C detaches: {watched}");
@@ -520,4 +526,145 @@ fn anthropic_approval_flow_and_wire_format() {
             .contains("denied by ann: no files")
     );
     assert!(!history_text(&server, &run).contains(KEY));
+}
+
+#[test]
+fn openai_provider_round_trip_and_no_key_in_history() {
+    const KEY: &str = "sk-test-8f3a2c9d1e-never-in-history";
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.push_tool_calls(&[
+        ("call_a", "list_files", "{}"),
+        (
+            "call_b",
+            "shell",
+            r#"{"command":"echo hello-from-shell key=[$OPENAI_API_KEY]"}"#,
+        ),
+    ]);
+    llm.push_text("The workspace is empty and the shell said hello.");
+    let queue = unique("openai");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", KEY)],
+    );
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-openai"),
+        &[
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--require-approval",
+            "shell",
+        ],
+        "Say hello from the shell.",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status["pending"][0]["call_id"], "call_b");
+    assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
+    let r = result(&server, &run, 0);
+    assert_eq!(
+        r["answer"],
+        "The workspace is empty and the shell said hello."
+    );
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    for req in &reqs {
+        assert_eq!(req.path, "/v1/chat/completions");
+        assert_eq!(
+            req.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+        assert_eq!(req.body["model"], "gpt-test");
+        let tools: Vec<&str> = req.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            tools,
+            vec![
+                "shell",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "search_files",
+                "glob"
+            ]
+        );
+        let shell = &req.body["tools"][0]["function"];
+        assert_eq!(shell["parameters"]["type"], "object");
+        assert_eq!(shell["parameters"]["required"], json!(["command"]));
+    }
+    let first = reqs[0].messages();
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["role"], "system");
+    assert_eq!(
+        first[1],
+        json!({"role": "user", "content": "Say hello from the shell."})
+    );
+    let second = reqs[1].messages();
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, vec!["system", "user", "assistant", "tool", "tool"]);
+    assert_eq!(second[2]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(second[2]["tool_calls"][1]["function"]["name"], "shell");
+    assert_eq!(second[3]["tool_call_id"], "call_a");
+    assert_eq!(second[4]["tool_call_id"], "call_b");
+    let out = second[4]["content"].as_str().unwrap();
+    assert!(
+        out.contains("exit code: 0") && out.contains("hello-from-shell"),
+        "{out}"
+    );
+    assert!(
+        out.contains("key=[]"),
+        "the worker's API key leaked into a tool's environment: {out}"
+    );
+
+    // The key reached the provider but never the history (payloads decoded before the grep).
+    let text = history_text(&server, &run);
+    assert!(text.contains("hello-from-shell"), "decoding works");
+    assert!(
+        !text.contains(KEY),
+        "the API key is in the workflow history"
+    );
+    let raw = serde_json::to_string(&server.workflow_history_json(&run, None).unwrap()).unwrap();
+    assert!(!raw.contains(KEY));
+}
+
+#[test]
+fn provider_errors_end_the_run_with_the_provider_message() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.push_error(
+        401,
+        json!({"error": {"message": "Incorrect API key provided: sk-bad", "type": "invalid_request_error"}}),
+    );
+    let queue = unique("autherr");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-401"),
+        &["--provider", "openai"],
+        "go",
+    );
+    let r = result(&server, &run, 1);
+    assert_eq!(r["status"], "FAILED");
+    assert_eq!(r["reason"], "provider_error");
+    assert!(
+        r["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key provided"),
+        "{r}"
+    );
+    assert_eq!(llm.request_count(), 1, "a 401 is not retried");
 }

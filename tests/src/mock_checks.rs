@@ -1,0 +1,300 @@
+//! What every request to a model mock must satisfy, in both wire formats, because the real
+//! APIs refuse it otherwise (or because it would leak a secret):
+//!
+//! * **Tool results answer tool calls.** OpenAI: a `role: tool` message answers (by
+//!   `tool_call_id`) a call of the nearest assistant message with `tool_calls`, with only
+//!   other tool messages in between, and that assistant message's calls are all answered
+//!   before any other message. Anthropic: the `tool_result` blocks (by `tool_use_id`) of a
+//!   user message answer the `tool_use` blocks of the assistant message right before it, all
+//!   of them, and come first in the content. Neither API takes an answer to a call never
+//!   made, an answer given twice, or a call left unanswered.
+//! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
+//!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
+//!   worker's own key would send it to the provider in clear and into the history.
+//!
+//! [`violations`] lists what a request breaks; the mock answers such a request 400 with the
+//! reason and keeps it ([`crate::MockServer::violations`]), and a mock dropped with
+//! violations it was not asked about panics, so the test fails.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::mock_http::Flavor;
+
+/// What `body` (raw bytes `raw`, sent with `headers`, lowercase names) breaks of the rules
+/// above; empty when the request is fine.
+pub(crate) fn violations(
+    flavor: Flavor,
+    headers: &BTreeMap<String, String>,
+    raw: &[u8],
+    body: &Value,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(key) = api_key(headers) {
+        let text = String::from_utf8_lossy(raw);
+        if text.contains(key) {
+            found.push(format!(
+                "the API key the client authenticates with ({} chars) occurs in the request body",
+                key.len()
+            ));
+        }
+    }
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    match flavor {
+        Flavor::OpenAi => openai_pairing(messages, &mut found),
+        Flavor::Anthropic => anthropic_pairing(messages, &mut found),
+    }
+    found
+}
+
+/// The key of `Authorization: Bearer <key>` or `x-api-key: <key>`, if any and not empty.
+fn api_key(headers: &BTreeMap<String, String>) -> Option<&str> {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "));
+    bearer
+        .or(headers.get("x-api-key").map(String::as_str))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+fn str_field<'a>(v: &'a Value, name: &str) -> &'a str {
+    v.get(name).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The ids of the calls an OpenAI assistant message makes.
+fn openai_calls(message: &Value) -> Vec<String> {
+    message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| str_field(c, "id").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn openai_pairing(messages: &[Value], found: &mut Vec<String>) {
+    // Calls of the latest assistant message not answered yet, and every call made so far.
+    let mut open: Vec<String> = Vec::new();
+    let mut made: BTreeSet<String> = BTreeSet::new();
+    let mut answered: BTreeSet<String> = BTreeSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = str_field(m, "role");
+        if role == "tool" {
+            let id = str_field(m, "tool_call_id");
+            if let Some(pos) = open.iter().position(|c| c == id) {
+                open.remove(pos);
+                answered.insert(id.to_owned());
+            } else if answered.contains(id) {
+                found.push(format!("messages[{i}]: tool call {id:?} is answered twice"));
+            } else if made.contains(id) {
+                found.push(format!(
+                    "messages[{i}]: the tool message answering {id:?} does not follow the \
+                     assistant message that made the call"
+                ));
+            } else {
+                found.push(format!(
+                    "messages[{i}]: the tool message answers {id:?}, a call no earlier \
+                     assistant message made"
+                ));
+            }
+            continue;
+        }
+        if !open.is_empty() {
+            found.push(format!(
+                "messages[{i}] ({role}) comes before the tool calls {open:?} were answered"
+            ));
+            open.clear();
+        }
+        if role == "assistant" {
+            open = openai_calls(m);
+            made.extend(open.iter().cloned());
+        }
+    }
+    if !open.is_empty() {
+        found.push(format!(
+            "the conversation ends with the tool calls {open:?} unanswered"
+        ));
+    }
+}
+
+/// The content blocks of an Anthropic message (a plain string content has none).
+fn blocks(message: &Value) -> &[Value] {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn anthropic_pairing(messages: &[Value], found: &mut Vec<String>) {
+    // The tool_use ids of the previous message (when it was the assistant's).
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = str_field(m, "role");
+        let content = blocks(m);
+        let results: Vec<&str> = content
+            .iter()
+            .filter(|b| str_field(b, "type") == "tool_result")
+            .map(|b| str_field(b, "tool_use_id"))
+            .collect();
+        if role == "user" {
+            let first_other = content
+                .iter()
+                .position(|b| str_field(b, "type") != "tool_result");
+            let last_result = content
+                .iter()
+                .rposition(|b| str_field(b, "type") == "tool_result");
+            if let (Some(other), Some(result)) = (first_other, last_result)
+                && other < result
+            {
+                found.push(format!(
+                    "messages[{i}]: tool_result blocks do not come first in the content"
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            for id in &results {
+                if !seen.insert(*id) {
+                    found.push(format!("messages[{i}]: tool_use {id:?} is answered twice"));
+                } else if !open.iter().any(|c| c == id) {
+                    found.push(format!(
+                        "messages[{i}]: tool_result answers {id:?}, which is not a tool_use of \
+                         the assistant message right before it"
+                    ));
+                }
+            }
+            let unanswered: Vec<&String> =
+                open.iter().filter(|c| !seen.contains(c.as_str())).collect();
+            if !unanswered.is_empty() {
+                found.push(format!(
+                    "messages[{i}] does not answer the tool_use blocks {unanswered:?} of the \
+                     message before it"
+                ));
+            }
+            open.clear();
+        } else {
+            if !results.is_empty() {
+                found.push(format!(
+                    "messages[{i}] ({role}) carries tool_result blocks, which only a user \
+                     message may"
+                ));
+            }
+            if !open.is_empty() {
+                found.push(format!(
+                    "messages[{i}] ({role}) comes before the tool_use blocks {open:?} were \
+                     answered"
+                ));
+            }
+            open = content
+                .iter()
+                .filter(|b| str_field(b, "type") == "tool_use")
+                .map(|b| str_field(b, "id").to_owned())
+                .collect();
+        }
+    }
+    if !open.is_empty() {
+        found.push(format!(
+            "the conversation ends with the tool_use blocks {open:?} unanswered"
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(flavor: Flavor, body: &Value) -> Vec<String> {
+        violations(flavor, &BTreeMap::new(), body.to_string().as_bytes(), body)
+    }
+
+    #[test]
+    fn openai_tool_messages_must_answer_the_calls_right_before_them() {
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        let ok = json!({"messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("b")]},
+            {"role": "tool", "tool_call_id": "b", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": "2"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "more"}
+        ]});
+        assert_eq!(check(Flavor::OpenAi, &ok), Vec::<String>::new());
+        let orphan = json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "tool", "tool_call_id": "zz", "content": "1"}
+        ]});
+        assert!(check(Flavor::OpenAi, &orphan)[0].contains("a call no earlier assistant"));
+        let unanswered = json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "user", "content": "u"}
+        ]});
+        assert!(check(Flavor::OpenAi, &unanswered)[0].contains("before the tool calls"));
+        let twice = json!({"messages": [
+            {"role": "assistant", "content": null, "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "tool", "tool_call_id": "a", "content": "1"}
+        ]});
+        assert!(check(Flavor::OpenAi, &twice)[0].contains("answered twice"));
+    }
+
+    #[test]
+    fn anthropic_tool_results_must_answer_the_message_before_and_come_first() {
+        let ok = json!({"messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "t"},
+                {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                {"type": "text", "text": "and also"}
+            ]}
+        ]});
+        assert_eq!(check(Flavor::Anthropic, &ok), Vec::<String>::new());
+        let orphan = json!({"messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9"}]}
+        ]});
+        assert!(check(Flavor::Anthropic, &orphan)[0].contains("not a tool_use"));
+        let late_result = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "first"},
+                {"type": "tool_result", "tool_use_id": "t1"}
+            ]}
+        ]});
+        assert!(check(Flavor::Anthropic, &late_result)[0].contains("do not come first"));
+        let unanswered = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "no answer"}]}
+        ]});
+        assert!(check(Flavor::Anthropic, &unanswered)[0].contains("does not answer"));
+    }
+
+    #[test]
+    fn the_api_key_must_not_be_in_the_body() {
+        let body = json!({"messages": [{"role": "user", "content": "my key is sk-secret-1"}]});
+        let raw = body.to_string();
+        for (name, value) in [
+            ("authorization", "Bearer sk-secret-1"),
+            ("x-api-key", "sk-secret-1"),
+        ] {
+            let headers = BTreeMap::from([(name.to_owned(), value.to_owned())]);
+            let found = violations(Flavor::OpenAi, &headers, raw.as_bytes(), &body);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(found[0].contains("API key"), "{found:?}");
+        }
+        let other = BTreeMap::from([("x-api-key".to_owned(), "sk-other".to_owned())]);
+        assert!(violations(Flavor::Anthropic, &other, raw.as_bytes(), &body).is_empty());
+    }
+}

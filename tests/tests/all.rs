@@ -1,0 +1,23 @@
+//! The end-to-end and integration tests of baton, in one test binary (one link of the harness
+//! and the SDK instead of one per file). Each module under `suite/` covers one feature; run one
+//! with `cargo test -p baton-tests --test all -- <module>::` (e.g. `suite::approvals::`) or a
+//! single test by name. `common` holds the helpers the suites share.
+
+mod common;
+
+mod suite {
+    mod agent_loop;
+    mod approvals;
+    mod cli;
+    mod failover;
+    mod handoff;
+    mod harness;
+    mod history_budget;
+    mod providers;
+    mod replay;
+    mod security;
+    mod store;
+    mod tls;
+    mod tools;
+    mod worker_ops;
+}
