@@ -1,14 +1,15 @@
 //! baton's side effects: everything the `AgentRun` workflow asks the world to do.
 //!
-//! - [`llm`]: the `llm_generate` activity ([`llm::LlmService`]) and its providers (`openai`,
-//!   `scripted`), with the failure taxonomy in [`llm::error`].
-//! - [`tools`]: the built-in tools (`shell`, `read_file`, `write_file`, `list_files`), all
-//!   confined to the run's workspace.
-//! - [`tool_activity`]: the `run_tool` activity ([`tool_activity::ToolService`]).
-//! - [`metrics`]: baton's metrics and the per-activity log span (worker-side interceptors).
+//! - [`llm`]: the model activities (`llm_generate`, `compact_context`: [`llm::LlmService`]),
+//!   their providers (`openai`, `anthropic`, `scripted`) and the failure taxonomy
+//!   ([`llm::error`]).
+//! - [`tools`]: the tool activities (`run_tool`, `read_instructions`: [`tools::ToolService`],
+//!   in `tools/activity.rs`) and the built-in tools (`shell`, `read_file`, `write_file`,
+//!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
+//!
+//! Elsewhere: the blob store and conversation storage are the `baton-store` crate; the process
+//! sandbox of `shell` is the `baton-sandbox` crate; the worker's interceptors (metrics
+//! observers, approval senders) are in `baton-worker`.
 
 pub mod llm;
-pub mod metrics;
-pub mod senders;
-pub mod tool_activity;
 pub mod tools;

@@ -78,7 +78,7 @@ impl InProcess {
             timeout: Duration::from_secs(600),
             env: Vec::new(),
             cancel: CancellationToken::new(),
-            sandbox: tools::sandbox::Sandbox::off(),
+            sandbox: baton_sandbox::Sandbox::off(),
         };
         let started = Instant::now();
         let mut run = RunState::new(id, scenario::spec(turns), now_ms())

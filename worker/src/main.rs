@@ -7,8 +7,10 @@
 
 mod health;
 mod metrics;
+mod observers;
 #[cfg(feature = "otel")]
 mod otel;
+mod senders;
 mod settings;
 
 use std::time::Duration;
@@ -16,9 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use baton_activities::{
     llm::{LlmService, Providers},
-    metrics::{ActivityObserver, Resident, RunObserver},
-    senders::{SenderRecorder, SenderStamp, Senders},
-    tool_activity::ToolService,
+    tools::ToolService,
 };
 use baton_codec::BatonCodec;
 use baton_workflows::AgentRun;
@@ -30,6 +30,8 @@ use temporalio_sdk::{Runtime, Worker, WorkerOptions, runtime::RuntimeOptions};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
+use observers::{ActivityObserver, Resident, RunObserver};
+use senders::{SenderRecorder, SenderStamp, Senders};
 use settings::{LogFormat, Settings};
 
 #[tokio::main]
@@ -252,7 +254,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(dir) = &local_store {
         writable(dir, "blob store directory (store.dir)")?;
     }
-    let swept = baton_activities::tools::sandbox::sweep_stale_temp_dirs();
+    let swept = baton_sandbox::sweep_stale_temp_dirs();
     if swept > 0 {
         info!(
             swept,
@@ -318,7 +320,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     options.workflow_interceptor(Resident::constructor());
     // Approval decisions carry the Temporal client identity they came from (history), which
-    // approval policies match; see `baton_activities::senders`.
+    // approval policies match; see `senders.rs`.
     let senders = std::sync::Arc::new(Senders::default());
     options.worker_interceptor(SenderRecorder(senders.clone()));
     options.workflow_interceptor(SenderStamp::constructor(senders));

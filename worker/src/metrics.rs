@@ -1,5 +1,5 @@
 //! Metrics export: one meter for Temporal's own worker metrics (`temporal_*`) and baton's
-//! (`baton_*`, see [`baton_activities::metrics`]), served as Prometheus text on
+//! (`baton_*`, see [`crate::observers`]), served as Prometheus text on
 //! `GET /metrics` at `metrics_addr`, or (worker built with the `otel` feature) pushed every 10 s
 //! to an OTLP/HTTP collector at `<otel_endpoint>/v1/metrics`.
 //!
@@ -16,7 +16,6 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use baton_activities::metrics::BatonMetrics;
 use baton_workflows::WORKFLOW_TYPE;
 use temporalio_client::{Client, WorkflowCountOptions};
 use temporalio_common::telemetry::{
@@ -25,6 +24,7 @@ use temporalio_common::telemetry::{
 };
 use tracing::{info, warn};
 
+use crate::observers::BatonMetrics;
 use crate::settings::Settings;
 
 /// Open-run states counted by the poller (terminal states are not "open").
@@ -56,7 +56,7 @@ pub(crate) fn start(settings: &Settings) -> anyhow::Result<Option<Metrics>> {
                 .counters_total_suffix(true)
                 .use_seconds_for_durations(true)
                 .histogram_bucket_overrides(HistogramBucketOverrides {
-                    overrides: baton_activities::metrics::histogram_buckets(),
+                    overrides: crate::observers::histogram_buckets(),
                 })
                 .build();
             let started = start_prometheus_metric_exporter(options)
@@ -87,7 +87,7 @@ fn otel_meter(endpoint: &str) -> anyhow::Result<Arc<dyn CoreMeter>> {
         .metric_periodicity(Duration::from_secs(10))
         .use_seconds_for_durations(true)
         .histogram_bucket_overrides(HistogramBucketOverrides {
-            overrides: baton_activities::metrics::histogram_buckets(),
+            overrides: crate::observers::histogram_buckets(),
         })
         .build();
     let meter = build_otlp_metric_exporter(options)
@@ -127,7 +127,7 @@ pub(crate) fn spawn_visibility_poller(
         loop {
             tick.tick().await;
             metrics.set_workflows_resident(
-                u64::try_from(baton_activities::metrics::Resident::count()).unwrap_or(u64::MAX),
+                u64::try_from(crate::observers::Resident::count()).unwrap_or(u64::MAX),
             );
             match poll_once(&client, &task_queue, &metrics).await {
                 Ok(()) => failing = false,

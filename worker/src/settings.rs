@@ -282,9 +282,9 @@ impl Default for Settings {
             otel_endpoint: None,
             allow_unsandboxed: false,
             allow_sandbox_off: false,
-            sandbox_uid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
-            sandbox_gid: baton_activities::tools::sandbox::DEFAULT_SANDBOX_ID,
-            sandbox_max_processes: baton_activities::tools::sandbox::DEFAULT_MAX_PROCESSES,
+            sandbox_uid: baton_sandbox::DEFAULT_SANDBOX_ID,
+            sandbox_gid: baton_sandbox::DEFAULT_SANDBOX_ID,
+            sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
             ignored_env: Vec::new(),
@@ -343,8 +343,8 @@ impl Settings {
     }
 
     /// Sandbox settings for the tool activity.
-    pub(crate) fn sandbox(&self) -> baton_activities::tools::sandbox::SandboxSettings {
-        baton_activities::tools::sandbox::SandboxSettings {
+    pub(crate) fn sandbox(&self) -> baton_sandbox::SandboxSettings {
+        baton_sandbox::SandboxSettings {
             allow_unsandboxed: self.allow_unsandboxed,
             allow_sandbox_off: self.allow_sandbox_off,
             uid: self.sandbox_uid,

@@ -1,6 +1,6 @@
 //! The built-in tools (`shell`, `read_file`, `write_file`, `edit_file`, `list_files`,
 //! `search_files`, `glob`) as plain async functions, free of any Temporal code; the `run_tool`
-//! activity wraps [`execute`].
+//! activity ([`activity`], [`ToolService`]) wraps [`execute`].
 //!
 //! Every tool is confined to the run's workspace directory (see [`workspace::resolve`]) and
 //! every result sent back to the model is capped at
@@ -15,21 +15,24 @@
 //!   and cancellation: [`execute`] returns them as [`ToolError`], for the activity to fail or
 //!   retry.
 
+pub mod activity;
 pub mod edit;
 pub mod files;
 pub mod glob;
 pub mod orphans;
 pub mod output;
-pub mod sandbox;
 pub mod search;
 pub mod shell;
 mod walk;
 pub mod workspace;
 
+pub use activity::ToolService;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use baton_proto::{ToolCall, ToolResult};
+use baton_sandbox::{Sandbox, SandboxError};
 use baton_workflows::tools::{
     BUILTIN_TOOLS, EDIT_FILE, GLOB, LIST_FILES, READ_FILE, SEARCH_FILES, SHELL, WRITE_FILE,
 };
@@ -49,9 +52,9 @@ pub struct ToolContext {
     /// Cancelling it stops the running tool (killing every process it started); [`execute`]
     /// then returns [`ToolError::Cancelled`].
     pub cancel: CancellationToken,
-    /// How the processes a tool starts are confined (see [`sandbox`]); file tools keep their
-    /// own confinement to the workspace whatever it says.
-    pub sandbox: sandbox::Sandbox,
+    /// How the processes a tool starts are confined (see [`baton_sandbox`]); file tools keep
+    /// their own confinement to the workspace whatever it says.
+    pub sandbox: Sandbox,
 }
 
 /// Why a tool could not run at all (as opposed to running and failing, which is an `Ok`
@@ -72,10 +75,10 @@ pub enum ToolError {
         #[source]
         source: std::io::Error,
     },
-    /// The process could not be sandboxed as the run asks ([`sandbox::SandboxError`] says
-    /// whether retrying may help).
+    /// The process could not be sandboxed as the run asks ([`SandboxError`] says whether
+    /// retrying may help).
     #[error(transparent)]
-    Sandbox(#[from] sandbox::SandboxError),
+    Sandbox(#[from] SandboxError),
 }
 
 impl ToolError {
@@ -235,7 +238,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             env: Vec::new(),
             cancel: CancellationToken::new(),
-            sandbox: sandbox::Sandbox::off(),
+            sandbox: Sandbox::off(),
         }
     }
 

@@ -34,7 +34,7 @@ use temporalio_sdk::{
 
 /// Identities seen in activations and not yet stamped, per run.
 #[derive(Debug, Default)]
-pub struct Senders {
+pub(crate) struct Senders {
     runs: Mutex<HashMap<String, RunSenders>>,
 }
 
@@ -52,7 +52,7 @@ impl Senders {
     }
 
     /// Notes the senders of the decisions in `activation`; forgets a run leaving the cache.
-    pub fn record(&self, activation: &WorkflowActivation) {
+    pub(crate) fn record(&self, activation: &WorkflowActivation) {
         let mut runs = self.lock();
         for job in &activation.jobs {
             match &job.variant {
@@ -103,11 +103,6 @@ impl Senders {
         }
         identity.unwrap_or_default()
     }
-
-    /// Runs with identities not yet stamped (for tests and leak checks).
-    pub fn pending_runs(&self) -> usize {
-        self.lock().len()
-    }
 }
 
 /// Sets `decision["identity"]` to `identity` (the decision is a JSON object; anything else is
@@ -119,7 +114,7 @@ fn stamp(decision: Option<&mut Value>, identity: String) {
 }
 
 /// The worker interceptor that feeds [`Senders`].
-pub struct SenderRecorder(pub Arc<Senders>);
+pub(crate) struct SenderRecorder(pub(crate) Arc<Senders>);
 
 #[async_trait::async_trait(?Send)]
 impl WorkerInterceptor for SenderRecorder {
@@ -133,13 +128,13 @@ impl WorkerInterceptor for SenderRecorder {
 }
 
 /// The workflow interceptor that stamps decisions with their sender's identity.
-pub struct SenderStamp {
+pub(crate) struct SenderStamp {
     senders: Arc<Senders>,
 }
 
 impl SenderStamp {
     /// The constructor to register on the worker (`WorkerOptions::workflow_interceptor`).
-    pub fn constructor(senders: Arc<Senders>) -> WorkflowInterceptorConstructor {
+    pub(crate) fn constructor(senders: Arc<Senders>) -> WorkflowInterceptorConstructor {
         WorkflowInterceptorConstructor::new(move |_| SenderStamp {
             senders: senders.clone(),
         })

@@ -1,5 +1,7 @@
-//! The `run_tool` activity: runs one tool call in the run's workspace, heartbeating so a dead
-//! worker's call is retried elsewhere within seconds, and stopping the tool on cancellation.
+//! The tool activities ([`ToolService`]): `run_tool` runs one tool call in the run's workspace,
+//! heartbeating so a dead worker's call is retried elsewhere within seconds, and stopping the
+//! tool on cancellation; `read_instructions` gives the system prompt the workspace path and its
+//! AGENTS.md.
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
@@ -13,12 +15,10 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, snapshot};
 
-use crate::tools::{
-    self, ToolContext, ToolError, orphans,
-    sandbox::{Sandbox, SandboxError, SandboxSettings},
-};
+use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
 fn infrastructure(message: String) -> ActivityError {
@@ -84,7 +84,7 @@ impl ToolService {
     /// Sandboxes tool processes with `settings` (default: [`SandboxSettings::default`]); logs
     /// once whether this host can sandbox.
     pub fn with_sandbox(mut self, settings: SandboxSettings) -> Self {
-        tools::sandbox::log_host_support(&settings);
+        baton_sandbox::log_host_support(&settings);
         self.sandbox = Arc::new(settings);
         self
     }

@@ -67,39 +67,39 @@ use temporalio_sdk::{
 use tracing::{Instrument, field};
 
 /// Counter: runs started (`baton_runs_started_total` in Prometheus).
-pub const RUNS_STARTED: &str = "baton_runs_started";
+pub(crate) const RUNS_STARTED: &str = "baton_runs_started";
 /// Counter: runs finished, label `reason` (`completed`, `max_turns_exceeded`, `cancelled`, ...,
 /// `workflow_failed`).
-pub const RUNS_COMPLETED: &str = "baton_runs_completed";
+pub(crate) const RUNS_COMPLETED: &str = "baton_runs_completed";
 /// Counter: turns (successful `llm_generate` calls), labels `provider`, `model`.
-pub const TURNS: &str = "baton_turns";
+pub(crate) const TURNS: &str = "baton_turns";
 /// Counter: LLM calls (every attempt), labels `provider`, `model`, `kind` (`generate` |
 /// `compact`), `outcome` (`ok` | `error` | `cancelled`).
-pub const LLM_CALLS: &str = "baton_llm_calls";
+pub(crate) const LLM_CALLS: &str = "baton_llm_calls";
 /// Counter: LLM tokens, labels `provider`, `model`, `kind`, `direction` (`input` | `output`).
-pub const LLM_TOKENS: &str = "baton_llm_tokens";
+pub(crate) const LLM_TOKENS: &str = "baton_llm_tokens";
 /// Histogram (seconds): duration of an LLM call attempt, labels `provider`, `kind`, `outcome`.
-pub const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
+pub(crate) const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
 /// Counter: tool calls (every attempt), labels `tool`, `outcome` (`ok` | `error` | `cancelled`
 /// | `infrastructure_failure`).
-pub const TOOL_CALLS: &str = "baton_tool_calls";
+pub(crate) const TOOL_CALLS: &str = "baton_tool_calls";
 /// Histogram (seconds): duration of a tool call attempt, labels `tool`, `outcome`.
-pub const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
+pub(crate) const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
 /// Histogram (seconds): how long a run waited for a human decision.
-pub const APPROVAL_WAIT: &str = "baton_approval_wait_seconds";
+pub(crate) const APPROVAL_WAIT: &str = "baton_approval_wait_seconds";
 /// Gauge: runs of the worker's task queue waiting for approval now (from visibility).
-pub const APPROVALS_PENDING: &str = "baton_approvals_pending";
+pub(crate) const APPROVALS_PENDING: &str = "baton_approvals_pending";
 /// Gauge: open runs of the worker's task queue, label `state` (`THINKING`, ...; from
 /// visibility).
-pub const RUNS_OPEN: &str = "baton_runs_open";
+pub(crate) const RUNS_OPEN: &str = "baton_runs_open";
 /// Gauge: workflow instances (SDK workflow contexts) in this worker's memory: its workflow
 /// cache; above `max_cached_workflows` means instances leak. Per worker, unlike the
 /// visibility gauges.
-pub const WORKFLOWS_RESIDENT: &str = "baton_workflows_resident";
+pub(crate) const WORKFLOWS_RESIDENT: &str = "baton_workflows_resident";
 
 /// Bucket boundaries (seconds) of baton's histograms, keyed by metric name, for the exporter's
 /// histogram bucket overrides.
-pub fn histogram_buckets() -> HashMap<String, Vec<f64>> {
+pub(crate) fn histogram_buckets() -> HashMap<String, Vec<f64>> {
     let calls = vec![
         0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
     ];
@@ -114,7 +114,7 @@ pub fn histogram_buckets() -> HashMap<String, Vec<f64>> {
 }
 
 /// baton's instruments, created once on the worker's meter.
-pub struct BatonMetrics {
+pub(crate) struct BatonMetrics {
     meter: Arc<dyn CoreMeter>,
     runs_started: Counter,
     runs_completed: Counter,
@@ -147,7 +147,7 @@ fn params(name: &'static str, description: &'static str) -> MetricParameters {
 
 impl BatonMetrics {
     /// Creates baton's instruments on `meter`.
-    pub fn new(meter: Arc<dyn CoreMeter>) -> Self {
+    pub(crate) fn new(meter: Arc<dyn CoreMeter>) -> Self {
         Self {
             runs_started: meter.counter(params(RUNS_STARTED, "Agent runs started")),
             runs_completed: meter.counter(params(
@@ -235,18 +235,18 @@ impl BatonMetrics {
     }
 
     /// Sets the gauge of runs waiting for approval.
-    pub fn set_approvals_pending(&self, runs: u64) {
+    pub(crate) fn set_approvals_pending(&self, runs: u64) {
         self.approvals_pending.record(runs, &self.labels([]));
     }
 
     /// Sets the gauge of open runs in `state`.
-    pub fn set_runs_open(&self, state: &str, runs: u64) {
+    pub(crate) fn set_runs_open(&self, state: &str, runs: u64) {
         self.runs_open
             .record(runs, &self.labels([("state", state)]));
     }
 
     /// Sets the gauge of workflow instances in this worker's memory.
-    pub fn set_workflows_resident(&self, instances: u64) {
+    pub(crate) fn set_workflows_resident(&self, instances: u64) {
         self.workflows_resident.record(instances, &self.labels([]));
     }
 
@@ -283,7 +283,7 @@ enum Observed {
 
 /// Outcome label of a `run_tool` attempt: `ok`, `error` (the tool ran and failed: the model
 /// sees an error observation), `cancelled`, or `infrastructure_failure` (the activity failed).
-pub fn tool_outcome(result: &ExecuteActivityResult) -> &'static str {
+pub(crate) fn tool_outcome(result: &ExecuteActivityResult) -> &'static str {
     match result {
         Ok(value) => match value.downcast_ref::<ToolResult>() {
             Some(r) if r.is_error => "error",
@@ -295,7 +295,7 @@ pub fn tool_outcome(result: &ExecuteActivityResult) -> &'static str {
 }
 
 /// Outcome label of an LLM call attempt: `ok`, `cancelled` or `error`.
-pub fn llm_outcome(result: &ExecuteActivityResult) -> &'static str {
+pub(crate) fn llm_outcome(result: &ExecuteActivityResult) -> &'static str {
     match result {
         Ok(_) => OK,
         Err(ActivityError::Cancelled { .. }) => "cancelled",
@@ -307,13 +307,13 @@ pub fn llm_outcome(result: &ExecuteActivityResult) -> &'static str {
 /// (and `turn`, `call_id`, `tool`, `provider`, `model` when the input has them), so every log
 /// line an activity writes names its run; and, with metrics on, records LLM and tool metrics.
 #[derive(Debug, Default)]
-pub struct ActivityObserver {
+pub(crate) struct ActivityObserver {
     metrics: Option<Arc<BatonMetrics>>,
 }
 
 impl ActivityObserver {
     /// Spans only, or spans and metrics.
-    pub fn new(metrics: Option<Arc<BatonMetrics>>) -> Self {
+    pub(crate) fn new(metrics: Option<Arc<BatonMetrics>>) -> Self {
         Self { metrics }
     }
 }
@@ -410,11 +410,11 @@ static RESIDENT: AtomicUsize = AtomicUsize::new(0);
 /// eviction) keeps its context alive through a reference cycle; `AgentRun` avoids that with
 /// step tokens, and this count (gauge [`WORKFLOWS_RESIDENT`], checked by a test) shows it.
 /// It intercepts nothing.
-pub struct Resident(());
+pub(crate) struct Resident(());
 
 impl Resident {
     /// The constructor to register on the worker (`WorkerOptions::workflow_interceptor`).
-    pub fn constructor() -> WorkflowInterceptorConstructor {
+    pub(crate) fn constructor() -> WorkflowInterceptorConstructor {
         WorkflowInterceptorConstructor::new(|_| {
             RESIDENT.fetch_add(1, Ordering::Relaxed);
             Resident(())
@@ -422,7 +422,7 @@ impl Resident {
     }
 
     /// Workflow instances alive in this process now.
-    pub fn count() -> usize {
+    pub(crate) fn count() -> usize {
         RESIDENT.load(Ordering::Relaxed)
     }
 }
@@ -437,7 +437,7 @@ impl WorkflowInterceptor for Resident {}
 
 /// Workflow interceptor recording run starts, run completions and approval waits, only when
 /// the workflow is not replaying (see the module docs).
-pub struct RunObserver {
+pub(crate) struct RunObserver {
     metrics: Arc<BatonMetrics>,
     /// A continue-as-new continuation is not a new run.
     continued: bool,
@@ -447,7 +447,7 @@ pub struct RunObserver {
 
 impl RunObserver {
     /// The constructor to register on the worker (`WorkerOptions::workflow_interceptor`).
-    pub fn constructor(metrics: Arc<BatonMetrics>) -> WorkflowInterceptorConstructor {
+    pub(crate) fn constructor(metrics: Arc<BatonMetrics>) -> WorkflowInterceptorConstructor {
         WorkflowInterceptorConstructor::new(move |ctx| RunObserver {
             metrics: metrics.clone(),
             continued: ctx.continued_from_run_id().is_some()
@@ -481,7 +481,7 @@ impl RunObserver {
 
 /// The `reason` label of a finished run; `None` when the run did not finish (continue-as-new,
 /// eviction).
-pub fn completion_reason(result: &ExecuteWorkflowResult) -> Option<String> {
+pub(crate) fn completion_reason(result: &ExecuteWorkflowResult) -> Option<String> {
     let reason = |r: &RunResult| r.reason().as_str_name().to_owned();
     match result {
         Ok(value) => Some(

@@ -1,0 +1,89 @@
+//! `baton-sandbox`: confinement of the processes tools start (the `shell` tool), on Linux:
+//! Landlock, seccomp, resource limits and an unprivileged user, applied in the child between
+//! `fork` and `exec`.
+//!
+//! # Layout
+//! - [`settings`]: what a run asks for ([`SandboxMode`], from its `SandboxPolicy`) and what the
+//!   worker allows ([`SandboxSettings`]), resolved into a [`Sandbox`].
+//! - [`error`]: [`SandboxError`], and whether another attempt may help.
+//! - `prepared`: the parent's half, [`Sandbox::prepare`] and [`Prepared`].
+//! - `temp`: the private temp dir of each process and [`sweep_stale_temp_dirs`].
+//! - `host`: what this host can enforce ([`probe_host`], [`log_host_support`]).
+//! - `linux/`: the mechanisms: `landlock.rs` (the ruleset), `seccomp.rs` (the BPF programs),
+//!   `limits.rs` (rlimits), `owner.rs` (handing the workspace to the sandbox user), `child.rs`
+//!   (the `pre_exec` hook); `unsupported.rs` stands in for them elsewhere.
+//!
+//! # Where the `unsafe` is, and why
+//! Only in `linux/`: `child.rs` registers the `pre_exec` hook and makes the raw system calls of
+//! the forked child (`setrlimit`, `fchown` of the output pipes, `setgroups`/`setresgid`/
+//! `setresuid`, `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`, `seccomp`): between `fork` and
+//! `exec` only async-signal-safe calls are allowed, so none of them goes through an allocating
+//! wrapper. `landlock.rs`, `limits.rs` and `mod.rs` make three pointer-free (or
+//! valid-struct) queries (`landlock_create_ruleset` for the ABI version, `getrlimit`,
+//! `PR_GET_SECCOMP`). Each block says why it is sound in its `SAFETY` comment.
+//!
+//! # What a confined process gets
+//! A run's `SandboxPolicy` resolves to a [`Sandbox`] ([`Sandbox::resolve`]); for each process,
+//! [`Sandbox::prepare`] does everything that allocates or may block in the parent (the private
+//! temp dir, handing the workspace to the sandbox user, the Landlock ruleset, the compiled seccomp
+//! programs) and [`Prepared::apply`] registers a `pre_exec` hook that only makes raw system calls,
+//! in this order:
+//!
+//! 1. resource limits: `RLIMIT_FSIZE` ([`SandboxSettings::max_file_size`], 1 GiB by default),
+//!    `RLIMIT_CORE` 0 (no core dumps), `RLIMIT_NPROC` (see below);
+//! 2. when the worker runs as root: `setgroups(0)`, `setresgid`, `setresuid` to
+//!    [`SandboxSettings::uid`]/[`gid`](SandboxSettings::gid) (65534, `nobody`, by default). The
+//!    run's workspace is handed to that user first in `workspace-write` mode (owner changed,
+//!    fd-relative and without following symlinks; the worker's state directory at its top,
+//!    named by the caller, stays the worker's), and so
+//!    are the output pipes (else `/dev/stdout` could not be opened); `HOME` is the temp dir;
+//! 3. `PR_SET_NO_NEW_PRIVS`;
+//! 4. `landlock_restrict_self`: read and execute everywhere, full access to the workspace
+//!    (`workspace-write` only) and to the private temp dir, read/write to `/dev/null`,
+//!    `/dev/zero`, `/dev/full` and `/dev/tty`; signals and abstract Unix sockets scoped to the
+//!    sandbox (ABI 6+); TCP bind/connect denied when the network is off (ABI 4+);
+//! 5. seccomp filters (a focused deny-list; everything else is allowed): without network,
+//!    `socket()` of any family but `AF_UNIX` fails with `EACCES`; always, `ptrace`,
+//!    `process_vm_readv`/`writev`, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_*`,
+//!    `mount`, `umount2`, `pivot_root`, `unshare`, `setns`, the kernel keyring calls,
+//!    `kexec_load` and `clone` with a namespace flag fail with `EPERM`; `clone3` fails with
+//!    `ENOSYS` (its flags cannot be inspected; libc falls back to `clone`); x32 system calls fail
+//!    with `ENOSYS` and those of another architecture kill the process.
+//!
+//! `RLIMIT_NPROC` counts the tasks of the *real uid*, across the whole host. As the sandbox user
+//! it bounds the processes of every sandboxed call of the host together at
+//! [`SandboxSettings::max_processes`]; when the worker is not root (the uid is kept) the bound is
+//! the uid's current task count plus `max_processes`. Root is never bound by it, hence the
+//! switch. Landlock being unavailable makes [`Sandbox::prepare`] refuse
+//! ([`SandboxError::Unavailable`]) unless [`SandboxSettings::allow_unsandboxed`] is set.
+//!
+//! `SandboxPolicy::allowed_hosts` is not enforced: a non-empty list turns the network on (logged
+//! at info level for each call).
+
+pub mod error;
+mod host;
+mod prepared;
+pub mod settings;
+mod temp;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as imp;
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+use unsupported as imp;
+
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod tests;
+
+pub use error::SandboxError;
+pub use host::{landlock_abi, log_host_support, probe_host};
+pub use prepared::Prepared;
+pub use settings::{
+    DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_PROCESSES, DEFAULT_SANDBOX_ID, MODES, Sandbox, SandboxMode,
+    SandboxSettings,
+};
+pub use temp::sweep_stale_temp_dirs;

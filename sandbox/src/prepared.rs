@@ -1,0 +1,75 @@
+//! The parent's half of confining one process: [`Sandbox::prepare`] does everything that
+//! allocates or may block, [`Prepared::apply`] hands the child its `pre_exec` hook.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use tracing::warn;
+
+use crate::{Sandbox, SandboxError, SandboxMode, imp};
+
+impl Sandbox {
+    /// Everything the parent does before spawning a confined process whose working directory is
+    /// `workspace` (which must exist). `state_dir` names the worker's own directory at the top
+    /// of the workspace, which stays the worker's when the workspace is handed to the sandbox
+    /// user. `None`: run it unconfined (mode `off`, or the host cannot sandbox and the settings
+    /// allow that, logged as a warning). Blocking: call it from a blocking thread.
+    pub fn prepare(
+        &self,
+        workspace: &Path,
+        state_dir: &str,
+    ) -> Result<Option<Prepared>, SandboxError> {
+        if self.mode == SandboxMode::Off {
+            // File tools start no process and keep their own confinement; only processes
+            // would run as the worker.
+            if !self.settings.allow_sandbox_off {
+                return Err(SandboxError::OffNotAllowed);
+            }
+            return Ok(None);
+        }
+        if let Err(reason) = (self.settings.probe)() {
+            if self.settings.allow_unsandboxed {
+                warn!(
+                    reason,
+                    mode = self.mode.as_str(),
+                    "running a tool process unsandboxed: this host cannot sandbox and \
+                     allow_unsandboxed is set"
+                );
+                return Ok(None);
+            }
+            return Err(SandboxError::Unavailable { reason });
+        }
+        imp::prepare(self, workspace, state_dir).map(Some)
+    }
+}
+
+/// A confined process's set-up, made in the parent; keep it until the process has ended (it
+/// owns the private temp dir, removed when dropped).
+#[derive(Debug)]
+pub struct Prepared {
+    pub(crate) temp: tempfile::TempDir,
+    pub(crate) env: Vec<(&'static str, OsString)>,
+    pub(crate) child: imp::Child,
+}
+
+impl Prepared {
+    /// The private temp dir (`TMPDIR`).
+    pub fn temp_dir(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// Sets the environment and registers the `pre_exec` hook that confines the child. Register
+    /// other hooks after this one: they then run confined, as the sandbox user (e.g.
+    /// `PR_SET_PDEATHSIG`, which a change of user clears).
+    pub fn apply(&mut self, command: &mut tokio::process::Command) {
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        self.child.apply(command);
+    }
+
+    /// Call once the process is spawned: closes the parent's copy of the Landlock ruleset.
+    pub fn spawned(&mut self) {
+        self.child.spawned();
+    }
+}
