@@ -1208,7 +1208,7 @@ mod tests {
         assert!(failure.is_non_retryable());
         assert_eq!(
             failure.type_name(),
-            Some(baton_workflows::activities::CONTEXT_OVERFLOW)
+            Some(baton_workflows::activities::FailureType::ContextOverflow.as_str())
         );
     }
 

@@ -183,7 +183,11 @@ fn store_failure(e: ConversationError) -> ActivityError {
     warn!(error = %message, "the blob store failed during a model call");
     ActivityError::application(
         ApplicationFailure::builder(message)
-            .type_name(baton_workflows::activities::STORE_UNAVAILABLE.to_owned())
+            .type_name(
+                baton_workflows::activities::FailureType::StoreUnavailable
+                    .as_str()
+                    .to_owned(),
+            )
             .build(),
     )
 }
