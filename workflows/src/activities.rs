@@ -58,13 +58,96 @@ pub use tool_activities::ReadInstructions;
 /// Marker of the `run_tool` activity, for implementations.
 pub use tool_activities::RunTool;
 
-/// Failure type of a provider error that retrying cannot fix (bad key, bad request, unknown
-/// model).
-pub const PROVIDER_FATAL: &str = "ProviderFatal";
-/// Failure type of a request too large for the model's context window.
-pub const CONTEXT_OVERFLOW: &str = "ContextOverflow";
-/// Failure type of a model call that failed for good because the blob store holding the
-/// conversation could not be used (not the provider's doing: the run ends `internal_error`).
-pub const STORE_UNAVAILABLE: &str = "StoreUnavailable";
-/// Failure type of a malformed activity input.
-pub const BAD_INPUT: &str = "BadInput";
+/// The application-failure types baton's activities raise (`ApplicationFailure::type_name`),
+/// matched by the workflow and named in retry policies (`non_retryable_error_types`).
+///
+/// The strings are on the wire: recorded histories and retry policies of open runs carry them,
+/// so [`FailureType::as_str`] must never change for an existing variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureType {
+    /// A provider error that retrying cannot fix (bad key, bad request, unknown model).
+    ProviderFatal,
+    /// A request too large for the model's context window.
+    ContextOverflow,
+    /// A model call that failed for good because the blob store holding the conversation could
+    /// not be used (not the provider's doing: the run ends `internal_error`).
+    StoreUnavailable,
+    /// A malformed activity input.
+    BadInput,
+    /// The provider asked to slow down (retried after the delay it named).
+    RateLimited,
+    /// The provider is overloaded or down for now (retried).
+    ProviderUnavailable,
+    /// The provider could not be reached: timeout, refused or reset connection (retried).
+    ProviderUnreachable,
+    /// The provider's reply could not be read (retried).
+    ProviderBadResponse,
+}
+
+impl FailureType {
+    /// Every failure type.
+    pub const ALL: [Self; 8] = [
+        Self::ProviderFatal,
+        Self::ContextOverflow,
+        Self::StoreUnavailable,
+        Self::BadInput,
+        Self::RateLimited,
+        Self::ProviderUnavailable,
+        Self::ProviderUnreachable,
+        Self::ProviderBadResponse,
+    ];
+
+    /// The type name on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ProviderFatal => "ProviderFatal",
+            Self::ContextOverflow => "ContextOverflow",
+            Self::StoreUnavailable => "StoreUnavailable",
+            Self::BadInput => "BadInput",
+            Self::RateLimited => "RateLimited",
+            Self::ProviderUnavailable => "ProviderUnavailable",
+            Self::ProviderUnreachable => "ProviderUnreachable",
+            Self::ProviderBadResponse => "ProviderBadResponse",
+        }
+    }
+
+    /// The failure type a type name on the wire stands for (`None` for a type baton does not
+    /// raise).
+    pub fn parse(type_name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == type_name)
+    }
+}
+
+impl std::fmt::Display for FailureType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailureType;
+
+    #[test]
+    fn failure_type_names_stay_as_recorded() {
+        // Recorded histories and the retry policies of open runs carry these exact strings.
+        let names: Vec<&str> = FailureType::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ProviderFatal",
+                "ContextOverflow",
+                "StoreUnavailable",
+                "BadInput",
+                "RateLimited",
+                "ProviderUnavailable",
+                "ProviderUnreachable",
+                "ProviderBadResponse",
+            ]
+        );
+        for t in FailureType::ALL {
+            assert_eq!(FailureType::parse(t.as_str()), Some(t));
+        }
+        assert_eq!(FailureType::parse("ToolTimeout"), None);
+    }
+}

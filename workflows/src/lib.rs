@@ -6,8 +6,10 @@
 //! - [`guards`]: loop guards (circuit breaker thresholds, loop detection).
 //! - [`prompt`]: the system prompt builder.
 //! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
-//! - [`activities`]: activity contracts (names and payloads); bodies live in `baton-activities`.
-//! - [`workflow`]: the `AgentRun` workflow, its signals, update and queries.
+//! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
+//!   `baton-activities`.
+//! - [`workflow`]: the `AgentRun` workflow: signals, update, queries and the run loop, with the
+//!   approval wait, tool batches, status publishing, options and the patch registry beside it.
 //! - [`error`]: errors of this crate.
 //!
 //! Nothing here does I/O or reads clocks or the environment (`clippy.toml` enforces it), so the

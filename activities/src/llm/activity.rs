@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use baton_proto::{CompactRequest, CompactResponse, LlmRequest, LlmResponse};
-use baton_workflows::view;
+use baton_workflows::{activities::FailureType, view};
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -165,7 +165,7 @@ fn store_failure(e: ConversationError) -> ActivityError {
     warn!(error = %message, "the blob store failed during a model call");
     ActivityError::application(
         ApplicationFailure::builder(message)
-            .type_name(baton_workflows::activities::STORE_UNAVAILABLE.to_owned())
+            .type_name(FailureType::StoreUnavailable.as_str().to_owned())
             .build(),
     )
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton_workflows::activities::{BAD_INPUT, CONTEXT_OVERFLOW, PROVIDER_FATAL};
+use baton_workflows::activities::FailureType;
 use temporalio_common::{ActivityError, error::ApplicationFailure};
 use thiserror::Error;
 
@@ -89,19 +89,21 @@ impl LlmError {
     /// requested delay as the next retry delay.
     pub fn into_activity_error(self) -> ActivityError {
         let (type_name, retry_after) = match &self {
-            Self::RateLimited { retry_after, .. } => ("RateLimited", *retry_after),
-            Self::Unavailable { retry_after, .. } => ("ProviderUnavailable", *retry_after),
-            Self::Transport { .. } => ("ProviderUnreachable", None),
-            Self::BadResponse { .. } => ("ProviderBadResponse", None),
-            Self::ContextOverflow { .. } => (CONTEXT_OVERFLOW, None),
-            Self::Rejected { .. } => (PROVIDER_FATAL, None),
-            Self::Config(_) => (BAD_INPUT, None),
+            Self::RateLimited { retry_after, .. } => (FailureType::RateLimited, *retry_after),
+            Self::Unavailable { retry_after, .. } => {
+                (FailureType::ProviderUnavailable, *retry_after)
+            }
+            Self::Transport { .. } => (FailureType::ProviderUnreachable, None),
+            Self::BadResponse { .. } => (FailureType::ProviderBadResponse, None),
+            Self::ContextOverflow { .. } => (FailureType::ContextOverflow, None),
+            Self::Rejected { .. } => (FailureType::ProviderFatal, None),
+            Self::Config(_) => (FailureType::BadInput, None),
         };
         let non_retryable = !self.is_retryable();
         let message = self.to_string();
         ActivityError::application(
             ApplicationFailure::builder(message)
-                .type_name(type_name.to_owned())
+                .type_name(type_name.as_str().to_owned())
                 .non_retryable(non_retryable)
                 .maybe_next_retry_delay(retry_after)
                 .build(),
@@ -465,9 +467,9 @@ mod tests {
         assert!(!f.is_non_retryable());
         let f = failure(classify("p", 401, None, d("bad key")));
         assert!(f.is_non_retryable());
-        assert_eq!(f.type_name(), Some(PROVIDER_FATAL));
+        assert_eq!(f.type_name(), Some(FailureType::ProviderFatal.as_str()));
         let f = failure(classify("p", 413, None, d("big")));
-        assert_eq!(f.type_name(), Some(CONTEXT_OVERFLOW));
+        assert_eq!(f.type_name(), Some(FailureType::ContextOverflow.as_str()));
         let f = failure(LlmError::cut_stream("p", "http://u", 42, None));
         assert!(!f.is_non_retryable());
         assert_eq!(f.type_name(), Some("ProviderUnreachable"));

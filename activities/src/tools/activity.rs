@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 use serde::{Deserialize, Serialize};
 
 use baton_proto::{InstructionsRequest, ToolRequest, ToolResult, WorkspaceInstructions};
-use baton_workflows::activities::BAD_INPUT;
+use baton_workflows::activities::FailureType;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -29,7 +29,7 @@ fn infrastructure(message: String) -> ActivityError {
 fn permanent(message: String) -> ActivityError {
     ActivityError::application(
         ApplicationFailure::builder(message)
-            .type_name(BAD_INPUT.to_owned())
+            .type_name(FailureType::BadInput.as_str().to_owned())
             .non_retryable(true)
             .build(),
     )
@@ -289,7 +289,7 @@ impl ToolService {
         let Some(call) = request.call else {
             return Err(ActivityError::application(
                 ApplicationFailure::builder("run_tool needs a call")
-                    .type_name(BAD_INPUT.to_owned())
+                    .type_name(FailureType::BadInput.as_str().to_owned())
                     .non_retryable(true)
                     .build(),
             ));
@@ -466,7 +466,7 @@ mod tests {
             let message = permanent.to_string();
             let f = failure(permanent);
             assert!(f.is_non_retryable(), "{message}");
-            assert_eq!(f.type_name(), Some(BAD_INPUT));
+            assert_eq!(f.type_name(), Some(FailureType::BadInput.as_str()));
         }
         let setup = SandboxError::Setup {
             context: "cannot create the private temp dir".into(),

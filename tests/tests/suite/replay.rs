@@ -1,29 +1,99 @@
 //! Replay: every history committed under `tests/histories/` must replay against the current
 //! `AgentRun` code. A change that makes the workflow nondeterministic (a reordered, added or
 //! removed command) fails here. Record a new history with
-//! `cargo test -p baton-tests --test replay -- --ignored record_approval_history`.
+//! `cargo test -p baton-tests --test all -- --ignored record_approval_history` (or
+//! `record_budget_history`). Every patch marker of the workflow's registry
+//! (`baton_workflows::workflow::patches`) must be recorded by one of these histories.
 
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
+use base64::Engine as _;
 use baton_tests::*;
-use baton_workflows::AgentRun;
+use baton_workflows::{
+    AgentRun,
+    workflow::patches::{PATCH_MARKER_NAME, REGISTRY, Stage},
+};
 use common::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use temporalio_client::{
-    Client, ClientOptions, Connection, ConnectionOptions, WorkflowFetchHistoryOptions,
-    WorkflowHistory,
+    Client, ClientOptions, Connection, ConnectionOptions, WorkflowExecutionInfo,
+    WorkflowFetchHistoryOptions, WorkflowHandle, WorkflowHistory,
 };
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
 const RECORD_AS: &str = "approval-run-v8.json";
+/// Prefix of the files `record_budget_history` writes (`<prefix>-segment-<n>.json`).
+const RECORD_BUDGET_AS: &str = "budget-run";
 
+/// Histories replayed against the current code.
 fn histories_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("histories")
+}
+
+/// Histories of retired patch markers: kept as the record, no longer replayed.
+fn retired_dir() -> PathBuf {
+    histories_dir().join("retired")
+}
+
+/// The `.json` files directly in `dir`, sorted (none if `dir` does not exist).
+fn history_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The patch ids a history records: its `MarkerRecorded` events with the core patch marker
+/// name, whose details hold `{"id": .., "deprecated": ..}` as a JSON payload.
+fn patch_markers(history: &Value) -> BTreeSet<String> {
+    let events = history["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a history saved with fetch_history().to_json()"));
+    events
+        .iter()
+        .filter_map(|e| e["attributes"].get("MarkerRecordedEventAttributes"))
+        .filter(|m| m["marker_name"] == PATCH_MARKER_NAME)
+        .flat_map(|m| {
+            let details = m["details"].as_object().cloned().unwrap_or_default();
+            details.into_values().flat_map(|d| {
+                let payloads = d["payloads"].as_array().cloned().unwrap_or_default();
+                payloads.into_iter().filter_map(|p| {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(p["data"].as_str()?)
+                        .ok()?;
+                    let data: Value = serde_json::from_slice(&bytes).ok()?;
+                    data["id"].as_str().map(str::to_owned)
+                })
+            })
+        })
+        .collect()
+}
+
+/// File name -> patch ids recorded, for every history in `dir`.
+fn markers_by_file(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    history_files(dir)
+        .iter()
+        .map(|f| {
+            let history: Value = serde_json::from_slice(&std::fs::read(f).unwrap())
+                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", f.display()));
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            (name, patch_markers(&history))
+        })
+        .collect()
 }
 
 fn replayer() -> WorkflowReplayer {
@@ -38,12 +108,7 @@ fn replayer() -> WorkflowReplayer {
 
 #[tokio::test]
 async fn committed_histories_replay_against_current_code() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(histories_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
+    let files = history_files(&histories_dir());
     assert!(!files.is_empty(), "no histories under tests/histories");
     let replayer = replayer();
     for file in files {
@@ -54,6 +119,48 @@ async fn committed_histories_replay_against_current_code() {
             .await
             .unwrap_or_else(|e| panic!("{} no longer replays: {e}", file.display()));
     }
+}
+
+/// Each registered patch marker is recorded by a committed history (the new path replays), and
+/// the histories the registry names record it. Markers in use (active or deprecated) count only
+/// in the replayed histories; a retired marker's histories are in `retired/`.
+#[test]
+fn every_patch_marker_is_covered_by_a_recorded_history() {
+    let replayed = markers_by_file(&histories_dir());
+    let retired = markers_by_file(&retired_dir());
+    let mut problems = Vec::new();
+    for patch in REGISTRY {
+        let (files, dir) = match patch.stage {
+            Stage::Active | Stage::Deprecated => (&replayed, "tests/histories"),
+            Stage::Retired => (&retired, "tests/histories/retired"),
+        };
+        if !files.values().any(|markers| markers.contains(patch.id)) {
+            problems.push(format!(
+                "patch marker {} ({}) is recorded by no history in {dir}: record one that takes \
+                 its new path (AGENTS.md \"Record a new replay history\")",
+                patch.id, patch.changed
+            ));
+        }
+        for named in patch.covered_by {
+            if !files.get(*named).is_some_and(|m| m.contains(patch.id)) {
+                problems.push(format!(
+                    "the patch registry says {dir}/{named} covers {}, but it does not record it",
+                    patch.id
+                ));
+            }
+        }
+    }
+    for (file, markers) in &replayed {
+        for id in markers {
+            if !REGISTRY.iter().any(|p| p.id == id) {
+                problems.push(format!(
+                    "tests/histories/{file} records patch marker {id}, which the registry \
+                     (workflows/src/workflow/patches.rs) does not list"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[tokio::test]
@@ -125,17 +232,80 @@ async fn record_approval_history() {
     assert_eq!(baton(&server, &["deny", run, "--all"]).unwrap().code, 0);
     result(&server, run, 0);
 
+    let json = fetch_history(&server, run, None).await;
+    std::fs::write(histories_dir().join(RECORD_AS), json).unwrap();
+}
+
+/// Records `tests/histories/<RECORD_BUDGET_AS>-segment-{1,2}.json`: a run whose first turn asks
+/// for a batch of three mutating calls (run one at a time, snapshots chained), which continues
+/// as new after two turns (its segment's turn budget) and answers in its second segment.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "records a history; run by hand after an intended workflow change"]
+async fn record_budget_history() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("record");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(
+        dir.path(),
+        "budget",
+        json!([
+            {"text": "Three changes.", "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "a.txt", "content": "one\n"}},
+                {"name": "write_file", "arguments": {"path": "b.txt", "content": "two\n"}},
+                {"name": "shell", "arguments": {"command": "cat a.txt b.txt > both.txt"}}
+            ]},
+            {"text": "Checking.", "tool_calls": [
+                {"name": "read_file", "arguments": {"path": "both.txt"}}
+            ]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = "budget-run";
+    submit(
+        &server,
+        &queue,
+        run,
+        &["--script", &s, "--no-approval", "--segment-turns", "2"],
+        "record a continued history",
+    );
+    let answer = result(&server, run, 0);
+    assert_eq!(answer["answer"], "Done.", "{answer}");
+
+    let second = fetch_history(&server, run, None).await;
+    let started = &serde_json::from_slice::<Value>(&second).unwrap()["events"][0]["attributes"]["WorkflowExecutionStartedEventAttributes"];
+    let first_run = started["continued_execution_run_id"].as_str().unwrap();
+    assert!(!first_run.is_empty(), "the last segment continues another");
+    let first = fetch_history(&server, run, Some(first_run)).await;
+    let markers = patch_markers(&serde_json::from_slice(&first).unwrap());
+    for id in ["continue-as-new-v1", "serial-mutating-tools-v1"] {
+        assert!(markers.contains(id), "segment 1 records {id}: {markers:?}");
+    }
+    for (n, json) in [(1, first), (2, second)] {
+        let file = format!("{RECORD_BUDGET_AS}-segment-{n}.json");
+        std::fs::write(histories_dir().join(file), json).unwrap();
+    }
+}
+
+/// The history of run `run_id` of workflow `id` (`None`: its latest run), as the SDK's replayer
+/// reads it.
+async fn fetch_history(server: &DevServer, id: &str, run_id: Option<&str>) -> Vec<u8> {
     let conn = Connection::connect(
         ConnectionOptions::new(server.url().parse::<temporalio_client::Url>().unwrap()).build(),
     )
     .await
     .unwrap();
     let client = Client::new(conn, ClientOptions::new("default").build()).unwrap();
-    let json = client
-        .get_workflow_handle::<AgentRun>(run)
+    let info = WorkflowExecutionInfo::builder()
+        .namespace("default")
+        .workflow_id(id)
+        .maybe_run_id(run_id.map(str::to_owned))
+        .build();
+    WorkflowHandle::<_, AgentRun>::new(client, info)
         .fetch_history(WorkflowFetchHistoryOptions::default())
         .to_json()
         .await
-        .unwrap();
-    std::fs::write(histories_dir().join(RECORD_AS), json).unwrap();
+        .unwrap()
 }

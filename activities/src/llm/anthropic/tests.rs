@@ -656,7 +656,7 @@ async fn http_errors_arrive_before_the_stream() {
     assert!(failure.is_non_retryable());
     assert_eq!(
         failure.type_name(),
-        Some(baton_workflows::activities::CONTEXT_OVERFLOW)
+        Some(baton_workflows::activities::FailureType::ContextOverflow.as_str())
     );
 }
 

@@ -1,0 +1,101 @@
+//! A batch of approved tool calls: in parallel up to the run's limit, or one at a time with
+//! snapshot chaining when a call changes the workspace; read-only calls as local activities
+//! when the run asks for it.
+
+use baton_proto::{ToolRequest, ToolResult};
+use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
+
+use super::{
+    AgentRun, failure_message, now_ms,
+    options::{local_tool_options, tool_options},
+    patches::PATCH_SERIAL_MUTATING,
+};
+use crate::activities::ToolActivities;
+
+/// Runs approved calls as activities, at most `max_parallel` at once, results in call order.
+/// A call whose activity fails for good (after retries) becomes an error observation.
+pub(super) async fn run_tools(
+    ctx: &WorkflowContext<AgentRun>,
+    requests: Vec<ToolRequest>,
+    max_parallel: u32,
+    token: &WorkflowCancellationToken,
+) -> Vec<ToolResult> {
+    let mut results = Vec::with_capacity(requests.len());
+    // Calls that change the workspace run one at a time, each from the snapshot the previous
+    // one left: they may run on different workers, whose copies cannot be merged.
+    let serial = requests.len() > 1
+        && requests.iter().any(|r| r.mutating)
+        && ctx.patched(PATCH_SERIAL_MUTATING);
+    let chunk = if serial {
+        1
+    } else {
+        max_parallel.max(1) as usize
+    };
+    let mut snapshot = requests
+        .first()
+        .map(|r| r.snapshot.clone())
+        .unwrap_or_default();
+    // Read-only calls as local activities (the run asked for it; they change nothing, so
+    // running one again after a worker failure is harmless).
+    let local = ctx.state(|s| s.run.spec.local_read_tools) && requests.iter().all(|r| !r.mutating);
+    for group in requests.chunks(chunk) {
+        let ids: Vec<String> = group
+            .iter()
+            .filter_map(|r| r.call.as_ref().map(|c| c.id.clone()))
+            .collect();
+        let now = now_ms(ctx.workflow_time());
+        ctx.state_mut(|s| s.run.on_tools_started(&ids, now));
+        let with_snapshot = |r: &ToolRequest| ToolRequest {
+            snapshot: snapshot.clone(),
+            ..r.clone()
+        };
+        let outcomes = if local {
+            let futures: Vec<_> = group
+                .iter()
+                .map(|r| {
+                    let opts = local_tool_options(r, token);
+                    ctx.execute_local_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                })
+                .collect();
+            temporalio_workflow::join_all(futures).await
+        } else {
+            let futures: Vec<_> = group
+                .iter()
+                .map(|r| {
+                    let opts = tool_options(r, token);
+                    ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                })
+                .collect();
+            temporalio_workflow::join_all(futures).await
+        };
+        // Once the step is cancelled, a failed call was (most likely) stopped by it: the
+        // machine says so at the run's end, rather than "could not be run".
+        let stopped = token.is_cancelled();
+        let finished_before = results.len();
+        for (request, outcome) in group.iter().zip(outcomes) {
+            let call = request.call.clone().unwrap_or_default();
+            results.push(match outcome {
+                Ok(result) => {
+                    if !result.snapshot.is_empty() {
+                        snapshot = result.snapshot.clone();
+                    }
+                    result
+                }
+                Err(_) if stopped => continue,
+                Err(e) => ToolResult {
+                    call_id: call.id,
+                    name: call.name,
+                    content: format!("The tool could not be run: {}", failure_message(&e)),
+                    is_error: true,
+                    ..Default::default()
+                },
+            });
+        }
+        let now = now_ms(ctx.workflow_time());
+        ctx.state_mut(|s| s.run.on_tools_finished(&results[finished_before..], now));
+        if token.is_cancelled() {
+            break;
+        }
+    }
+    results
+}

@@ -1,0 +1,393 @@
+//! The `AgentRun` workflow: drives the pure [`RunState`] machine, executing the steps it asks
+//! for as activities, durable timers and waits for approval signals/updates.
+//!
+//! - this file: the [`AgentRun`] type, its signals, update and queries, and the run loop (one
+//!   `match` over [`Step`]);
+//! - [`approval`](self::approval): the wait for approval decisions;
+//! - [`batch`](self::batch): a batch of tool calls (parallel, serial mutating, local reads);
+//! - [`deadline`](self::deadline): a step's work against the run's deadline and cancellation;
+//! - [`options`](self::options): activity and timer options, the step token;
+//! - [`status`](self::status): the memo, search attributes and UI details (three generations);
+//! - [`patches`]: the registry of patch markers and the histories that cover them.
+
+mod approval;
+mod batch;
+mod deadline;
+mod options;
+pub mod patches;
+mod status;
+
+use std::time::UNIX_EPOCH;
+
+use baton_proto::{
+    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, InstructionsRequest, RunResult,
+    RunSpec, RunStatus,
+};
+use temporalio_common::error::IncomingError;
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_workflow::{
+    ActivityExecutionError, ContinueAsNewOptions, SyncWorkflowContext, WorkflowContext,
+    WorkflowContextView, WorkflowResult, WorkflowTermination,
+};
+
+use self::{
+    deadline::{OnDeadline, within_deadline},
+    options::{instructions_options, llm_options, step_token},
+    patches::{PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS, PATCH_STRICT_SHELL_RULES},
+};
+pub use self::{
+    options::{
+        LLM_HEARTBEAT, LLM_MAX_ATTEMPTS, LLM_START_TO_CLOSE, TOOL_HEARTBEAT, TOOL_MAX_ATTEMPTS,
+    },
+    status::{
+        SA_AWAITING_APPROVAL, SA_LABELS, SA_STATE, SA_SUBMITTER, SA_TURNS,
+        SEARCH_ATTRIBUTE_DEFINITIONS, STATUS_EVERY_TURNS, STATUS_MEMO_KEY,
+    },
+};
+use crate::{
+    activities::{FailureType, LlmActivities, ToolActivities},
+    machine::{LlmFailure, RunState, Step},
+};
+
+/// Workflow type name.
+pub const WORKFLOW_TYPE: &str = "AgentRun";
+/// Name of the approval signal (as in `#[signal(name = ..)]` below).
+pub const APPROVAL_SIGNAL: &str = "approval";
+/// Name of the approval update (as in `#[update(name = ..)]` below).
+pub const APPROVE_UPDATE: &str = "approve";
+/// Default task queue.
+pub const DEFAULT_TASK_QUEUE: &str = "baton";
+
+/// One agent run.
+#[workflow]
+pub struct AgentRun {
+    run: RunState,
+    /// Search attribute values last sent; not part of the run's state: rebuilt identically on
+    /// replay.
+    indexed: Option<status::Indexed>,
+    /// What the last status refresh showed and at which turn (patch `status-on-change-v1`);
+    /// rebuilt identically on replay.
+    published: Option<status::Published>,
+}
+
+#[workflow_methods]
+impl AgentRun {
+    #[init]
+    fn new(ctx: &WorkflowContextView, spec: RunSpec) -> Self {
+        let now = now_ms(ctx.start_time());
+        let id = ctx.workflow_id().to_owned();
+        let run = match spec.continued.clone() {
+            Some(continued) => {
+                let spec = RunSpec {
+                    continued: None,
+                    ..spec
+                };
+                RunState::resume(&id, spec.clone(), &continued)
+                    .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail))
+            }
+            None => RunState::new(&id, spec.clone(), now)
+                .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail)),
+        };
+        Self {
+            run,
+            indexed: None,
+            published: None,
+        }
+    }
+
+    /// Runs the agent loop until it finishes, fails or is cancelled.
+    #[run(name = "AgentRun")]
+    pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
+        if ctx.patched(PATCH_STRICT_SHELL_RULES) {
+            ctx.state_mut(|s| s.run.strict_rules = true);
+        }
+        // Runs recorded before the prompt builder existed did not read the workspace.
+        // A continued run read them in its first segment.
+        if ctx.state(|s| s.run.segment == 0)
+            && ctx.patched(PATCH_READ_INSTRUCTIONS)
+            && ctx.state(|s| s.run.result().is_none())
+        {
+            let token = step_token(ctx);
+            let outcome = ctx
+                .execute_activity(
+                    ToolActivities::read_instructions,
+                    InstructionsRequest {},
+                    instructions_options(&token),
+                )
+                .await;
+            let now = now_ms(ctx.workflow_time());
+            ctx.state_mut(|s| s.run.on_instructions(outcome.ok(), now));
+        }
+        loop {
+            let (length, suggested) = (ctx.history_length(), ctx.continue_as_new_suggested());
+            if ctx.state(|s| s.run.wants_continue_as_new(length, suggested))
+                && ctx.patched(PATCH_CONTINUE_AS_NEW)
+            {
+                return continue_as_new(ctx, length, suggested);
+            }
+            let now = now_ms(ctx.workflow_time());
+            let step = ctx.state_mut(|s| s.run.next_step(now));
+            status::before_step(ctx, &step);
+            match step {
+                Step::Finish(result) => {
+                    if result.status() == baton_proto::RunState::Cancelled {
+                        return Err(WorkflowTermination::cancelled_with_details(result));
+                    }
+                    return Ok(result);
+                }
+                Step::CallLlm(request) => {
+                    let token = step_token(ctx);
+                    let call = ctx.execute_activity(
+                        LlmActivities::llm_generate,
+                        request,
+                        llm_options("llm_generate", &token),
+                    );
+                    let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await
+                    else {
+                        continue;
+                    };
+                    let now = now_ms(ctx.workflow_time());
+                    match outcome {
+                        Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
+                        Err(e) => {
+                            let detail = failure_message(&e);
+                            let kind = match failure_type(&e) {
+                                Some(FailureType::ContextOverflow) => LlmFailure::ContextOverflow,
+                                Some(FailureType::StoreUnavailable) => LlmFailure::Infrastructure,
+                                _ => LlmFailure::Fatal,
+                            };
+                            ctx.state_mut(|s| s.run.on_llm_failure(kind, detail, now));
+                        }
+                    }
+                }
+                Step::Compact(request) => {
+                    let token = step_token(ctx);
+                    let call = ctx.execute_activity(
+                        LlmActivities::compact_context,
+                        request,
+                        llm_options("compact_context", &token),
+                    );
+                    let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await
+                    else {
+                        continue;
+                    };
+                    let now = now_ms(ctx.workflow_time());
+                    match outcome {
+                        Ok(response) => ctx.state_mut(|s| s.run.on_compacted(response, now)),
+                        Err(e) => {
+                            let detail = failure_message(&e);
+                            ctx.state_mut(|s| s.run.on_compaction_failed(&detail, now));
+                        }
+                    }
+                }
+                Step::AwaitApproval { timeout_seconds } => {
+                    approval::await_approval(ctx, timeout_seconds).await;
+                }
+                Step::RunTools {
+                    requests,
+                    max_parallel,
+                } => {
+                    let token = step_token(ctx);
+                    let work = batch::run_tools(ctx, requests, max_parallel, &token);
+                    let Some(results) = within_deadline(ctx, &token, work, OnDeadline::Drain).await
+                    else {
+                        continue;
+                    };
+                    let now = now_ms(ctx.workflow_time());
+                    ctx.state_mut(|s| s.run.on_tool_results(results, now));
+                }
+            }
+        }
+    }
+
+    /// Fire-and-forget approval decision (e.g. from `temporal workflow signal`), an
+    /// [`ApprovalDecision`] as JSON. Malformed decisions, and decisions for unknown or
+    /// already-decided calls, are recorded as notes and otherwise ignored: a bad signal never
+    /// wedges the run.
+    #[signal(name = "approval")]
+    pub fn approval(&mut self, ctx: &mut SyncWorkflowContext<Self>, decision: serde_json::Value) {
+        let now = now_ms(ctx.workflow_time());
+        match parse_decision(decision) {
+            Ok(d) => {
+                let _ = self.run.on_decision(d, now);
+            }
+            Err(e) => self.run.note(now, &format!("approval signal ignored: {e}")),
+        }
+    }
+
+    /// Guidance from a user (a JSON string, or `{"text": "..."}`), added to the conversation
+    /// before the next LLM call.
+    #[signal(name = "message")]
+    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, text: serde_json::Value) {
+        let now = now_ms(ctx.workflow_time());
+        let text = match &text {
+            serde_json::Value::String(s) => Some(s.clone()),
+            other => other
+                .get("text")
+                .and_then(|t| t.as_str())
+                .map(str::to_owned),
+        };
+        match text {
+            Some(t) if !t.trim().is_empty() => self.run.on_user_message(t, now),
+            _ => self.run.note(
+                now,
+                "message signal ignored: send a JSON string or {\"text\": \"...\"}",
+            ),
+        }
+    }
+
+    #[update_validator(approve)]
+    fn validate_approve(
+        &self,
+        _ctx: &WorkflowContextView,
+        decision: &serde_json::Value,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let decision = parse_decision(decision.clone())?;
+        self.run
+            .validate_decision(&decision)
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    }
+
+    /// Validated approval decision (an [`ApprovalDecision`] as JSON): rejects malformed
+    /// decisions and unknown or already-decided calls, returns what it applied.
+    #[update(name = "approve")]
+    pub fn approve(
+        &mut self,
+        ctx: &mut SyncWorkflowContext<Self>,
+        decision: serde_json::Value,
+    ) -> ApprovalOutcome {
+        let now = now_ms(ctx.workflow_time());
+        // The validator ran against this same state, so neither step can fail.
+        parse_decision(decision)
+            .ok()
+            .and_then(|d| self.run.on_decision(d, now).ok())
+            .unwrap_or_default()
+    }
+
+    /// State, turn, pending calls, usage and the last event.
+    #[query(name = "status")]
+    pub fn status(&self, _ctx: &WorkflowContextView) -> RunStatus {
+        self.run.status()
+    }
+
+    /// Events with `seq >= since`, for `baton watch`.
+    #[query(name = "events")]
+    pub fn events(&self, _ctx: &WorkflowContextView, request: EventsRequest) -> EventsPage {
+        self.run.events_since(request.since)
+    }
+
+    /// The whole conversation so far. After a continue-as-new, older items are stubs: read
+    /// them from the blob store under the head of query `stored`.
+    #[query(name = "transcript")]
+    pub fn transcript(&self, _ctx: &WorkflowContextView) -> Vec<baton_proto::Item> {
+        self.run.conversation.clone()
+    }
+
+    /// Where the conversation is in the blob store: its last stored segment and how many
+    /// items that holds (`added` is empty).
+    #[query(name = "stored")]
+    pub fn stored(&self, _ctx: &WorkflowContextView) -> baton_proto::ConversationRef {
+        let (head, stored_items) = self
+            .run
+            .stored
+            .clone()
+            .map(|(h, n)| (h, n as u32))
+            .unwrap_or_default();
+        baton_proto::ConversationRef {
+            head,
+            stored_items,
+            added: Vec::new(),
+        }
+    }
+}
+
+/// Ends this segment of the run and continues it as new with its state carried by reference
+/// (same workflow id: `status`, `watch`, `result` and approvals go on working).
+fn continue_as_new(
+    ctx: &mut WorkflowContext<AgentRun>,
+    length: u32,
+    suggested: bool,
+) -> WorkflowResult<RunResult> {
+    let now = now_ms(ctx.workflow_time());
+    let checkpoint = ctx.state_mut(|s| {
+        s.run.note(
+            now,
+            &format!(
+                "history budget: continuing as new after {length} events{} (segment {})",
+                if suggested {
+                    ", as the server suggested"
+                } else {
+                    ""
+                },
+                s.run.segment + 1
+            ),
+        );
+        s.run.checkpoint()
+    });
+    let continued = match checkpoint {
+        Ok(c) => c,
+        // Cannot happen with serde-serializable state.
+        Err(e) => {
+            return Err(WorkflowTermination::failed_application(
+                temporalio_common::error::ApplicationFailure::new(format!(
+                    "cannot carry the run's state into a new segment: {e}"
+                )),
+            ));
+        }
+    };
+    status::publish_status(ctx);
+    let spec = ctx.state(|s| RunSpec {
+        continued: Some(continued),
+        ..s.run.spec.clone()
+    });
+    match ctx.continue_as_new(spec, ContinueAsNewOptions::default()) {
+        Err(termination) => Err(termination),
+        Ok(never) => match never {},
+    }
+}
+
+/// An approval decision from JSON, with an error that shows the expected shape.
+fn parse_decision(value: serde_json::Value) -> Result<ApprovalDecision, String> {
+    let decision: ApprovalDecision = serde_json::from_value(value).map_err(|e| {
+        format!(
+            "malformed decision ({e}); expected {{\"call_id\": \"<id>\" or \"*\", \"approved\": true|false, \"approver\": \"<who>\", \"reason\": \"<text>\"}}"
+        )
+    })?;
+    if decision.call_id.is_empty() {
+        return Err("the decision has no call_id; name a pending call or \"*\"".to_owned());
+    }
+    Ok(decision)
+}
+
+/// The message a person (or the model) should see for a failed activity: the underlying
+/// failure, not the wrapper's "activity task failed".
+pub fn failure_message(e: &ActivityExecutionError) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.cause();
+    while let Some(c) = cause {
+        message = c.to_string();
+        cause = c.cause();
+    }
+    message
+}
+
+/// The application failure type (`ApplicationFailure::type_name`) behind an activity error,
+/// if it is one baton's activities raise.
+fn failure_type(e: &ActivityExecutionError) -> Option<FailureType> {
+    let mut cause = e.cause();
+    while let Some(c) = cause {
+        if let IncomingError::Application(app) = c
+            && let Some(t) = app.type_name()
+        {
+            return FailureType::parse(t);
+        }
+        cause = c.cause();
+    }
+    None
+}
+
+fn now_ms(t: Option<std::time::SystemTime>) -> i64 {
+    t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,153 @@
+//! Activity and timer options: timeouts, retry policies, cancellation, and the step token every
+//! one of them carries.
+
+use std::time::Duration;
+
+use baton_proto::ToolRequest;
+use temporalio_common::RetryPolicy;
+use temporalio_workflow::{
+    ActivityCancellationType, ActivityOptions, LocalActivityOptions, TimerOptions,
+    WorkflowCancellationToken, WorkflowContext,
+};
+
+use super::AgentRun;
+use crate::activities::FailureType;
+
+/// LLM activity: start-to-close timeout.
+pub const LLM_START_TO_CLOSE: Duration = Duration::from_secs(5 * 60);
+/// LLM activity: heartbeat timeout (the activity heartbeats while it waits on the provider).
+pub const LLM_HEARTBEAT: Duration = Duration::from_secs(30);
+/// LLM activity: attempts before the run ends with `provider_error`.
+pub const LLM_MAX_ATTEMPTS: u32 = 8;
+/// Tool activity: heartbeat timeout, so a dead worker's call moves on within seconds.
+pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Tool activity: attempts (infrastructure failures only; ordinary failures are results).
+pub const TOOL_MAX_ATTEMPTS: u32 = 5;
+
+/// The cancellation token of one step's timers, waits and activities: a child of the run's,
+/// owned by the step.
+///
+/// Everything the SDK starts with the run's own token registers a callback in that token,
+/// which the run's context owns, and the callback holds the context: a reference cycle that
+/// only the operation's completion breaks. An operation dropped before it completes (the
+/// timer that lost a `select!`, or anything in flight when the run is evicted from the
+/// worker's cache) would then keep the whole context alive for the life of the worker. A
+/// child token is owned by the step's future and freed with it (the run's token holds it
+/// weakly), and the run's cancellation still reaches it.
+pub(super) fn step_token(ctx: &WorkflowContext<AgentRun>) -> WorkflowCancellationToken {
+    ctx.cancellation_token().child_token()
+}
+
+pub(super) fn timer_options(duration: Duration, token: &WorkflowCancellationToken) -> TimerOptions {
+    TimerOptions::builder(duration)
+        .cancellation_token(token.clone())
+        .build()
+}
+
+/// Options of the model activities (`llm_generate`, `compact_context`): `summary` names the
+/// activity in the UI.
+pub(super) fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> ActivityOptions {
+    let non_retryable = [
+        FailureType::ProviderFatal,
+        FailureType::ContextOverflow,
+        FailureType::BadInput,
+    ];
+    ActivityOptions::with_start_to_close_timeout(LLM_START_TO_CLOSE)
+        .heartbeat_timeout(LLM_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(60))
+                .maximum_attempts(LLM_MAX_ATTEMPTS)
+                .non_retryable_error_types(non_retryable.map(FailureType::as_str))
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::TryCancel)
+        .cancellation_token(token.clone())
+        .summary(summary.to_owned())
+        .build()
+}
+
+pub(super) fn instructions_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(30))
+        .cancellation_token(token.clone())
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_millis(500))
+                .maximum_attempts(3)
+                .build(),
+        )
+        .summary("read_instructions".to_owned())
+        .build()
+}
+
+/// A tool call run as a local activity (read-only calls of a run with `local_read_tools`).
+pub(super) fn local_tool_options(
+    request: &ToolRequest,
+    token: &WorkflowCancellationToken,
+) -> LocalActivityOptions {
+    let tool = ToolActivity::of(request);
+    LocalActivityOptions::builder()
+        .activity_id(tool.activity_id)
+        .start_to_close_timeout(tool.timeout)
+        .retry_policy(tool_retry_policy())
+        .cancel_type(ActivityCancellationType::WaitCancellationCompleted)
+        .cancellation_token(token.clone())
+        .summary(tool.summary)
+        .build()
+}
+
+pub(super) fn tool_options(
+    request: &ToolRequest,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
+    let tool = ToolActivity::of(request);
+    ActivityOptions::with_start_to_close_timeout(tool.timeout)
+        .activity_id(tool.activity_id)
+        .heartbeat_timeout(TOOL_HEARTBEAT)
+        .retry_policy(tool_retry_policy())
+        .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+        .cancellation_token(token.clone())
+        .summary(tool.summary)
+        .build()
+}
+
+/// What a tool activity is called, how long it may take, and its one-line summary.
+struct ToolActivity {
+    activity_id: String,
+    timeout: Duration,
+    summary: String,
+}
+
+impl ToolActivity {
+    fn of(request: &ToolRequest) -> Self {
+        let call = request.call.clone().unwrap_or_default();
+        let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
+        let mut summary = format!("{}: {}", call.name, call.arguments);
+        crate::view::cut_text(&mut summary, 200);
+        // A confirmed re-run is a new activity of the same call.
+        let activity_id = if request.retry_confirmed {
+            format!("{}-rerun", call.id)
+        } else {
+            call.id
+        };
+        Self {
+            activity_id,
+            timeout,
+            summary,
+        }
+    }
+}
+
+fn tool_retry_policy() -> RetryPolicy {
+    RetryPolicy::builder()
+        // A retry is a worker failure being handed to another worker: no reason to wait long
+        // before the first one.
+        .initial_interval(Duration::from_millis(200))
+        .backoff_coefficient(2.0)
+        .maximum_interval(Duration::from_secs(30))
+        .maximum_attempts(TOOL_MAX_ATTEMPTS)
+        .non_retryable_error_types([FailureType::BadInput.as_str()])
+        .build()
+}
