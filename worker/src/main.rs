@@ -4,6 +4,13 @@
 //! connection from `TEMPORAL_ADDRESS` / `TEMPORAL_NAMESPACE` / profiles, like the `temporal`
 //! CLI. On SIGTERM or SIGINT the worker stops polling, gives running activities the grace
 //! period, then exits; a second signal exits at once.
+//!
+//! - [`settings`]: the typed settings (defaults, `baton.toml`, `BATON_*`).
+//! - [`health`]: gRPC health for probes (readiness, liveness).
+//! - [`metrics`]: the Prometheus exporter (core and baton metrics, visibility poller).
+//! - [`observers`]: activity and run observers behind those metrics; the `Resident` interceptor.
+//! - [`senders`]: who sent an approval (worker + workflow interceptors).
+//! - `otel`: OpenTelemetry trace export (feature `otel`).
 
 mod health;
 mod metrics;

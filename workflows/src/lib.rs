@@ -1,11 +1,13 @@
 //! baton's deterministic core: the agent state machine and the `AgentRun` workflow.
 //!
-//! - [`machine`]: [`machine::RunState`] and its pure transitions (guards, finish reasons,
-//!   approval gating, tool results, termination reasons).
+//! - [`machine`]: [`machine::RunState`] and its pure transitions, one file per concern, with
+//!   the phase × input table in its doc.
 //! - [`policy`]: the approval policy, `assess(call, tool, policy)`.
 //! - [`guards`]: loop guards (circuit breaker thresholds, loop detection).
 //! - [`prompt`]: the system prompt builder.
 //! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
+//! - [`view`]: the model's view of a conversation (elision, summary, stubs), shared with the
+//!   model activity.
 //! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
 //!   `baton-activities`.
 //! - [`workflow`]: the `AgentRun` workflow: signals, update, queries and the run loop, with the

@@ -101,28 +101,37 @@ enum Kind {
     Skipped,
 }
 
-/// The entries of `dir`, sorted by name.
-fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
+/// The entries of `dir`, sorted by name, each with what `classify` makes of its path and type.
+/// Shared by the walk here and by `list_files` (which classifies links differently).
+pub(crate) fn sorted_entries<K>(
+    dir: &Path,
+    classify: impl Fn(&Path, std::io::Result<std::fs::FileType>) -> K,
+) -> std::io::Result<Vec<(PathBuf, K)>> {
     let mut entries = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
-        let kind = match entry.file_type() {
-            Ok(t) if t.is_dir() => Kind::Dir,
-            Ok(t) if t.is_file() => Kind::File,
-            Ok(t) if t.is_symlink() => {
-                if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
-                    Kind::Skipped
-                } else {
-                    Kind::Symlink
-                }
-            }
-            _ => Kind::Skipped,
-        };
+        let kind = classify(&path, entry.file_type());
         entries.push((path, kind));
     }
     entries.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
     Ok(entries)
+}
+
+/// The entries of `dir`, sorted by name.
+fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
+    sorted_entries(dir, |path, file_type| match file_type {
+        Ok(t) if t.is_dir() => Kind::Dir,
+        Ok(t) if t.is_file() => Kind::File,
+        Ok(t) if t.is_symlink() => {
+            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                Kind::Skipped
+            } else {
+                Kind::Symlink
+            }
+        }
+        _ => Kind::Skipped,
+    })
 }
 
 #[cfg(test)]

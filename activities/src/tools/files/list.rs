@@ -8,6 +8,7 @@ use baton_workflows::tools::OUTPUT_CAP_BYTES;
 use serde::Deserialize;
 
 use crate::tools::output::cap;
+use crate::tools::walk::sorted_entries;
 use crate::tools::workspace::{is_local_state, resolve};
 use crate::tools::{Outcome, ToolContext};
 
@@ -137,21 +138,13 @@ impl Kind {
 
 /// The entries of `dir`, sorted by name.
 fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let kind = match entry.file_type() {
-            Ok(t) if t.is_dir() => Kind::Dir,
-            Ok(t) if t.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) => {
-                Kind::LinkToDir
-            }
-            _ => Kind::Other,
-        };
-        entries.push((path, kind));
-    }
-    entries.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
-    Ok(entries)
+    sorted_entries(dir, |path, file_type| match file_type {
+        Ok(t) if t.is_dir() => Kind::Dir,
+        Ok(t) if t.is_symlink() && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) => {
+            Kind::LinkToDir
+        }
+        _ => Kind::Other,
+    })
 }
 
 #[cfg(test)]
