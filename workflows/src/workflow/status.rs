@@ -100,10 +100,11 @@ impl Published {
 /// module doc; the order of the `patched` checks is part of the histories).
 pub(super) fn before_step(ctx: &WorkflowContext<AgentRun>, step: &Step) {
     if ctx.patched(PATCH_STATUS_ON_CHANGE) {
-        let now = Published::of(&set_details(ctx));
+        let status = set_details(ctx);
+        let now = Published::of(&status);
         let due = ctx.state(|s| s.published.as_ref().is_none_or(|p| p.is_due(&now, step)));
         if due {
-            publish_status(ctx);
+            publish(ctx, &status);
             ctx.state_mut(|s| s.published = Some(now));
         }
     } else if is_read_only_step(step) && ctx.patched(PATCH_QUIET_READ_STEPS) {
@@ -116,9 +117,9 @@ pub(super) fn before_step(ctx: &WorkflowContext<AgentRun>, step: &Step) {
 /// Publishes at once, outside the per-step rule (a partial approval decision), and remembers it
 /// as the last refresh.
 pub(super) fn publish_now(ctx: &WorkflowContext<AgentRun>) {
-    publish_status(ctx);
-    let published = ctx.state(|s| Published::of(&s.run.status()));
-    ctx.state_mut(|s| s.published = Some(published));
+    let status = set_details(ctx);
+    publish(ctx, &status);
+    ctx.state_mut(|s| s.published = Some(Published::of(&status)));
 }
 
 fn is_read_only_step(step: &Step) -> bool {
@@ -128,7 +129,13 @@ fn is_read_only_step(step: &Step) -> bool {
 /// Keeps the run's memo and UI details current, so `baton status` works with no worker.
 pub(super) fn publish_status(ctx: &WorkflowContext<AgentRun>) {
     let status = set_details(ctx);
-    if let Ok(value) = serde_json::to_value(&status) {
+    publish(ctx, &status);
+}
+
+/// Writes `status` (the run's current one, its details already set) to the memo and, where the
+/// history has the search-attributes patch, the search attributes that changed.
+fn publish(ctx: &WorkflowContext<AgentRun>, status: &RunStatus) {
+    if let Ok(value) = serde_json::to_value(status) {
         let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
     }
     if !ctx.patched(PATCH_SEARCH_ATTRIBUTES) {
