@@ -71,6 +71,7 @@ fn failed() -> RunResult {
         turns: 50,
         usage: None,
         detail: "d".to_owned(),
+        ..RunResult::default()
     }
 }
 
@@ -332,6 +333,7 @@ fn watch_lines_are_the_documented_ones() {
             llm_calls: 2,
         }),
         detail: String::new(),
+        ..RunResult::default()
     };
     let finished = RunEvent {
         at_ms: 1_767_225_631_002,

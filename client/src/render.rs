@@ -40,6 +40,12 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
         TerminationReason::LoopDetected => {
             "the agent was repeating itself (or kept failing) and was stopped; rephrase the task or give guidance"
         }
+        TerminationReason::WorkspaceUnavailable => {
+            "the run's workspace could not be prepared (git URL, ref or credentials, or a missing snapshot); see the detail"
+        }
+        TerminationReason::OutputInvalid => {
+            "the final answer did not match --output-schema, even after a corrective turn"
+        }
         TerminationReason::ApprovalTimedOut => {
             "nobody approved or denied a pending tool call in time, and the policy says to fail"
         }

@@ -243,6 +243,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         },
         system_prompt: args.instructions.clone().unwrap_or_default(),
         continued: None,
+        ..Default::default()
     })
 }
 

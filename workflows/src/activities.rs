@@ -4,7 +4,8 @@
 #![allow(unused_variables, clippy::unimplemented)]
 
 use baton_proto::{
-    CompactRequest, CompactResponse, InstructionsRequest, LlmRequest, LlmResponse, ToolRequest,
+    Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
+    InstructionsRequest, LlmRequest, LlmResponse, PrepareRequest, PreparedWorkspace, ToolRequest,
     ToolResult, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
@@ -49,6 +50,41 @@ impl ToolActivities {
     }
 }
 
+/// The run's workspace coming in and its changes going out.
+pub struct WorkspaceActivities;
+
+#[activity_definitions]
+impl WorkspaceActivities {
+    /// Puts the run's source (a snapshot, a git clone) into its workspace and snapshots it.
+    /// A source that cannot exist (unknown URL or ref, refused credentials, missing
+    /// snapshot) fails with [`FailureType::WorkspaceUnavailable`], not retried.
+    #[activity(name = "prepare_workspace")]
+    pub fn prepare_workspace(request: PrepareRequest) -> Result<PreparedWorkspace, ActivityError> {
+        unimplemented!()
+    }
+
+    /// The change set between the run's starting and final snapshots, stored as a patch.
+    #[activity(name = "collect_changes")]
+    pub fn collect_changes(request: CollectRequest) -> Result<Changes, ActivityError> {
+        unimplemented!()
+    }
+
+    /// Commits the change set on the run's base commit, pushes it, and opens a pull request
+    /// when asked. Idempotent: a retry pushes the same commit and finds the pull request it
+    /// opened. A refusal (protected branch, stale base, API error) is a result with `error`.
+    #[activity(name = "deliver")]
+    pub fn deliver(request: DeliverRequest) -> Result<Delivered, ActivityError> {
+        unimplemented!()
+    }
+}
+
+/// Marker of the `collect_changes` activity, for implementations.
+pub use workspace_activities::CollectChanges;
+/// Marker of the `deliver` activity, for implementations.
+pub use workspace_activities::Deliver;
+/// Marker of the `prepare_workspace` activity, for implementations.
+pub use workspace_activities::PrepareWorkspace;
+
 /// Marker of the `compact_context` activity, for implementations.
 pub use llm_activities::CompactContext;
 /// Marker of the `llm_generate` activity, for implementations (`#[activity(definition = ..)]`).
@@ -82,11 +118,14 @@ pub enum FailureType {
     ProviderUnreachable,
     /// The provider's reply could not be read (retried).
     ProviderBadResponse,
+    /// The run's workspace source cannot be had: a git URL or ref that does not exist,
+    /// refused credentials, a snapshot missing from the store (not retried).
+    WorkspaceUnavailable,
 }
 
 impl FailureType {
     /// Every failure type.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::ProviderFatal,
         Self::ContextOverflow,
         Self::StoreUnavailable,
@@ -95,6 +134,7 @@ impl FailureType {
         Self::ProviderUnavailable,
         Self::ProviderUnreachable,
         Self::ProviderBadResponse,
+        Self::WorkspaceUnavailable,
     ];
 
     /// The type name on the wire.
@@ -108,6 +148,7 @@ impl FailureType {
             Self::ProviderUnavailable => "ProviderUnavailable",
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderBadResponse => "ProviderBadResponse",
+            Self::WorkspaceUnavailable => "WorkspaceUnavailable",
         }
     }
 
@@ -143,6 +184,7 @@ mod tests {
                 "ProviderUnavailable",
                 "ProviderUnreachable",
                 "ProviderBadResponse",
+                "WorkspaceUnavailable",
             ]
         );
         for t in FailureType::ALL {

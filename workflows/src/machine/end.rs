@@ -17,6 +17,7 @@ impl RunState {
             turns: self.turn,
             usage: Some(self.usage),
             detail: String::new(),
+            ..RunResult::default()
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
         self.phase = Phase::Finished(result);
@@ -37,6 +38,7 @@ impl RunState {
             turns: self.turn,
             usage: Some(self.usage),
             detail,
+            ..RunResult::default()
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
         self.phase = Phase::Finished(result);

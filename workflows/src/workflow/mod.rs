@@ -111,7 +111,7 @@ impl AgentRun {
             let outcome = ctx
                 .execute_activity(
                     ToolActivities::read_instructions,
-                    InstructionsRequest {},
+                    InstructionsRequest::default(),
                     instructions_options(&token),
                 )
                 .await;
