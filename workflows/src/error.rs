@@ -61,6 +61,12 @@ pub enum StateError {
         /// What is wrong with it and how to fix it.
         detail: String,
     },
+    /// The spec's workspace source or delivery cannot work.
+    #[error("invalid workspace or delivery: {detail}")]
+    InvalidWorkspace {
+        /// What is wrong with it and how to fix it.
+        detail: String,
+    },
     /// The state cannot be written as JSON (not expected: every field serializes).
     #[error("{0}")]
     Unserializable(#[source] serde_json::Error),

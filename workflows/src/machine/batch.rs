@@ -191,6 +191,9 @@ impl RunState {
         for planned in batch.calls {
             let result = match planned.disposition {
                 Disposition::Run { .. } => {
+                    if !tools::definition(&planned.call.name).is_some_and(|d| d.read_only) {
+                        self.outputs.touched = true;
+                    }
                     let mut r = results.next().unwrap_or_else(|| ToolResult {
                         content: "internal error: the tool produced no result".to_owned(),
                         is_error: true,

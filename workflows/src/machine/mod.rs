@@ -40,10 +40,15 @@
 //! | `Executing` | `next_step` | `Executing` | `RunTools` (the calls allowed to run) |
 //! | `Executing` | `on_tools_started`, `on_tools_finished` | `Executing` | `tool_started`/`tool_finished` events, once each |
 //! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off (`on_retry = "ask"`) | results join the conversation (and the breaker's alert, after its first threshold) |
-//! | `Finished` | `next_step` | `Finished` | `Finish` |
+//! | `Finished` | `next_step`, outputs collected (patch `run-outputs-v1`), change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
+//! | `Finished` | `next_step`, change set collected, delivery asked for and not done, a patch to deliver | `Finished` | `Deliver` |
+//! | `Finished` | `next_step`, otherwise | `Finished` | `Finish` (the result with `changes` and `delivered`) |
+//! | `Finished` | `on_changes`, `on_changes_failed`, `on_delivered`, `on_delivery_failed` | `Finished` | note |
 //! | not `Finished` | `on_deadline_passed` | `Finished` (`BudgetExceeded`) | open calls answered |
 //! | not `Finished` | `on_cancelled` | `Finished` (`Cancelled`) | open calls answered |
 //! | not `Finished` | `on_user_message` | unchanged (the inbox) | note |
+//! | any | `on_workspace_prepared` (once, before the first step) | unchanged | note, the starting snapshot |
+//! | not `Finished` | `on_workspace_failed` | `Finished` (`WorkspaceUnavailable`) | |
 //! | any | `on_instructions` (once, before the first step) | unchanged | note |
 //!
 //! An input in a phase the table does not list for it changes nothing. The workflow never
@@ -67,6 +72,7 @@
 //! - `context.rs`: eliding old tool outputs, the token estimate, compaction.
 //! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
+//! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
 //! - `status.rs`: status, pending calls, events, [`describe_event`].
 
 use std::{collections::BTreeSet, fmt};
@@ -85,9 +91,11 @@ mod batch;
 mod checkpoint;
 mod context;
 mod end;
+mod outputs;
 mod status;
 mod turn;
 
+pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
 pub use status::describe_event;
 
 /// Default maximum number of LLM calls in a run.
@@ -154,6 +162,12 @@ pub enum Step {
     /// Summarize the older part of the conversation (activity `compact_context`), then report
     /// with [`RunState::on_compacted`] or [`RunState::on_compaction_failed`].
     Compact(CompactRequest),
+    /// Collect the change set of the finished run (activity `collect_changes`), then report
+    /// with [`RunState::on_changes`] or [`RunState::on_changes_failed`].
+    CollectChanges(baton_proto::CollectRequest),
+    /// Deliver the change set (activity `deliver`), then report with
+    /// [`RunState::on_delivered`] or [`RunState::on_delivery_failed`].
+    Deliver(baton_proto::DeliverRequest),
     /// The run is over.
     Finish(RunResult),
 }
@@ -320,6 +334,9 @@ pub struct RunState {
     /// The turn at which the current segment started.
     #[serde(default)]
     pub segment_start_turn: u32,
+    /// The workspace source's start, the change set and delivery.
+    #[serde(default)]
+    pub outputs: Outputs,
 }
 
 /// A compaction summary.
@@ -364,6 +381,7 @@ impl RunState {
         if let Some(p) = &spec.approval {
             policy::validate(p).map_err(|detail| StateError::InvalidPolicy { detail })?;
         }
+        outputs::validate(&spec)?;
         let conversation = vec![user(&spec.task, false)];
         let mut state = Self::blank(run_id, spec, tools, conversation, now_ms);
         state.base_limits = state.spec.limits.clone();
@@ -416,6 +434,7 @@ impl RunState {
             compaction_failed_turn: None,
             instructions: None,
             base_limits: None,
+            outputs: Outputs::default(),
         }
     }
 
@@ -423,7 +442,13 @@ impl RunState {
     /// LLM call, which may end the run.
     pub fn next_step(&mut self, now_ms: i64) -> Step {
         match &self.phase {
-            Phase::Finished(result) => Step::Finish(result.clone()),
+            Phase::Finished(result) => {
+                let result = result.clone();
+                match self.outputs_step(&result, now_ms) {
+                    Some(step) => step,
+                    None => Step::Finish(self.with_outputs(result)),
+                }
+            }
             Phase::AwaitingApproval(_) => Step::AwaitApproval {
                 timeout_seconds: self.approval_timeout(),
             },

@@ -7,6 +7,8 @@
 //! - [`batch`](self::batch): a batch of tool calls (parallel, serial mutating, local reads);
 //! - [`deadline`](self::deadline): a step's work against the run's deadline and cancellation;
 //! - [`options`](self::options): activity and timer options, the step token;
+//! - [`outputs`](self::outputs): the workspace prepared from its source, the change set and
+//!   delivery when the run ends;
 //! - [`status`](self::status): the memo, search attributes and UI details (three generations);
 //! - [`patches`]: the registry of patch markers and the histories that cover them.
 
@@ -14,14 +16,14 @@ mod approval;
 mod batch;
 mod deadline;
 mod options;
+mod outputs;
 pub mod patches;
 mod status;
 
 use std::time::UNIX_EPOCH;
 
 use baton_proto::{
-    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, InstructionsRequest, RunResult,
-    RunSpec, RunStatus,
+    ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
 };
 use temporalio_common::error::IncomingError;
 use temporalio_macros::{workflow, workflow_methods};
@@ -33,7 +35,9 @@ use temporalio_workflow::{
 use self::{
     deadline::{OnDeadline, within_deadline},
     options::{instructions_options, llm_options, step_token},
-    patches::{PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS, PATCH_STRICT_SHELL_RULES},
+    patches::{
+        PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS, PATCH_RUN_OUTPUTS, PATCH_STRICT_SHELL_RULES,
+    },
 };
 pub use self::{
     options::{
@@ -101,6 +105,11 @@ impl AgentRun {
         if ctx.patched(PATCH_STRICT_SHELL_RULES) {
             ctx.state_mut(|s| s.run.strict_rules = true);
         }
+        if ctx.patched(PATCH_RUN_OUTPUTS) {
+            ctx.state_mut(|s| s.run.outputs.collect = true);
+            // Only runs with a workspace source have one (no command otherwise).
+            outputs::prepare(ctx).await;
+        }
         // Runs recorded before the prompt builder existed did not read the workspace.
         // A continued run read them in its first segment.
         if ctx.state(|s| s.run.segment == 0)
@@ -108,10 +117,11 @@ impl AgentRun {
             && ctx.state(|s| s.run.result().is_none())
         {
             let token = step_token(ctx);
+            let request = ctx.state(|s| s.run.instructions_request());
             let outcome = ctx
                 .execute_activity(
                     ToolActivities::read_instructions,
-                    InstructionsRequest::default(),
+                    request,
                     instructions_options(&token),
                 )
                 .await;
@@ -180,6 +190,8 @@ impl AgentRun {
                         }
                     }
                 }
+                Step::CollectChanges(request) => outputs::collect(ctx, request).await,
+                Step::Deliver(request) => outputs::deliver(ctx, request).await,
                 Step::AwaitApproval { timeout_seconds } => {
                     approval::await_approval(ctx, timeout_seconds).await;
                 }

@@ -82,6 +82,49 @@ pub(super) fn instructions_options(token: &WorkflowCancellationToken) -> Activit
         .build()
 }
 
+/// Options of `prepare_workspace`: a clone of a large repository or a restore of a large
+/// snapshot takes minutes; the activity heartbeats, so a dead worker's attempt moves on soon.
+/// A source that cannot exist fails at once (`WorkspaceUnavailable` is not retried).
+pub(super) fn prepare_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    workspace_options("prepare_workspace", Duration::from_secs(30 * 60), token)
+}
+
+/// Options of `collect_changes` (reads two snapshots' manifests and the changed files).
+pub(super) fn collect_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    workspace_options("collect_changes", Duration::from_secs(10 * 60), token)
+}
+
+/// Options of `deliver` (a fetch of the base commit, a push, GitHub API calls). Idempotent, so
+/// retried like the others.
+pub(super) fn deliver_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    workspace_options("deliver", Duration::from_secs(15 * 60), token)
+}
+
+fn workspace_options(
+    summary: &str,
+    start_to_close: Duration,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(start_to_close)
+        .heartbeat_timeout(TOOL_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(30))
+                .maximum_attempts(TOOL_MAX_ATTEMPTS)
+                .non_retryable_error_types([
+                    FailureType::WorkspaceUnavailable.as_str(),
+                    FailureType::BadInput.as_str(),
+                ])
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::TryCancel)
+        .cancellation_token(token.clone())
+        .summary(summary.to_owned())
+        .build()
+}
+
 /// A tool call run as a local activity (read-only calls of a run with `local_read_tools`).
 pub(super) fn local_tool_options(
     request: &ToolRequest,

@@ -55,6 +55,11 @@ pub const PATCH_STRICT_SHELL_RULES: &str = "strict-shell-rules-v1";
 /// search attributes) at once, not when the whole batch is decided.
 pub const PATCH_MEMO_ON_DECISION: &str = "memo-on-decision-v1";
 
+/// The run prepares its workspace from the spec's source (`prepare_workspace`) and, when it
+/// ends, collects its change set (`collect_changes`) and delivers it when asked (`deliver`).
+/// Checked once per execution, at its start.
+pub const PATCH_RUN_OUTPUTS: &str = "run-outputs-v1";
+
 /// Name of the marker events a patch records in history (`MarkerRecorded`; the patch id is in
 /// the details), for tools that read histories.
 pub const PATCH_MARKER_NAME: &str = temporalio_common::protos::constants::PATCH_MARKER_NAME;
@@ -85,7 +90,7 @@ pub struct Patch {
 }
 
 /// Every marker the workflow has ever checked, oldest first.
-pub const REGISTRY: [Patch; 8] = [
+pub const REGISTRY: [Patch; 9] = [
     Patch {
         id: PATCH_READ_INSTRUCTIONS,
         changed: "a read_instructions activity before the first turn (AGENTS.md in the prompt)",
@@ -132,6 +137,12 @@ pub const REGISTRY: [Patch; 8] = [
         id: PATCH_MEMO_ON_DECISION,
         changed: "a partial decision refreshes the memo inside the approval wait",
         covered_by: &["approval-run-v8.json"],
+        stage: Stage::Active,
+    },
+    Patch {
+        id: PATCH_RUN_OUTPUTS,
+        changed: "workspace prepared from its source; change set collected and delivered at the end",
+        covered_by: &["approval-run-v9.json"],
         stage: Stage::Active,
     },
 ];

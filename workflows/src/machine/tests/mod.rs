@@ -18,6 +18,7 @@ mod approvals;
 mod batch;
 mod checkpoint;
 mod context;
+mod outputs;
 mod phases;
 mod turn;
 
