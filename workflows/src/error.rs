@@ -67,6 +67,12 @@ pub enum StateError {
         /// What is wrong with it and how to fix it.
         detail: String,
     },
+    /// The spec's output schema is not a JSON Schema.
+    #[error("invalid --output-schema: {detail}")]
+    InvalidOutputSchema {
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The state cannot be written as JSON (not expected: every field serializes).
     #[error("{0}")]
     Unserializable(#[source] serde_json::Error),

@@ -23,6 +23,7 @@ pub mod guards;
 pub mod machine;
 pub mod policy;
 pub mod prompt;
+pub mod schema;
 pub mod tools;
 pub mod view;
 pub mod workflow;

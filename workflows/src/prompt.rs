@@ -17,6 +17,7 @@ pub fn build(
     instructions: Option<&WorkspaceInstructions>,
     sandbox: Option<&SandboxPolicy>,
     extra: &str,
+    output_schema: &str,
 ) -> String {
     let mut prompt = String::from(BASE_PROMPT);
     if let Some(ws) = instructions.filter(|w| !w.workspace.is_empty()) {
@@ -42,6 +43,13 @@ pub fn build(
     if !extra.trim().is_empty() {
         prompt.push_str("\n\nInstructions for this run:\n");
         prompt.push_str(extra.trim_end());
+    }
+    if !output_schema.trim().is_empty() {
+        prompt.push_str(
+            "\n\nYour final answer (the reply in which you call no tools) must be a single JSON \
+             value matching this JSON Schema, with nothing before or after it:\n",
+        );
+        prompt.push_str(output_schema.trim());
     }
     prompt
 }
@@ -107,7 +115,7 @@ mod tests {
             truncated: true,
             ..Default::default()
         };
-        let p = build(0, Some(&ws), None, "Only touch docs/.");
+        let p = build(0, Some(&ws), None, "Only touch docs/.", "");
         let i_base = p.find("You are baton").unwrap();
         let i_ws = p.find("Your workspace is /w/run-1").unwrap();
         let i_date = p.find("Today's date is 1970-01-01").unwrap();
@@ -116,7 +124,7 @@ mod tests {
         let i_extra = p.find("Only touch docs/.").unwrap();
         assert!(i_base < i_ws && i_ws < i_date && i_date < i_agents);
         assert!(i_agents < i_cut && i_cut < i_extra);
-        let bare = build(0, None, None, "");
+        let bare = build(0, None, None, "", "");
         assert!(!bare.contains("AGENTS.md") && !bare.contains("Instructions for this run"));
         // The default sandbox is described; `off` is not.
         assert!(bare.contains("write only inside the workspace") && bare.contains("no network"));
@@ -125,7 +133,7 @@ mod tests {
             network: true,
             ..Default::default()
         };
-        let p = build(0, None, Some(&open), "");
+        let p = build(0, None, Some(&open), "", "");
         assert!(
             p.contains("write nothing but") && p.contains("may use the network"),
             "{p}"
@@ -134,6 +142,6 @@ mod tests {
             mode: "off".into(),
             ..Default::default()
         };
-        assert!(!build(0, None, Some(&off), "").contains("sandbox"));
+        assert!(!build(0, None, Some(&off), "", "").contains("sandbox"));
     }
 }

@@ -8,7 +8,8 @@ use baton_proto::{
 use super::{Disposition, Phase, RunState};
 
 impl RunState {
-    pub(super) fn complete(&mut self, now_ms: i64, answer: String) {
+    /// The run completed with `answer` (and its JSON `output`, `--output-schema`).
+    pub(super) fn complete(&mut self, now_ms: i64, answer: String, output: String) {
         let result = RunResult {
             run_id: self.run_id.clone(),
             status: StateName::Completed as i32,
@@ -17,6 +18,7 @@ impl RunState {
             turns: self.turn,
             usage: Some(self.usage),
             detail: String::new(),
+            output,
             ..RunResult::default()
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));

@@ -43,6 +43,9 @@ pub struct Outputs {
     /// The tree the run started from (runs with a workspace source; `None`: an empty dir).
     #[serde(default)]
     pub start: Option<WorkspaceStart>,
+    /// The final answer missed the output schema once; a second miss ends the run.
+    #[serde(default)]
+    pub schema_retried: bool,
     /// A call that may change the workspace ran.
     #[serde(default)]
     pub touched: bool,
@@ -65,6 +68,10 @@ pub(super) fn validate(spec: &baton_proto::RunSpec) -> Result<(), StateError> {
             return bad("the snapshot source has no snapshot id".to_owned());
         }
         _ => {}
+    }
+    if !spec.output_schema.is_empty() {
+        crate::schema::check_schema(&spec.output_schema)
+            .map_err(|detail| StateError::InvalidOutputSchema { detail })?;
     }
     let Some(delivery) = &spec.deliver else {
         return Ok(());
@@ -224,6 +231,40 @@ impl RunState {
             message: result.answer.clone(),
             at_ms: self.finished_at_ms().unwrap_or(now_ms),
         }))
+    }
+
+    /// The model gave its final answer: the run completes, unless the answer must match an
+    /// output schema and does not (one corrective turn, then `OutputInvalid`).
+    pub(super) fn on_final_answer(&mut self, answer: String, now_ms: i64) {
+        if self.spec.output_schema.is_empty() {
+            self.complete(now_ms, answer, String::new());
+            return;
+        }
+        match crate::schema::validate(&self.spec.output_schema, &answer) {
+            Ok(value) => self.complete(now_ms, answer, value.to_string()),
+            Err(why) if !self.outputs.schema_retried => {
+                self.outputs.schema_retried = true;
+                self.note(
+                    now_ms,
+                    &format!("the final answer does not match the output schema ({why}); asking once more"),
+                );
+                self.conversation.push(super::user(
+                    &format!(
+                        "Your final answer does not match the required JSON Schema: {why}. \
+                         Reply again with only the JSON value, matching the schema."
+                    ),
+                    true,
+                ));
+            }
+            Err(why) => self.finish(
+                now_ms,
+                TerminationReason::OutputInvalid,
+                format!(
+                    "the final answer does not match the output schema, even after a \
+                     corrective turn: {why}"
+                ),
+            ),
+        }
     }
 
     /// The change set is collected.

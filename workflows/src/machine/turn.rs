@@ -83,6 +83,7 @@ impl RunState {
             self.instructions.as_ref(),
             self.spec.sandbox.as_ref(),
             &self.spec.system_prompt,
+            &self.spec.output_schema,
         )
     }
 
@@ -187,7 +188,7 @@ impl RunState {
                 }
                 if calls.is_empty() {
                     let answer = std::mem::take(&mut self.partial_text) + &text;
-                    self.complete(now_ms, answer);
+                    self.on_final_answer(answer, now_ms);
                     return;
                 }
                 self.partial_text.clear();

@@ -244,3 +244,58 @@ fn delivery_needs_a_git_repository_and_a_known_mode() {
     );
     assert!(RunState::new("run-1", git_spec("branch"), T0).is_ok());
 }
+
+const SCHEMA: &str = r#"{"type":"object","required":["fixed"],"properties":{"fixed":{"type":"boolean"}}}"#;
+
+fn schema_spec() -> RunSpec {
+    RunSpec {
+        output_schema: SCHEMA.into(),
+        ..spec(&[])
+    }
+}
+
+#[test]
+fn an_answer_matching_the_schema_is_the_output_and_the_prompt_asks_for_it() {
+    let mut s = RunState::new("run-1", schema_spec(), T0).unwrap();
+    assert!(s.system_prompt().contains(SCHEMA));
+    expect_llm(&mut s);
+    s.on_llm_response(reply(r#"{"fixed": true}"#, vec![], FinishReason::Stop), T0);
+    let result = expect_finish(&mut s);
+    assert_eq!(result.status(), StateName::Completed);
+    assert_eq!(result.output, r#"{"fixed":true}"#);
+}
+
+#[test]
+fn a_mismatch_gets_one_corrective_turn_then_fails_with_the_reason() {
+    let mut s = RunState::new("run-1", schema_spec(), T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(reply("All fixed!", vec![], FinishReason::Stop), T0);
+    let request = expect_llm(&mut s);
+    let last = request.conversation.last().unwrap();
+    assert!(
+        matches!(&last.kind, Some(item::Kind::User(u)) if u.text.contains("does not match the required JSON Schema")),
+        "{last:?}"
+    );
+    s.on_llm_response(reply(r#"{"fixed": "yes"}"#, vec![], FinishReason::Stop), T0);
+    let result = expect_finish(&mut s);
+    assert_eq!(result.reason(), TerminationReason::OutputInvalid);
+    assert!(result.detail.contains("/fixed"), "{}", result.detail);
+    assert_eq!(result.output, "");
+
+    let mut fixed = RunState::new("run-2", schema_spec(), T0).unwrap();
+    expect_llm(&mut fixed);
+    fixed.on_llm_response(reply("All fixed!", vec![], FinishReason::Stop), T0);
+    expect_llm(&mut fixed);
+    fixed.on_llm_response(reply(r#"{"fixed": true}"#, vec![], FinishReason::Stop), T0);
+    assert_eq!(expect_finish(&mut fixed).status(), StateName::Completed);
+}
+
+#[test]
+fn a_bad_schema_is_refused_at_the_start() {
+    let spec = RunSpec {
+        output_schema: r#"{"type": 5}"#.into(),
+        ..spec(&[])
+    };
+    let err = RunState::new("run-1", spec, T0).unwrap_err();
+    assert!(err.to_string().contains("not a valid JSON Schema"), "{err}");
+}
