@@ -6,10 +6,16 @@
 //! - [`tools`]: the tool activities (`run_tool`, `read_instructions`: [`tools::ToolService`],
 //!   in `tools/activity.rs`) and the built-in tools (`shell`, `read_file`, `write_file`,
 //!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
+//! - [`workspace`]: the workspace activities (`prepare_workspace`, `collect_changes`, `deliver`:
+//!   [`workspace::WorkspaceService`]): a run's source in, its change set and delivery out.
+//! - [`git`]: clones of a run's git source and delivery (commit, push, GitHub pull request),
+//!   through real `git` processes with the worker's credentials.
 //!
 //! Elsewhere: the blob store and conversation storage are the `baton-store` crate; the process
 //! sandbox of `shell` is the `baton-sandbox` crate; the worker's interceptors (metrics
 //! observers, approval senders) are in `baton-worker`.
 
+pub mod git;
 pub mod llm;
 pub mod tools;
+pub mod workspace;

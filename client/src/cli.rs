@@ -47,6 +47,13 @@ pub(crate) enum Command {
     List(ListArgs),
     /// Runs waiting for approval, with each pending call and how long it has waited.
     Pending(PendingArgs),
+    /// Print a run's change set as a git-style patch (binary files as git binary patches).
+    Diff(DiffArgs),
+    /// Apply a run's change set to the current directory (a git checkout or not), atomically:
+    /// on a conflict nothing changes (exit 2).
+    Apply(ApplyArgs),
+    /// Write a run's final files into a directory.
+    Download(DownloadArgs),
     /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
     /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
     CodecServer(CodecServerArgs),
@@ -92,6 +99,25 @@ pub(crate) enum SandboxMode {
     /// No confinement: commands run as the worker's user (refused unless the worker sets
     /// allow_sandbox_off = true).
     Off,
+}
+
+/// What `--deliver` does with the run's changes when it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DeliverMode {
+    /// Commit the change set and push it to branch baton/<run id> (or --branch) of the --git
+    /// repository.
+    Branch,
+    /// That, then open a GitHub pull request into the source ref.
+    Pr,
+}
+
+impl DeliverMode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Branch => baton_workflows::machine::DELIVER_BRANCH,
+            Self::Pr => baton_workflows::machine::DELIVER_PR,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +186,38 @@ pub(crate) struct SubmitArgs {
     /// sandbox does not filter by host).
     #[arg(long = "allow-host", value_name = "HOST")]
     pub(crate) allow_hosts: Vec<String>,
+    /// Start the run from this directory (`.` in CI): uploaded to the blob store (only what
+    /// the store lacks), honouring .gitignore and .batonignore, without .git; needs write
+    /// access to the workers' store (BATON_STORE__*).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["git", "workspace_of"])]
+    pub(crate) workspace_from: Option<PathBuf>,
+    /// With --workspace-from: refuse a tree larger than this (bytes, or e.g. 512MiB, 2GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "workspace_from")]
+    pub(crate) max_upload_size: Option<u64>,
+    /// Start the run from a clone of this git repository (done by the worker, with the
+    /// workers' credentials: the CLI needs no store access).
+    #[arg(long, value_name = "URL", conflicts_with = "workspace_of")]
+    pub(crate) git: Option<String>,
+    /// With --git: the branch, tag or commit to start from (default: the default branch).
+    #[arg(long = "ref", value_name = "REF", requires = "git")]
+    pub(crate) git_ref: Option<String>,
+    /// Start from the final workspace of an earlier run (a follow-up task).
+    #[arg(long, value_name = "RUN")]
+    pub(crate) workspace_of: Option<String>,
+    /// When the run ends, commit its changes and push a branch (branch), or push and open a
+    /// pull request (pr). Needs --git (or --workspace-of a run that had it).
+    #[arg(long, value_enum)]
+    pub(crate) deliver: Option<DeliverMode>,
+    /// With --deliver: the branch to push to (default baton/<run id>).
+    #[arg(long, value_name = "NAME", requires = "deliver")]
+    pub(crate) branch: Option<String>,
+    /// With --deliver pr: open the pull request as a draft.
+    #[arg(long, requires = "deliver")]
+    pub(crate) pr_draft: bool,
+    /// A JSON Schema file: the agent's final answer must be JSON matching it (one corrective
+    /// turn on a mismatch); `result --json` carries it as `output`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output_schema: Option<PathBuf>,
     /// Maximum model calls (default 50).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_turns: Option<u32>,
@@ -323,6 +381,45 @@ pub(crate) struct WatchArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// Run id.
+    pub(crate) run: String,
+    /// Print a summary (files, insertions, deletions) instead of the patch.
+    #[arg(long)]
+    pub(crate) stat: bool,
+    /// Print JSON (the change set, with the patch as text).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApplyArgs {
+    /// Run id.
+    pub(crate) run: String,
+    /// Only check that the change set applies; change nothing.
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// Apply in this directory instead of the current one.
+    #[arg(long, short = 'C', value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DownloadArgs {
+    /// Run id.
+    pub(crate) run: String,
+    /// Directory to write the files into (created if missing; existing files are overwritten,
+    /// nothing is deleted).
+    pub(crate) dir: PathBuf,
+    /// Only paths matching this glob (repeatable), e.g. --path 'src/**'.
+    #[arg(long = "path", value_name = "GLOB")]
+    pub(crate) paths: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct CancelArgs {
     /// Run id.
     pub(crate) run: String,
@@ -346,6 +443,33 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
     humantime::parse_duration(s)
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
+}
+
+/// Parses a size: `1048576`, `512MiB`, `2GiB`, `100MB`, `64k`.
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size; use e.g. 512MiB, 2GiB or a number of bytes"))?;
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit '{other}' in '{s}'; use B, KiB, MiB or GiB")),
+    };
+    let bytes = value * factor;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("'{s}' is not a positive size"));
+    }
+    Ok(bytes as u64)
 }
 
 /// [`parse_duration`], above zero (a zero limit would mean no time at all).

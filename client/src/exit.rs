@@ -4,7 +4,7 @@ use baton_proto::{RunResult, RunState};
 
 /// The run completed.
 pub(crate) const COMPLETED: i32 = 0;
-/// The agent ended without completing (reason in the output).
+/// The agent ended without completing (reason in the output), or its delivery failed.
 pub(crate) const NOT_COMPLETED: i32 = 1;
 /// Usage error or invalid input.
 pub(crate) const USAGE: i32 = 2;
@@ -42,9 +42,15 @@ impl Exit {
     }
 }
 
-/// The exit code for a finished run.
+/// The exit code for a finished run. A completed run whose delivery failed (`--deliver`) did
+/// not do what the pipeline asked: 1.
 pub(crate) fn for_result(result: &RunResult) -> i32 {
+    let undelivered = result
+        .delivered
+        .as_ref()
+        .is_some_and(|d| !d.error.is_empty());
     match result.status() {
+        RunState::Completed if undelivered => NOT_COMPLETED,
         RunState::Completed => COMPLETED,
         RunState::Cancelled => CANCELLED,
         _ => NOT_COMPLETED,

@@ -14,10 +14,13 @@
 //! | `transcript` | [`Transcript`] (the proto items as proto3 JSON) |
 //! | `approve`, `deny` | [`Decided`] |
 //! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
+//! | `diff` | [`Diff`] ([`ChangeSet`]) |
+//! | `download` | [`Downloaded`] |
 
 use baton_proto::{
-    ApprovalDecision, AssistantMessage, FinishReason, Item, PendingCall, RunEvent, RunResult,
-    RunState, RunStatus, ToolCall, ToolResult, Usage, run_event,
+    ApprovalDecision, AssistantMessage, Changes, Delivered, FileChange, FinishReason, Item,
+    PendingCall, RunEvent, RunResult, RunState, RunStatus, ToolCall, ToolResult, Usage,
+    run_event,
 };
 use serde::Serialize;
 
@@ -111,6 +114,131 @@ pub(crate) struct Ended<'a> {
     /// `finished`: when the agent said something.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) last_text: Option<&'a str>,
+    /// `result`: what the run changed (runs of baton versions that collect it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) changes: Option<ChangeSet<'a>>,
+    /// `result`: what delivery did, when the run asked for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) delivered: Option<Delivery<'a>>,
+    /// `result`: the final answer as JSON (runs with `--output-schema`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output: Option<serde_json::Value>,
+}
+
+/// A run's change set: counts, the starting commit, where the patch is, and each file.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChangeSet<'a> {
+    pub(crate) files_changed: u32,
+    pub(crate) insertions: u32,
+    pub(crate) deletions: u32,
+    /// The git commit the run started from (`""` when its tree was not a repository).
+    pub(crate) base_commit: &'a str,
+    pub(crate) base_snapshot: &'a str,
+    pub(crate) final_snapshot: &'a str,
+    /// Blob id of the patch (`""` when nothing changed); `baton diff RUN` prints it.
+    pub(crate) patch: &'a str,
+    pub(crate) patch_bytes: u64,
+    pub(crate) files: Vec<ChangedFile<'a>>,
+    /// `files` lists the first 500; the patch has them all.
+    pub(crate) files_truncated: bool,
+    /// Why the change set could not be collected.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub(crate) error: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ChangedFile<'a> {
+    pub(crate) path: &'a str,
+    /// `added`, `modified`, `deleted`, `mode` or `type`.
+    pub(crate) status: &'a str,
+    pub(crate) insertions: u32,
+    pub(crate) deletions: u32,
+    pub(crate) binary: bool,
+}
+
+impl<'a> From<&'a Changes> for ChangeSet<'a> {
+    fn from(c: &'a Changes) -> Self {
+        Self {
+            files_changed: c.files_changed,
+            insertions: c.insertions,
+            deletions: c.deletions,
+            base_commit: &c.base_commit,
+            base_snapshot: &c.base_snapshot,
+            final_snapshot: &c.final_snapshot,
+            patch: &c.patch,
+            patch_bytes: c.patch_bytes,
+            files: c.files.iter().map(ChangedFile::from).collect(),
+            files_truncated: c.files_truncated,
+            error: &c.error,
+        }
+    }
+}
+
+impl<'a> From<&'a FileChange> for ChangedFile<'a> {
+    fn from(f: &'a FileChange) -> Self {
+        Self {
+            path: &f.path,
+            status: &f.status,
+            insertions: f.insertions,
+            deletions: f.deletions,
+            binary: f.binary,
+        }
+    }
+}
+
+/// What `--deliver` did.
+#[derive(Debug, Serialize)]
+pub(crate) struct Delivery<'a> {
+    /// `branch` or `pr`.
+    pub(crate) mode: &'a str,
+    /// Whether the branch was pushed (and the pull request opened, for `pr`).
+    pub(crate) ok: bool,
+    pub(crate) url: &'a str,
+    pub(crate) branch: &'a str,
+    pub(crate) commit: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub(crate) pull_request_url: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pull_request_number: Option<u64>,
+    /// Nothing changed: nothing was pushed.
+    pub(crate) nothing_to_deliver: bool,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub(crate) error: &'a str,
+}
+
+impl<'a> From<&'a Delivered> for Delivery<'a> {
+    fn from(d: &'a Delivered) -> Self {
+        Self {
+            mode: &d.mode,
+            ok: d.error.is_empty(),
+            url: &d.url,
+            branch: &d.branch,
+            commit: &d.commit,
+            pull_request_url: &d.pull_request_url,
+            pull_request_number: (d.pull_request_number != 0).then_some(d.pull_request_number),
+            nothing_to_deliver: d.nothing_to_deliver,
+            error: &d.error,
+        }
+    }
+}
+
+/// `diff --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Diff<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) changes: ChangeSet<'a>,
+    /// The patch as text (absent with `--stat`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) patch: Option<String>,
+}
+
+/// `download --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Downloaded<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) dir: &'a str,
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
 }
 
 impl<'a> Ended<'a> {
@@ -122,6 +250,11 @@ impl<'a> Ended<'a> {
             usage: r.usage.as_ref().map(Tokens::from),
             exit_code: None,
             last_text: (r.status() != RunState::Completed).then(|| last_text.unwrap_or_default()),
+            changes: r.changes.as_ref().map(ChangeSet::from),
+            delivered: r.delivered.as_ref().map(Delivery::from),
+            output: (!r.output.is_empty())
+                .then(|| serde_json::from_str(&r.output).ok())
+                .flatten(),
             ..Self::common(r, answer)
         }
     }
@@ -149,6 +282,9 @@ impl<'a> Ended<'a> {
             detail: &r.detail,
             exit_code: None,
             last_text: None,
+            changes: None,
+            delivered: None,
+            output: None,
         }
     }
 }

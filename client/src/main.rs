@@ -6,10 +6,15 @@
 //! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
 //! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
-//! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys).
+//! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys),
+//! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
+//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`).
 
 mod ask;
 mod blobs;
+mod changes;
+#[cfg(test)]
+mod ci_examples;
 mod cli;
 mod codec_server;
 mod connect;
@@ -25,6 +30,7 @@ mod submit;
 mod visibility;
 mod waiting;
 mod watch;
+mod workspace;
 
 use clap::Parser;
 
@@ -83,6 +89,9 @@ async fn main() {
         Command::Transcript(a) => inspect::transcript(a).await,
         Command::List(a) => visibility::list(a).await,
         Command::Pending(a) => visibility::pending(a).await,
+        Command::Diff(a) => changes::diff(a).await,
+        Command::Apply(a) => changes::apply(a).await,
+        Command::Download(a) => changes::download(a).await,
         Command::CodecServer(a) => codec_server::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -91,6 +91,42 @@ pub(crate) fn result_human(result: &RunResult) -> String {
         }
         _ => {}
     }
+    out.push_str(&outputs_human(result));
+    out
+}
+
+/// The change set and delivery lines of a result ("" for runs that recorded neither).
+fn outputs_human(result: &RunResult) -> String {
+    let mut out = String::new();
+    let run = &result.run_id;
+    if let Some(c) = &result.changes {
+        out.push('\n');
+        if !c.error.is_empty() {
+            out.push_str(&format!("changes: could not be collected: {}\n", c.error));
+        } else if c.files_changed == 0 {
+            out.push_str("changes: none\n");
+        } else {
+            out.push_str(&format!(
+                "changes: {} file{} changed, +{} -{}  (baton diff {run} | baton apply {run} | baton download {run} DIR)\n",
+                c.files_changed,
+                if c.files_changed == 1 { "" } else { "s" },
+                c.insertions,
+                c.deletions
+            ));
+        }
+    }
+    if let Some(d) = &result.delivered {
+        if !d.error.is_empty() {
+            out.push_str(&format!("delivery failed: {}\n", d.error));
+        } else if d.nothing_to_deliver {
+            out.push_str("delivery: nothing changed, nothing pushed\n");
+        } else {
+            out.push_str(&format!("delivered: branch {} at {}\n", d.branch, d.commit));
+            if !d.pull_request_url.is_empty() {
+                out.push_str(&format!("pull request: {}\n", d.pull_request_url));
+            }
+        }
+    }
     out
 }
 

@@ -32,8 +32,11 @@ const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// run (`--wait`: its result), or `{"error", "exit_code"}` (printed by `main`); diagnostics
 /// go to stderr.
 pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
-    let spec = fit_in_history(build_spec(&args)?).await?;
+    let mut spec = build_spec(&args)?;
+    crate::workspace::check_flags(&args)?;
     let client = connect().await?;
+    crate::workspace::apply_source(&args, &client, &mut spec).await?;
+    let spec = fit_in_history(spec).await?;
     let run_id = args.id.clone().unwrap_or_else(new_run_id);
     // The SDK does not pass the static summary through the codec: with encryption on, the task
     // must not appear there in plain text.
@@ -243,8 +246,27 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         },
         system_prompt: args.instructions.clone().unwrap_or_default(),
         continued: None,
+        output_schema: match &args.output_schema {
+            Some(path) => load_output_schema(path)?,
+            None => String::new(),
+        },
         ..Default::default()
     })
+}
+
+/// The `--output-schema` file as compact JSON text, checked to be a JSON Schema.
+fn load_output_schema(path: &Path) -> Result<String, Exit> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Exit::usage(format!(
+            "cannot read --output-schema {}: {e}; pass a JSON Schema file",
+            path.display()
+        ))
+    })?;
+    baton_workflows::schema::check_schema(&text)
+        .map_err(|e| Exit::usage(format!("--output-schema {}: {e}", path.display())))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Exit::usage(format!("--output-schema {}: {e}", path.display())))?;
+    Ok(value.to_string())
 }
 
 /// The approval policy: the `--policy` file (if any), then the flags on top. Without a file,

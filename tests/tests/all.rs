@@ -20,4 +20,5 @@ mod suite {
     mod tls;
     mod tools;
     mod worker_ops;
+    mod workspace;
 }

@@ -26,6 +26,7 @@ use anyhow::Context;
 use baton_activities::{
     llm::{LlmService, Providers},
     tools::ToolService,
+    workspace::WorkspaceService,
 };
 use baton_codec::BatonCodec;
 use baton_workflows::AgentRun;
@@ -301,18 +302,20 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             Duration::from_secs(settings.metrics_poll_secs.max(1)),
         );
     }
+    // The variables the git settings name hold tokens: never in a tool's environment.
+    baton_activities::tools::shell::hide_env(settings.git.secret_env_names());
+    let tools = ToolService::new(
+        workspace_root.clone(),
+        store.clone(),
+        settings.workspace_snapshots,
+    )
+    .with_sandbox(sandbox);
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
         .register_activities(LlmService::new(providers, store.clone()))
-        .register_activities(
-            ToolService::new(
-                workspace_root.clone(),
-                store.clone(),
-                settings.workspace_snapshots,
-            )
-            .with_sandbox(sandbox),
-        )
+        .register_activities(tools.clone())
+        .register_activities(WorkspaceService::new(tools, settings.git.clone()))
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
             settings.sticky_queue_timeout_secs.max(1),

@@ -31,6 +31,9 @@ pub(crate) struct Settings {
     pub(crate) sticky_queue_timeout_secs: u64,
     /// Workflows kept in this worker's cache.
     pub(crate) max_cached_workflows: usize,
+    /// Git (`[git]`): commit author, credentials per host (by environment variable name),
+    /// the GitHub API for pull requests.
+    pub(crate) git: baton_activities::git::GitSettings,
     /// Log format: `text` (default) or `json` (one JSON object per line).
     pub(crate) log_format: LogFormat,
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
@@ -274,6 +277,7 @@ impl Default for Settings {
             graceful_shutdown_secs: 30,
             sticky_queue_timeout_secs: 3,
             max_cached_workflows: 1000,
+            git: baton_activities::git::GitSettings::default(),
             log_format: LogFormat::Text,
             identity: None,
             health_addr: None,

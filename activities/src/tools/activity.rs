@@ -47,7 +47,9 @@ fn sandbox_failure(e: &SandboxError) -> ActivityError {
 /// How often a running tool heartbeats (the SDK throttles to 0.8 x the heartbeat timeout).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
-/// Implements the `run_tool` activity contract.
+/// Implements the `run_tool` activity contract. Clones share the per-run workspace locks (the
+/// workspace activities hold one).
+#[derive(Clone)]
 pub struct ToolService {
     workspace_root: PathBuf,
     store: SharedStore,
@@ -55,7 +57,7 @@ pub struct ToolService {
     /// How tool processes are sandboxed on this worker.
     sandbox: Arc<SandboxSettings>,
     /// One lock per run workspace: restores and snapshots never overlap.
-    locks: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 /// Progress a running tool reports in its heartbeats; a retry reads the previous attempt's.
@@ -77,7 +79,7 @@ impl ToolService {
             store,
             snapshots,
             sandbox: Arc::new(SandboxSettings::default()),
-            locks: std::sync::Mutex::new(BTreeMap::new()),
+            locks: Arc::default(),
         }
     }
 
@@ -89,7 +91,7 @@ impl ToolService {
         self
     }
 
-    fn lock_of(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn lock_of(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self
             .locks
             .lock()
@@ -102,7 +104,7 @@ impl ToolService {
 
     /// Brings the run's workspace to snapshot `id` unless it is known to be there (or
     /// `force`: a retry starts from what its first attempt started from).
-    async fn ensure_snapshot(
+    pub(crate) async fn ensure_snapshot(
         &self,
         run_id: &str,
         workspace: &std::path::Path,
@@ -129,7 +131,7 @@ impl ToolService {
     }
 
     /// Snapshots the run's workspace; `None` (logged) if it cannot: the call's result stands.
-    async fn take_snapshot(&self, run_id: &str, workspace: &std::path::Path) -> Option<String> {
+    pub(crate) async fn take_snapshot(&self, run_id: &str, workspace: &std::path::Path) -> Option<String> {
         let lock = self.lock_of(run_id);
         let _held = lock.lock().await;
         if tokio::fs::create_dir_all(workspace).await.is_err() {
@@ -165,6 +167,20 @@ impl ToolService {
                 warn!(run_id, cause = %e, "full tool output not stored; it is kept as a preview only")
             }
         }
+    }
+
+    /// The blob store workspaces are snapshotted into.
+    pub(crate) fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// A private scratch directory for run `run_id`'s worker-side work (delivery), next to the
+    /// workspaces (never inside one), removed when dropped.
+    pub(crate) fn scratch_dir(&self, run_id: &str) -> std::io::Result<tempfile::TempDir> {
+        std::fs::create_dir_all(&self.workspace_root)?;
+        tempfile::Builder::new()
+            .prefix(&format!(".baton-scratch-{}-", workspace_name(run_id)))
+            .tempdir_in(&self.workspace_root)
     }
 
     /// The workspace directory of a run: `<workspace_root>/<run id>` when the id is a safe
@@ -229,7 +245,7 @@ impl ToolService {
     pub async fn read_instructions(
         self: Arc<Self>,
         ctx: ActivityContext,
-        _request: InstructionsRequest,
+        request: InstructionsRequest,
     ) -> Result<WorkspaceInstructions, ActivityError> {
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let workspace = self.workspace_of(&run_id);
@@ -239,6 +255,11 @@ impl ToolService {
                 workspace.display()
             )))
         })?;
+        // A run with a source: its workspace was prepared (maybe on another worker).
+        if !request.snapshot.is_empty() {
+            self.ensure_snapshot(&run_id, &workspace, &request.snapshot, false)
+                .await?;
+        }
         let (agents_md, truncated) = match tokio::fs::read(workspace.join("AGENTS.md")).await {
             Ok(bytes) => {
                 let truncated = bytes.len() > MAX_AGENTS_MD;
@@ -257,7 +278,9 @@ impl ToolService {
         // The run's first snapshot, so that mutating calls always carry their base in their
         // input. Bounded: a huge workspace is left to the first mutating call, which
         // heartbeats while it works.
-        let snapshot = if self.snapshots {
+        let snapshot = if !request.snapshot.is_empty() {
+            request.snapshot.clone()
+        } else if self.snapshots {
             tokio::time::timeout(
                 INITIAL_SNAPSHOT_BUDGET,
                 self.take_snapshot(&run_id, &workspace),

@@ -20,6 +20,7 @@
 mod capture;
 mod group;
 
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -260,9 +261,30 @@ fn this_worker() -> &'static str {
     WORKER.get_or_init(super::orphans::this_worker)
 }
 
+/// Environment variables the worker's settings name as holding secrets (git tokens, the GitHub
+/// API token), whatever they are called.
+static NAMED_SECRETS: std::sync::RwLock<BTreeSet<String>> = std::sync::RwLock::new(BTreeSet::new());
+
+/// Keeps the variables `names` from every command a tool starts (their names come from the
+/// worker's settings, so [`is_secret_env`]'s patterns may not catch them).
+pub fn hide_env(names: impl IntoIterator<Item = String>) {
+    let mut named = NAMED_SECRETS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    named.extend(names.into_iter().filter(|n| !n.is_empty()));
+}
+
 /// Whether a worker environment variable must not reach model-chosen commands: provider keys,
-/// Temporal credentials, worker settings, and anything that looks like a secret.
+/// Temporal credentials, worker settings, the secrets the settings name ([`hide_env`]), and
+/// anything that looks like a secret.
 pub fn is_secret_env(name: &str) -> bool {
+    if NAMED_SECRETS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(name)
+    {
+        return true;
+    }
     let upper = name.to_ascii_uppercase();
     const PREFIXES: [&str; 6] = [
         "OPENAI_",
@@ -449,6 +471,10 @@ pub(super) mod tests {
         for name in ["PATH", "HOME", "LANG", "CARGO_HOME", "TERM"] {
             assert!(!is_secret_env(name), "{name}");
         }
+        // A name the settings give (a git host's token variable) is hidden whatever it is.
+        assert!(!is_secret_env("GH_PAT_FOR_BATON_TEST"));
+        hide_env(["GH_PAT_FOR_BATON_TEST".to_owned()]);
+        assert!(is_secret_env("GH_PAT_FOR_BATON_TEST"));
     }
 
     #[tokio::test]

@@ -1,0 +1,314 @@
+//! The workspace activities ([`WorkspaceService`]): a run's code coming in and its changes
+//! going out.
+//!
+//! - `prepare_workspace`: puts the run's source into its workspace (a snapshot the CLI uploaded
+//!   or an earlier run left, restored; a git repository, cloned with the worker's credentials)
+//!   and snapshots it: the run's starting tree.
+//! - `collect_changes`: the change set between the starting and the final snapshot, stored as a
+//!   git-style patch ([`baton_store::changes`]).
+//! - `deliver`: commits the change set on the starting commit and pushes it, and opens a pull
+//!   request ([`crate::git::deliver`]); idempotent.
+
+use std::{sync::Arc, time::Duration};
+
+use baton_proto::{
+    Changes, CollectRequest, DeliverRequest, Delivered, FileChange, PrepareRequest,
+    PreparedWorkspace, workspace_source,
+};
+use baton_store::{BlobId, changes, snapshot};
+use baton_workflows::activities::FailureType;
+use temporalio_common::error::ApplicationFailure;
+use temporalio_macros::activities;
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
+use tracing::info;
+
+use crate::{
+    git::{self, GitError, GitSettings},
+    tools::ToolService,
+};
+
+/// Files listed one by one in a change set (`Changes.files`); the patch holds them all.
+pub const MAX_LISTED_FILES: usize = 500;
+
+/// How often a long workspace activity heartbeats.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+
+/// Implements the workspace activity contracts, on the workspaces of a [`ToolService`] (whose
+/// per-run locks it shares).
+pub struct WorkspaceService {
+    tools: ToolService,
+    git: Arc<GitSettings>,
+}
+
+impl WorkspaceService {
+    /// Workspace activities on `tools`' workspaces, with `git` settings for clones and
+    /// delivery.
+    pub fn new(tools: ToolService, git: GitSettings) -> Self {
+        Self {
+            tools,
+            git: Arc::new(git),
+        }
+    }
+}
+
+/// A source that cannot be had: not retried, the run ends `workspace_unavailable`.
+fn unavailable(message: String) -> ActivityError {
+    ActivityError::application(
+        ApplicationFailure::builder(message)
+            .type_name(FailureType::WorkspaceUnavailable.as_str().to_owned())
+            .non_retryable(true)
+            .build(),
+    )
+}
+
+/// A failure worth retrying (on this worker or another).
+fn retryable(message: String) -> ActivityError {
+    ActivityError::application(ApplicationFailure::new(message))
+}
+
+fn git_failure(e: GitError) -> ActivityError {
+    match e {
+        GitError::Unavailable(m) => unavailable(m),
+        GitError::Transient(m) => retryable(m),
+    }
+}
+
+/// The worker's environment, where credentials are looked up by name.
+fn worker_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Runs `work`, heartbeating, until it ends or the activity is cancelled.
+async fn with_heartbeat<T>(
+    ctx: &ActivityContext,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, ActivityError> {
+    tokio::pin!(work);
+    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+    loop {
+        tokio::select! {
+            r = &mut work => return Ok(r),
+            _ = ctx.cancelled() => return Err(ActivityError::cancelled()),
+            _ = beat.tick() => { let _ = ctx.record_heartbeat(()).await; }
+        }
+    }
+}
+
+fn run_id_of(ctx: &ActivityContext) -> String {
+    ctx.info().workflow_id.clone().unwrap_or_default()
+}
+
+#[activities]
+impl WorkspaceService {
+    /// Puts the run's source into its workspace and snapshots it.
+    #[activity(definition = baton_workflows::activities::PrepareWorkspace)]
+    pub async fn prepare_workspace(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: PrepareRequest,
+    ) -> Result<PreparedWorkspace, ActivityError> {
+        let run_id = run_id_of(&ctx);
+        let source = request
+            .source
+            .and_then(|s| s.source)
+            .ok_or_else(|| unavailable("prepare_workspace needs a source".to_owned()))?;
+        let workspace = self.tools.workspace_of(&run_id);
+        tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
+            retryable(format!(
+                "cannot create the workspace {}: {e}",
+                workspace.display()
+            ))
+        })?;
+        let store = self.tools.store();
+        match source {
+            workspace_source::Source::Snapshot(s) => {
+                let id = BlobId::parse(&s.id)
+                    .map_err(|e| unavailable(format!("bad snapshot id '{}': {e}", s.id)))?;
+                let present = store
+                    .contains(&id)
+                    .await
+                    .map_err(|e| retryable(format!("blob store: {e}")))?;
+                if !present {
+                    return Err(unavailable(format!(
+                        "snapshot {id} is not in the workers' blob store: the CLI that uploaded \
+                         it and the workers must use the same store (BATON_STORE__*)"
+                    )));
+                }
+                let restore = self.tools.ensure_snapshot(&run_id, &workspace, &s.id, false);
+                with_heartbeat(&ctx, restore).await??;
+                let manifest: snapshot::Manifest = baton_store::get_json(store.as_ref(), &id)
+                    .await
+                    .map_err(|e| unavailable(format!("snapshot {id} is unreadable: {e}")))?;
+                let files = manifest
+                    .entries
+                    .values()
+                    .filter(|e| matches!(e, snapshot::Entry::File { .. }))
+                    .count();
+                let base_branch = s
+                    .git
+                    .as_ref()
+                    .map(|g| g.r#ref.clone())
+                    .filter(|r| !git::looks_like_sha(r))
+                    .unwrap_or_default();
+                info!(run_id, snapshot = %id, files, "workspace prepared from a snapshot");
+                Ok(PreparedWorkspace {
+                    snapshot: s.id,
+                    commit: s.commit,
+                    files: u32::try_from(files).unwrap_or(u32::MAX),
+                    base_branch,
+                })
+            }
+            workspace_source::Source::Git(source) => {
+                let lock = self.tools.lock_of(&run_id);
+                let _held = lock.lock().await;
+                let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
+                let cloned = with_heartbeat(&ctx, clone).await?.map_err(git_failure)?;
+                let take = snapshot::take(store.as_ref(), &workspace);
+                let taken = with_heartbeat(&ctx, take)
+                    .await?
+                    .map_err(|e| retryable(format!("cannot snapshot the clone: {e}")))?;
+                info!(run_id, url = %source.url, commit = %cloned.commit, files = taken.files, "workspace cloned");
+                Ok(PreparedWorkspace {
+                    snapshot: taken.id.to_string(),
+                    commit: cloned.commit,
+                    files: u32::try_from(taken.files).unwrap_or(u32::MAX),
+                    base_branch: cloned.base_branch,
+                })
+            }
+        }
+    }
+
+    /// The change set between two snapshots, its patch stored in the blob store.
+    #[activity(definition = baton_workflows::activities::CollectChanges)]
+    pub async fn collect_changes(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: CollectRequest,
+    ) -> Result<Changes, ActivityError> {
+        let run_id = run_id_of(&ctx);
+        let store = self.tools.store();
+        let parse = |id: &str| {
+            BlobId::parse(id).map_err(|e| unavailable(format!("bad snapshot id '{id}': {e}")))
+        };
+        let base = match request.base_snapshot.as_str() {
+            "" => None,
+            id => Some(parse(id)?),
+        };
+        // Snapshots off on the workers: the local copy is the only record of the final tree.
+        let final_snapshot = if request.final_snapshot.is_empty() {
+            let workspace = self.tools.workspace_of(&run_id);
+            self.tools
+                .take_snapshot(&run_id, &workspace)
+                .await
+                .ok_or_else(|| retryable("cannot snapshot the final workspace".to_owned()))?
+        } else {
+            request.final_snapshot.clone()
+        };
+        let after = parse(&final_snapshot)?;
+        let work = changes::change_set(store.as_ref(), base.as_ref(), &after);
+        let set = with_heartbeat(&ctx, work)
+            .await?
+            .map_err(|e| retryable(format!("cannot compute the change set: {e}")))?;
+        let patch_bytes = set.patch.len() as u64;
+        let patch = if set.patch.is_empty() {
+            String::new()
+        } else {
+            store
+                .put(set.patch)
+                .await
+                .map_err(|e| retryable(format!("cannot store the patch: {e}")))?
+                .to_string()
+        };
+        let files: Vec<FileChange> = set
+            .files
+            .iter()
+            .take(MAX_LISTED_FILES)
+            .map(|f| FileChange {
+                path: f.path.clone(),
+                status: f.status.as_str().to_owned(),
+                insertions: f.insertions,
+                deletions: f.deletions,
+                binary: f.binary,
+            })
+            .collect();
+        info!(run_id, files = set.files.len(), patch_bytes, "change set collected");
+        Ok(Changes {
+            files_changed: u32::try_from(set.files.len()).unwrap_or(u32::MAX),
+            insertions: u32::try_from(set.insertions).unwrap_or(u32::MAX),
+            deletions: u32::try_from(set.deletions).unwrap_or(u32::MAX),
+            base_commit: request.base_commit,
+            base_snapshot: request.base_snapshot,
+            final_snapshot,
+            patch,
+            files_truncated: set.files.len() > files.len(),
+            files,
+            patch_bytes,
+            error: String::new(),
+        })
+    }
+
+    /// Commits and pushes the change set (and opens a pull request).
+    #[activity(definition = baton_workflows::activities::Deliver)]
+    pub async fn deliver(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: DeliverRequest,
+    ) -> Result<Delivered, ActivityError> {
+        let run_id = run_id_of(&ctx);
+        let store = self.tools.store();
+        let changes = request.changes.clone().unwrap_or_default();
+        let patch_id = BlobId::parse(&changes.patch)
+            .map_err(|e| unavailable(format!("bad patch id '{}': {e}", changes.patch)))?;
+        let patch = store
+            .get(&patch_id)
+            .await
+            .map_err(|e| retryable(format!("cannot read the patch: {e}")))?;
+        let body = pull_request_body(&request.message, &changes);
+        let scratch = self
+            .tools
+            .scratch_dir(&run_id)
+            .map_err(|e| retryable(format!("cannot make a scratch directory: {e}")))?;
+        let work = git::deliver(
+            &self.git,
+            &request,
+            &patch,
+            &run_id,
+            &body,
+            scratch.path(),
+            &worker_env,
+        );
+        let delivered = with_heartbeat(&ctx, work).await?;
+        let url = request.git.as_ref().map(|g| g.url.clone()).unwrap_or_default();
+        match delivered {
+            Ok(mut d) => {
+                d.url = url;
+                info!(run_id, branch = %d.branch, commit = %d.commit, pr = %d.pull_request_url, error = %d.error, "delivery done");
+                Ok(d)
+            }
+            Err(GitError::Transient(m)) => Err(retryable(m)),
+            Err(GitError::Unavailable(m)) => Ok(Delivered {
+                mode: request.delivery.map(|d| d.mode).unwrap_or_default(),
+                error: m,
+                url,
+                ..Delivered::default()
+            }),
+        }
+    }
+}
+
+/// The pull request's body: the agent's answer, then the diffstat.
+fn pull_request_body(answer: &str, changes: &Changes) -> String {
+    let files: Vec<changes::FileDiff> = changes.files.iter().map(changes::FileDiff::from).collect();
+    let mut body = answer.trim().to_owned();
+    body.push_str("\n\n```\n");
+    body.push_str(&changes::diffstat(&files));
+    if changes.files_truncated {
+        body.push_str(&format!(
+            "(the first {} of {} files)\n",
+            changes.files.len(),
+            changes.files_changed
+        ));
+    }
+    body.push_str("```\n\n_Opened by baton._\n");
+    body
+}
