@@ -3,7 +3,9 @@
 //! After every mutating tool call the worker snapshots the run's workspace ([`take`]) and the
 //! tool result records the snapshot id; a worker that picks the run up on another machine and
 //! finds its copy missing or at an older snapshot ([`local_snapshot`]) restores it first
-//! ([`restore`]).
+//! ([`restore`]). The CLI uploads the user's directory as a run's starting snapshot
+//! ([`upload_dir`]: under its `.gitignore`/`.batonignore` rules, without `.git`, refused whole
+//! over a size limit).
 //!
 //! A snapshot is a [`Manifest`], stored as a JSON blob, listing every directory, regular file
 //! and symbolic link under the workspace root by '/'-separated relative path; files point at
@@ -24,8 +26,11 @@
 //!
 //! - `manifest`: the format ([`Manifest`], [`Entry`]) and its validation.
 //! - `cache`: the local state in `.baton` ([`local_snapshot`]).
+//! - `send`: sending a scanned tree (the blobs the store lacks, then the manifest), shared by
+//!   `take` and `upload`.
 //! - `take`: [`take`]/[`take_with`].
 //! - `restore`: [`restore`].
+//! - `upload`: [`upload_dir`] (a directory of the submitting machine, for `--workspace-from`).
 //!
 //! [`take`]: fn@take
 //! [`restore`]: fn@restore
@@ -33,9 +38,11 @@
 mod cache;
 mod manifest;
 mod restore;
+mod send;
 mod take;
 #[cfg(test)]
 mod test_support;
+mod upload;
 
 use std::{
     fs,
@@ -51,6 +58,9 @@ pub use cache::{RACY_WINDOW_NS, STATE_FILE, local_snapshot};
 pub use manifest::{Entry, MANIFEST_VERSION, Manifest, SnapshotId};
 pub use restore::{Restored, restore};
 pub use take::{DEFAULT_MAX_FILE_SIZE, SnapshotOptions, Taken, take, take_with};
+pub use upload::{
+    DEFAULT_MAX_UPLOAD, IGNORE_FILE, UploadError, UploadOptions, Uploaded, upload_dir,
+};
 
 use crate::{BlobId, StoreError};
 
@@ -82,7 +92,7 @@ pub enum SnapshotError {
     BadManifest(String),
 }
 
-// Helpers shared by the cache, take and restore.
+// Helpers shared by the cache, take, restore and upload.
 
 fn io_err(path: &Path, what: &str, err: io::Error) -> SnapshotError {
     SnapshotError::Io {

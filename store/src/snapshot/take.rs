@@ -3,29 +3,23 @@
 
 use std::{
     collections::BTreeMap,
-    fs,
-    io::{self, Read},
+    fs, io,
     path::Path,
     time::{SystemTime, UNIX_EPOCH},
 };
 
-use futures::{StreamExt, TryStreamExt, stream};
-
 use super::{
-    Entry, LOCAL_DIR, MANIFEST_VERSION, Manifest, SnapshotError, SnapshotId, TRANSFER_CONCURRENCY,
-    blocking,
+    Entry, LOCAL_DIR, SnapshotError, SnapshotId, blocking,
     cache::{
         CacheEntry, LocalState, RACY_WINDOW_NS, STATE_VERSION, Stamp, read_state, write_state,
     },
     child_path, executable, hash_file, io_err,
+    send::{send_blobs, send_manifest},
 };
 use crate::{BlobId, BlobStore};
 
 /// Files larger than this are left out of snapshots by default (64 MiB).
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
-
-/// Concurrent `contains` calls while taking a snapshot.
-const CHECK_CONCURRENCY: usize = 16;
 
 /// How [`take_with`] snapshots.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +61,6 @@ fn now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-/// The content of the file at `path`; `None` if it holds more than `max` bytes.
-fn read_limited(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
-    let mut bytes = Vec::new();
-    fs::File::open(path)?
-        .take(max.saturating_add(1))
-        .read_to_end(&mut bytes)?;
-    Ok((bytes.len() as u64 <= max).then_some(bytes))
 }
 
 /// Snapshots the workspace at `root` with [`SnapshotOptions::default`]; see [`take_with`].
@@ -121,76 +106,14 @@ pub async fn take_with(
                 .push(path.clone());
         }
     }
-    let missing: Vec<(BlobId, Vec<String>)> = stream::iter(unsure)
-        .map(|(id, paths)| async move {
-            let present = store.contains(&id).await?;
-            Ok::<_, SnapshotError>((!present).then_some((id, paths)))
-        })
-        .buffer_unordered(CHECK_CONCURRENCY)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await?;
-    let uploads: Vec<Upload> = stream::iter(missing)
-        .map(|(id, paths)| upload(store, root, id, paths, max))
-        .buffer_unordered(TRANSFER_CONCURRENCY)
-        .try_collect()
-        .await?;
-
-    let (mut uploaded, mut uploaded_bytes) = (0, 0);
-    for upload in uploads {
-        uploaded += upload.uploaded;
-        uploaded_bytes += upload.bytes;
-        for (path, change) in upload.changed {
-            files.remove(&path);
-            match change {
-                Changed::Now { blob, size } => {
-                    let executable = matches!(
-                        entries.get(&path),
-                        Some(Entry::File {
-                            executable: true,
-                            ..
-                        })
-                    );
-                    entries.insert(
-                        path,
-                        Entry::File {
-                            blob: blob.to_string(),
-                            size,
-                            executable,
-                        },
-                    );
-                }
-                Changed::Gone => {
-                    entries.remove(&path);
-                }
-                Changed::Skipped => {
-                    entries.remove(&path);
-                    skipped.push(path);
-                }
-            }
-        }
+    let sent = send_blobs(store, root, unsure, max, &mut entries, &mut skipped).await?;
+    for path in &sent.changed {
+        files.remove(path);
     }
     skipped.sort();
 
-    let manifest = Manifest {
-        version: MANIFEST_VERSION,
-        entries,
-    };
-    let file_count = manifest
-        .entries
-        .values()
-        .filter(|e| matches!(e, Entry::File { .. }))
-        .count();
-    let bytes = serde_json::to_vec(&manifest).map_err(|e| SnapshotError::Io {
-        path: root.to_path_buf(),
-        detail: format!("cannot encode the snapshot manifest: {e}"),
-    })?;
-    let expected = BlobId::of(&bytes);
-    let id = if last_present && last_snapshot.as_ref() == Some(&expected) {
-        expected
-    } else {
-        store.put(bytes).await?
-    };
+    let known = last_snapshot.as_ref().filter(|_| last_present);
+    let (id, file_count) = send_manifest(store, root, entries, known).await?;
 
     let state = LocalState {
         version: STATE_VERSION,
@@ -209,8 +132,8 @@ pub async fn take_with(
     Ok(Taken {
         id,
         files: file_count,
-        uploaded,
-        uploaded_bytes,
+        uploaded: sent.uploaded,
+        uploaded_bytes: sent.bytes,
         hashed,
         skipped,
     })
@@ -372,76 +295,6 @@ fn scan_file(
     Ok(())
 }
 
-/// A file found different while uploading from what was hashed.
-enum Changed {
-    /// It now holds this (already stored) content.
-    Now { blob: BlobId, size: u64 },
-    /// It is gone.
-    Gone,
-    /// It became unreadable or too big.
-    Skipped,
-}
-
-#[derive(Default)]
-struct Upload {
-    uploaded: usize,
-    bytes: u64,
-    changed: Vec<(String, Changed)>,
-}
-
-enum FileRead {
-    Bytes(Vec<u8>, BlobId),
-    Gone,
-    Skipped,
-}
-
-/// Uploads blob `id` from the first of `paths` that still holds it; paths found holding
-/// something else are reported (with their new content stored).
-async fn upload(
-    store: &dyn BlobStore,
-    root: &Path,
-    id: BlobId,
-    paths: Vec<String>,
-    max: u64,
-) -> Result<Upload, SnapshotError> {
-    let mut out = Upload::default();
-    for path in paths {
-        let abs = root.join(&path);
-        let read = blocking(root, move || match read_limited(&abs, max) {
-            Ok(Some(bytes)) => {
-                let id = BlobId::of(&bytes);
-                Ok(FileRead::Bytes(bytes, id))
-            }
-            Ok(None) => Ok(FileRead::Skipped),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FileRead::Gone),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(FileRead::Skipped),
-            Err(e) => Err(io_err(&abs, "read", e)),
-        })
-        .await?;
-        match read {
-            FileRead::Bytes(bytes, actual) => {
-                let size = bytes.len() as u64;
-                if actual == id {
-                    store.put(bytes).await?;
-                    out.uploaded += 1;
-                    out.bytes += size;
-                    return Ok(out);
-                }
-                if !store.contains(&actual).await? {
-                    store.put(bytes).await?;
-                    out.uploaded += 1;
-                    out.bytes += size;
-                }
-                out.changed
-                    .push((path, Changed::Now { blob: actual, size }));
-            }
-            FileRead::Gone => out.changed.push((path, Changed::Gone)),
-            FileRead::Skipped => out.changed.push((path, Changed::Skipped)),
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -451,7 +304,7 @@ mod tests {
     use crate::{
         get_json,
         snapshot::{
-            restore,
+            Manifest, restore,
             test_support::{MemStore, age, sample, write},
         },
     };
