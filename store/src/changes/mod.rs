@@ -210,24 +210,24 @@ pub async fn change_set(
         });
     }
 
-    let read: Vec<_> = stream::iter(pending)
-        .map(|p| async move {
-            let old = match &p.old {
-                Some(item) => Some(item.content(store).await?),
-                None => None,
-            };
-            let new = match &p.new {
-                Some(item) => Some(item.content(store).await?),
-                None => None,
-            };
-            Ok::<_, ChangesError>((p, old, new))
-        })
-        .buffered(FETCH_CONCURRENCY)
-        .try_collect()
-        .await?;
-
+    // Rendered in path order as the contents arrive; at most a few files held at once.
+    let mut reads = std::pin::pin!(
+        stream::iter(pending)
+            .map(|p| async move {
+                let old = match &p.old {
+                    Some(item) => Some(item.content(store).await?),
+                    None => None,
+                };
+                let new = match &p.new {
+                    Some(item) => Some(item.content(store).await?),
+                    None => None,
+                };
+                Ok::<_, ChangesError>((p, old, new))
+            })
+            .buffered(FETCH_CONCURRENCY)
+    );
     let mut set = ChangeSet::default();
-    for (p, old_bytes, new_bytes) in read {
+    while let Some((p, old_bytes, new_bytes)) = reads.try_next().await? {
         let old = p.old.as_ref().zip(old_bytes.as_deref());
         let new = p.new.as_ref().zip(new_bytes.as_deref());
         let diff = patch::render(&p.path, old, new, &mut set.patch)?;

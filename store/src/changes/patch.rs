@@ -2,10 +2,10 @@
 //! header, mode lines, the `index` line with git blob ids, then text hunks with 3 lines of
 //! context or a `GIT binary patch`.
 
-use std::fmt::Write as _;
+use std::{collections::HashMap, fmt::Write as _};
 
 use sha1::{Digest, Sha1};
-use similar::{Algorithm, DiffTag, capture_diff_slices, group_diff_ops};
+use similar::{Algorithm, DiffOp, DiffTag, capture_diff_slices, group_diff_ops};
 
 use super::{ChangesError, FileDiff, FileStatus, Item, binary};
 
@@ -136,7 +136,7 @@ fn text(bytes: &[u8]) -> Option<&str> {
 fn hunks(old: &str, new: &str, out: &mut String) -> (u32, u32) {
     let a: Vec<&str> = old.split_inclusive('\n').collect();
     let b: Vec<&str> = new.split_inclusive('\n').collect();
-    let ops = capture_diff_slices(Algorithm::Myers, &a, &b);
+    let ops = line_ops(&a, &b);
     let (mut insertions, mut deletions) = (0u32, 0u32);
     for group in group_diff_ops(ops, CONTEXT) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -175,6 +175,87 @@ fn hunks(old: &str, new: &str, out: &mut String) -> (u32, u32) {
         }
     }
     (insertions, deletions)
+}
+
+/// The edit script from lines `a` to lines `b` (Myers, minimal). Lines are compared as
+/// numbers, and lines found on one side only are set aside before the search (as git's
+/// xdiff does): they cannot match, and a rewritten file would otherwise cost the search
+/// time quadratic in its length.
+fn line_ops<'t>(a: &[&'t str], b: &[&'t str]) -> Vec<DiffOp> {
+    let mut ids: HashMap<&'t str, usize> = HashMap::new();
+    let mut intern = |lines: &[&'t str]| -> Vec<usize> {
+        lines
+            .iter()
+            .map(|&line| {
+                let next = ids.len();
+                *ids.entry(line).or_insert(next)
+            })
+            .collect()
+    };
+    let a_ids = intern(a);
+    let b_ids = intern(b);
+    let (mut in_a, mut in_b) = (vec![false; ids.len()], vec![false; ids.len()]);
+    a_ids.iter().for_each(|&id| in_a[id] = true);
+    b_ids.iter().for_each(|&id| in_b[id] = true);
+    let a_kept: Vec<usize> = (0..a.len()).filter(|&i| in_b[a_ids[i]]).collect();
+    let b_kept: Vec<usize> = (0..b.len()).filter(|&j| in_a[b_ids[j]]).collect();
+    let a_seq: Vec<usize> = a_kept.iter().map(|&i| a_ids[i]).collect();
+    let b_seq: Vec<usize> = b_kept.iter().map(|&j| b_ids[j]).collect();
+
+    // Matched lines, as indices into `a` and `b`, in order; then a sentinel at the ends.
+    let mut matched = Vec::new();
+    for op in capture_diff_slices(Algorithm::Myers, &a_seq, &b_seq) {
+        if let DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = op
+        {
+            matched.extend((0..len).map(|k| (a_kept[old_index + k], b_kept[new_index + k])));
+        }
+    }
+    matched.push((a.len(), b.len()));
+
+    let mut ops = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    for (x, y) in matched {
+        match (x - i, y - j) {
+            (0, 0) => {}
+            (old_len, 0) => ops.push(DiffOp::Delete {
+                old_index: i,
+                old_len,
+                new_index: j,
+            }),
+            (0, new_len) => ops.push(DiffOp::Insert {
+                old_index: i,
+                new_index: j,
+                new_len,
+            }),
+            (old_len, new_len) => ops.push(DiffOp::Replace {
+                old_index: i,
+                old_len,
+                new_index: j,
+                new_len,
+            }),
+        }
+        if x == a.len() {
+            break;
+        }
+        match ops.last_mut() {
+            Some(DiffOp::Equal {
+                old_index,
+                new_index,
+                len,
+            }) if *old_index + *len == x && *new_index + *len == y => *len += 1,
+            _ => ops.push(DiffOp::Equal {
+                old_index: x,
+                new_index: y,
+                len: 1,
+            }),
+        }
+        (i, j) = (x + 1, y + 1);
+    }
+    ops
 }
 
 /// A hunk range as git writes it: 1-based start (the line before when empty), length
