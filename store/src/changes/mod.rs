@@ -46,11 +46,11 @@ const FETCH_CONCURRENCY: usize = 4;
 #[non_exhaustive]
 pub enum ChangesError {
     /// The blob store failed (a snapshot or file blob is missing or unreadable).
-    #[error("change set: {0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// A snapshot's manifest is malformed or unsafe (paths outside the root, unknown
     /// version, ..).
-    #[error("change set: snapshot manifest rejected: {0}")]
+    #[error("snapshot manifest rejected: {0}")]
     BadManifest(String),
     /// A file could not be written while extracting, or something stands in the way (a file
     /// or symbolic link where a directory is needed, a directory where a file goes).
