@@ -11,10 +11,13 @@
 //! - [`local`]: a directory (default `.baton/blobs`), for one machine or a shared volume.
 //! - [`s3`]: any S3-compatible object store (AWS S3, MinIO, moto), via `object_store`.
 //! - [`snapshot`]: workspace snapshots (manifest, local cache, take, restore).
+//! - [`changes`]: a run's change set between two snapshots as a git patch (`git apply`
+//!   accepts it), per-file counts, `diffstat`, and `extract` of chosen files.
 //! - [`conversation`]: conversation chains (segments naming their parent), run context and
 //!   arguments by reference, with a per-worker cache of assembled conversations.
 
 mod blob;
+pub mod changes;
 pub mod conversation;
 mod error;
 pub mod local;

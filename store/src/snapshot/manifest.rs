@@ -51,7 +51,7 @@ pub enum Entry {
 }
 
 /// A validated manifest entry.
-pub(super) enum Target {
+pub(crate) enum Target {
     Dir,
     File {
         blob: BlobId,
@@ -87,7 +87,7 @@ fn check_path(path: &str) -> Result<(), SnapshotError> {
 }
 
 /// Validates a manifest: version, paths, parents, blob ids, link targets.
-pub(super) fn check_manifest(
+pub(crate) fn check_manifest(
     manifest: Manifest,
 ) -> Result<BTreeMap<String, Target>, SnapshotError> {
     if manifest.version != MANIFEST_VERSION {

@@ -41,7 +41,7 @@ mod restore;
 mod send;
 mod take;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod upload;
 
 use std::{
@@ -56,6 +56,7 @@ use sha2::Digest;
 
 pub use cache::{RACY_WINDOW_NS, STATE_FILE, local_snapshot};
 pub use manifest::{Entry, MANIFEST_VERSION, Manifest, SnapshotId};
+pub(crate) use manifest::{Target, check_manifest};
 pub use restore::{Restored, restore};
 pub use take::{DEFAULT_MAX_FILE_SIZE, SnapshotOptions, Taken, take, take_with};
 pub use upload::{
@@ -116,7 +117,7 @@ async fn blocking<T: Send + 'static>(
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-fn temp_name() -> String {
+pub(crate) fn temp_name() -> String {
     format!(
         ".baton-tmp-{}-{}",
         std::process::id(),

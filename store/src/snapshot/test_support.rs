@@ -50,13 +50,13 @@ impl BlobStore for MemStore {
     }
 }
 
-pub(super) fn write(root: &Path, rel: &str, content: &str) {
+pub(crate) fn write(root: &Path, rel: &str, content: impl AsRef<[u8]>) {
     let path = root.join(rel);
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, content).unwrap();
 }
 
-pub(super) fn chmod(root: &Path, rel: &str, mode: u32) {
+pub(crate) fn chmod(root: &Path, rel: &str, mode: u32) {
     fs::set_permissions(root.join(rel), fs::Permissions::from_mode(mode)).unwrap();
 }
 
