@@ -1,5 +1,7 @@
 //! baton's side effects: everything the `AgentRun` workflow asks the world to do.
 //!
+//! - [`git`]: a run's `--git` source cloned into its workspace ([`git::clone_into`]) and its
+//!   change set delivered as a pushed branch or a GitHub pull request ([`git::deliver`]).
 //! - [`llm`]: the model activities (`llm_generate`, `compact_context`: [`llm::LlmService`]),
 //!   their providers (`openai`, `anthropic`, `scripted`) and the failure taxonomy
 //!   ([`llm::error`]).

@@ -7,7 +7,7 @@ use tokio::process::Command;
 
 /// Sets `PR_SET_PDEATHSIG` to `SIGKILL` in the child, so `sh` dies with the worker.
 #[cfg(target_os = "linux")]
-pub(super) fn set_parent_death_signal(command: &mut Command) {
+pub(crate) fn set_parent_death_signal(command: &mut Command) {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before `exec`; it only makes the
     // async-signal-safe system calls prctl(2) and getppid(2) and does not allocate.
@@ -24,20 +24,20 @@ pub(super) fn set_parent_death_signal(command: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(super) fn set_parent_death_signal(_command: &mut Command) {}
+pub(crate) fn set_parent_death_signal(_command: &mut Command) {}
 
 /// Kills the process group with `SIGKILL` when told to and when dropped, unless disarmed.
-pub(super) struct GroupGuard {
+pub(crate) struct GroupGuard {
     pgid: Pid,
     armed: bool,
 }
 
 impl GroupGuard {
-    pub(super) fn new(pgid: Pid) -> Self {
+    pub(crate) fn new(pgid: Pid) -> Self {
         Self { pgid, armed: true }
     }
 
-    pub(super) fn kill(&self) {
+    pub(crate) fn kill(&self) {
         if self.armed {
             // ESRCH (the group is already empty) is the usual, fine outcome.
             let _ = killpg(self.pgid, Signal::SIGKILL);
@@ -46,7 +46,7 @@ impl GroupGuard {
 
     /// Once the group was killed and `sh` reaped: never signal that group id again, as it may
     /// be reused.
-    pub(super) fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
 }

@@ -18,7 +18,7 @@
 //! the two pipes into bounded captures and renders them.
 
 mod capture;
-mod group;
+pub(crate) mod group;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;

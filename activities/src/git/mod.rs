@@ -1,0 +1,44 @@
+//! git for a run's source and delivery: [`clone_into`] fetches a `--git` source into the run's
+//! workspace (shallow when it can) at a branch, tag or commit; [`deliver`] commits a change set
+//! on its base commit without a work tree and pushes it to a branch, then (`pr`) opens a pull
+//! request through GitHub's REST API. Plain async functions over real `git` processes; the
+//! Temporal activities that call them live with the worker's other activities.
+//!
+//! - `settings.rs`: [`GitSettings`] (`[git]` of the worker settings: identity, credentials by
+//!   host, `[git.github]`, timeout).
+//! - `command.rs`: one git process (scrubbed environment, private `HOME`, timeout, process group
+//!   killed on drop; the token only through a credential helper).
+//! - `classify.rs`: git's stderr -> [`GitError::Unavailable`] / [`GitError::Transient`].
+//! - `refs.rs`: `ls-remote --symref` listing and what a ref names (branch, tag, commit).
+//! - `clone.rs`: [`clone_into`].
+//! - `deliver.rs`: [`deliver`] (commit, branch name, push).
+//! - `github.rs`: the pull request (find by head branch, else open one).
+//! - `tests/`: against real git (`file://` bare repos, a `git daemon` on loopback) and an
+//!   in-test stand-in of GitHub's pulls API.
+
+mod classify;
+mod clone;
+mod command;
+mod deliver;
+mod github;
+mod refs;
+mod settings;
+#[cfg(test)]
+mod tests;
+
+pub use clone::{Cloned, clone_into};
+pub use deliver::deliver;
+pub use settings::{GitCredential, GitHubSettings, GitSettings};
+
+/// Why a git operation failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GitError {
+    /// Will not get better by retrying: no such repository, URL, ref or host; credentials
+    /// missing or refused.
+    #[error("{0}")]
+    Unavailable(String),
+    /// May get better: connection refused or reset, timeout, a server error.
+    #[error("{0}")]
+    Transient(String),
+}

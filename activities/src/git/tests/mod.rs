@@ -1,0 +1,198 @@
+//! Tests of `git/` against real git: an origin repository (bare, served over `file://` and by
+//! a `git daemon` on loopback) made by the test, and a recording stand-in of GitHub's pulls API.
+
+mod clone;
+mod deliver;
+mod github;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::GitSettings;
+
+/// `git <args>` in `dir` for test set-up and checks, with a fixed identity; panics on failure.
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Whether `git <args>` in `dir` succeeds.
+pub(super) fn git_ok(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// A bare repository `acme/tool.git` with history:
+/// `first` (tag `v1`, annotated) <- `second` (`main`), and `dev` branching off `first`.
+pub(super) struct Origin {
+    pub(super) root: TempDir,
+    pub(super) first: String,
+    pub(super) second: String,
+    pub(super) dev: String,
+}
+
+impl Origin {
+    pub(super) fn new() -> Self {
+        let root = TempDir::new().unwrap();
+        let work = root.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        git(&work, &["init", "-q"]);
+        std::fs::write(work.join("a.txt"), "one\n").unwrap();
+        std::fs::write(work.join("gone.txt"), "to delete\n").unwrap();
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-qm", "first"]);
+        let first = git(&work, &["rev-parse", "HEAD"]);
+        git(&work, &["tag", "-a", "v1", "-m", "release 1"]);
+        std::fs::write(work.join("a.txt"), "one\ntwo\n").unwrap();
+        git(&work, &["commit", "-qam", "second"]);
+        let second = git(&work, &["rev-parse", "HEAD"]);
+        git(&work, &["checkout", "-q", "-b", "dev", &first]);
+        std::fs::write(work.join("dev.txt"), "dev\n").unwrap();
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-qm", "dev work"]);
+        let dev = git(&work, &["rev-parse", "HEAD"]);
+        git(&work, &["checkout", "-q", "main"]);
+        let bare = root.path().join("acme").join("tool.git");
+        std::fs::create_dir_all(&bare).unwrap();
+        git(&bare, &["init", "-q", "--bare"]);
+        git(
+            &work,
+            &["push", "-q", bare.to_str().unwrap(), "main", "dev", "v1"],
+        );
+        Self {
+            root,
+            first,
+            second,
+            dev,
+        }
+    }
+
+    pub(super) fn bare(&self) -> PathBuf {
+        self.root.path().join("acme").join("tool.git")
+    }
+
+    pub(super) fn url(&self) -> String {
+        format!("file://{}", self.bare().display())
+    }
+
+    /// A git-style patch against `first`: `a.txt` changed, `gone.txt` deleted, a binary file
+    /// added.
+    pub(super) fn patch(&self) -> Vec<u8> {
+        let work = self.root.path().join("patch-work");
+        if !work.exists() {
+            git(
+                self.root.path(),
+                &["clone", "-q", &self.url(), work.to_str().unwrap()],
+            );
+        }
+        git(&work, &["checkout", "-q", "--detach", &self.first]);
+        std::fs::write(work.join("a.txt"), "one\nfixed\n").unwrap();
+        std::fs::remove_file(work.join("gone.txt")).unwrap();
+        std::fs::write(work.join("blob.bin"), [0u8, 159, 146, 150, 0, 1, 2]).unwrap();
+        git(&work, &["add", "-A"]);
+        let patch = git(&work, &["diff", "--cached", "--binary", &self.first]);
+        git(&work, &["reset", "-q", "--hard"]);
+        format!("{patch}\n").into_bytes()
+    }
+
+    /// Makes `hook` (a shell script body) the bare repository's hook `name`.
+    pub(super) fn hook(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.bare().join("hooks").join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A `git daemon` serving `base` on a loopback port, push enabled; stopped (by its PID) on drop.
+pub(super) struct Daemon {
+    child: Child,
+    pub(super) port: u16,
+}
+
+impl Daemon {
+    pub(super) fn start(base: &Path) -> Self {
+        let port = free_port();
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--enable=receive-pack",
+                "--export-all",
+                "--informative-errors",
+                &format!("--base-path={}", base.display()),
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+            ])
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "git daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    pub(super) fn url(&self, path: &str) -> String {
+        format!("git://127.0.0.1:{}/{path}", self.port)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nothing listens on (just now).
+pub(super) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub(super) fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+pub(super) fn settings() -> GitSettings {
+    GitSettings::default()
+}
