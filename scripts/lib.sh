@@ -29,6 +29,40 @@ ensure_moto() {
   command -v moto_server >/dev/null 2>&1 || { echo "could not install moto; install it (pip install 'moto[server]') and retry" >&2; return 1; }
 }
 
+# Installs git with apt-get (Debian package `git`, as root or through sudo) when `git`, its
+# `git daemon` or its `git http-backend` is missing: the e2e tests serve repositories with both.
+ensure_git() {
+  if command -v git >/dev/null 2>&1; then
+    local exec_path
+    exec_path=$(git --exec-path)
+    if [ -x "$exec_path/git-daemon" ] && [ -x "$exec_path/git-http-backend" ]; then return 0; fi
+  fi
+  echo "git (with git daemon and git http-backend) not found: installing it (apt-get install git)" >&2
+  local sudo=()
+  if [ "${EUID:-$(id -u)}" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "cannot install git: not root and no sudo; install the Debian package git and retry" >&2
+      return 1
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "cannot install git: no apt-get; install git (with git daemon and git http-backend) and retry" >&2
+    return 1
+  fi
+  if ! { "${sudo[@]}" apt-get update -qq >&2 &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git >&2; }; then
+    echo "apt-get could not install git; install the Debian package git and retry" >&2
+    return 1
+  fi
+  hash -r
+  command -v git >/dev/null 2>&1 && [ -x "$(git --exec-path)/git-http-backend" ] || {
+    echo "could not install git; install the Debian package git and retry" >&2
+    return 1
+  }
+}
+
 # Waits until the Temporal frontend at $1 answers.
 wait_for_temporal() {
   local address=$1

@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_temporal
 ensure_moto
+ensure_git
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads="${BATON_TEST_THREADS:-4}" "$@"

@@ -44,7 +44,10 @@
 
 mod cli;
 mod codec;
+mod git_server;
+mod github;
 mod history;
+mod http_thread;
 mod mock_anthropic;
 mod mock_checks;
 mod mock_http;
@@ -58,6 +61,12 @@ mod worker;
 
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
 pub use codec::{PayloadSeen, codec_key, history_payloads};
+pub use git_server::{
+    BareRepo, GIT_AUTHOR, GIT_DAEMON_START_TIMEOUT, GIT_DATE, GIT_HTTP_REALM, GIT_ISOLATION_ENV,
+    GitDaemon, GitHttp, GitRepos, MAIN_BRANCH, TOKEN_CREDENTIAL_HELPER, TOKEN_ENV, git_command,
+    run_git,
+};
+pub use github::{ApiRequest, GitHubStandIn, PullRequest};
 pub use history::{
     CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
 };
@@ -71,7 +80,7 @@ pub use process::{
 };
 pub use server::{
     DevServer, SERVER_START_TIMEOUT, SERVER_STOP_TIMEOUT, TEMPORAL_CMD_TIMEOUT, free_port,
-    free_ports,
+    free_ports, port_accepts,
 };
 pub use wait::{POLL_INTERVAL, assert_holds_for, unique, wait_until, wait_until_blocking};
 pub use worker::{WORKER_READY_MARKER, WORKER_TERMINATE_TIMEOUT, Worker, pause_worker_starts};

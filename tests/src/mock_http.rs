@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use axum::Router;
 use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::{Request, State};
@@ -21,6 +21,8 @@ use serde_json::Value;
 // codegen re-export (public API, reached through `temporalio-client`) gives
 // us a `Stream` over a tokio channel, which is all `Body::from_stream` needs.
 use temporalio_client::tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+use crate::http_thread::{HttpThread, header_map};
 
 /// Interval between two keep-alive comments of a [`MockResponse::slow_stream`].
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -320,19 +322,12 @@ impl Inner {
 /// and [`crate::MockAnthropic`] deref to it for the queue and the captured
 /// requests.
 pub struct MockServer {
-    addr: SocketAddr,
+    server: HttpThread,
     inner: Arc<Inner>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl MockServer {
     pub(crate) fn start(flavor: Flavor) -> anyhow::Result<MockServer> {
-        let name = flavor.name();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .with_context(|| format!("binding {name} server"))?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let inner = Arc::new(Inner {
             flavor,
             state: Mutex::default(),
@@ -340,46 +335,13 @@ impl MockServer {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&inner));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .with_context(|| format!("building {name} runtime"))?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = thread::Builder::new()
-            .name(format!("{}-{}", name.replace(' ', "-"), addr.port()))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            eprintln!("{name}: cannot register listener: {e}");
-                            return;
-                        }
-                    };
-                    tokio::select! {
-                        res = axum::serve(listener, app) => {
-                            if let Err(e) = res {
-                                eprintln!("{name} server error: {e}");
-                            }
-                        }
-                        _ = rx => {}
-                    }
-                });
-                // Dropping the runtime here aborts in-flight connections
-                // (and the tasks feeding streamed bodies).
-            })
-            .with_context(|| format!("spawning {name} thread"))?;
-        Ok(MockServer {
-            addr,
-            inner,
-            shutdown: Some(tx),
-            thread: Some(thread),
-        })
+        let server = HttpThread::start(flavor.name(), app)?;
+        Ok(MockServer { server, inner })
     }
 
     /// The socket address the server listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
@@ -478,12 +440,7 @@ impl MockServer {
 
 impl Drop for MockServer {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.server.stop();
         let violations = self.take_violations();
         if !violations.is_empty() && !thread::panicking() {
             panic!(
@@ -500,17 +457,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let flavor = inner.flavor;
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut headers: BTreeMap<String, String> = BTreeMap::new();
-    for (name, value) in req.headers() {
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        headers
-            .entry(name.as_str().to_ascii_lowercase())
-            .and_modify(|v| {
-                v.push_str(", ");
-                v.push_str(&value);
-            })
-            .or_insert(value);
-    }
+    let headers = header_map(req.headers());
     let bytes = match to_bytes(req.into_body(), 64 * 1024 * 1024).await {
         Ok(b) => b,
         Err(e) => {

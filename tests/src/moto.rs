@@ -10,12 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use crate::process::{
-    clean_command, describe_status, keep_dirs, send_signal, spawn_tied, tail_file,
-    wait_child_timeout,
+    check_still_starting, clean_command, keep_dirs, spawn_tied, stop_child, tail_file,
 };
 use crate::server::free_port;
 
@@ -103,16 +101,7 @@ impl MotoServer {
     fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait().context("try_wait")?
-            {
-                bail!(
-                    "moto_server exited during startup ({}); log {}:\n{}",
-                    describe_status(&status),
-                    self.log_path.display(),
-                    tail_file(&self.log_path, 8 * 1024)
-                );
-            }
+            check_still_starting(self.child.as_mut(), "moto_server", &self.log_path)?;
             // ListBuckets answers 200 once the S3 backend is up.
             let last = match self.http("GET", "/") {
                 Ok(200) => return Ok(()),
@@ -235,21 +224,9 @@ impl MotoServer {
     /// Stops moto: SIGTERM to its pid, wait up to 5 s, then SIGKILL. Idempotent; once it
     /// returns the process has exited and been reaped.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child, MOTO_STOP_TIMEOUT);
         }
-        let _ = send_signal(self.pid, Signal::SIGTERM);
-        if matches!(
-            wait_child_timeout(&mut child, MOTO_STOP_TIMEOUT),
-            Ok(Some(_))
-        ) {
-            return;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 

@@ -33,6 +33,9 @@ pub const SCRUBBED_ENV_PREFIXES: &[&str] = &[
     "GITHUB_",
     "GITLAB_",
     "CI_",
+    // A `GIT_DIR` or `GIT_INDEX_FILE` from a hook running the tests would point the git
+    // processes of tests and workers at the developer's repository.
+    "GIT_",
 ];
 
 /// Variables removed by name (see [`SCRUBBED_ENV_PREFIXES`]).
@@ -324,10 +327,7 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 /// children are forked from one long-lived helper thread rather than from the
 /// (short-lived) test or tokio blocking threads.
 pub(crate) fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
-    // SAFETY: the closure only performs the async-signal-safe `prctl` syscall.
-    unsafe {
-        cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
-    }
+    die_with_parent_thread(&mut cmd);
     static SPAWNER: OnceLock<Option<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
@@ -354,6 +354,17 @@ pub(crate) fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
         .map_err(|_| io::Error::other("spawner thread dropped the request"))?
 }
 
+/// Makes the child that `cmd` spawns get SIGKILL when the thread that forked it exits
+/// (`PR_SET_PDEATHSIG`). [`spawn_tied`] forks from a thread that lives as long as the test
+/// process; a server thread that spawns children itself (the git HTTP server's CGI
+/// processes) ties them to its own lifetime this way.
+pub(crate) fn die_with_parent_thread(cmd: &mut Command) {
+    // SAFETY: the closure only performs the async-signal-safe `prctl` syscall.
+    unsafe {
+        cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
+    }
+}
+
 /// Sends `sig` to `pid`.
 pub fn send_signal(pid: u32, sig: Signal) -> anyhow::Result<()> {
     let raw = i32::try_from(pid).context("pid out of range")?;
@@ -375,6 +386,40 @@ pub(crate) fn wait_child_timeout(
         }
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Stops `child`: SIGTERM, up to `grace` to exit, then SIGKILL; reaps it. Only that pid is
+/// signalled. A no-op when it has exited already.
+pub(crate) fn stop_child(child: &mut Child, grace: Duration) {
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    let _ = send_signal(child.id(), Signal::SIGTERM);
+    if matches!(wait_child_timeout(child, grace), Ok(Some(_))) {
+        return;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Fails with "`what` exited during startup (status); log `log_path`: <its tail>" when
+/// `child` has exited: for the start-up loops of the servers the harness runs.
+pub(crate) fn check_still_starting(
+    child: Option<&mut Child>,
+    what: &str,
+    log_path: &Path,
+) -> anyhow::Result<()> {
+    if let Some(child) = child
+        && let Some(status) = child.try_wait().context("try_wait")?
+    {
+        bail!(
+            "{what} exited during startup ({}); log {}:\n{}",
+            describe_status(&status),
+            log_path.display(),
+            tail_file(log_path, 8 * 1024)
+        );
+    }
+    Ok(())
 }
 
 /// Human-readable exit status ("exit code 3", "signal 9 (SIGKILL)").

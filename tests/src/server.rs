@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use crate::process::{
-    CmdOutput, clean_command, describe_status, keep_dirs, run_cmd, send_signal, spawn_tied,
+    CmdOutput, check_still_starting, clean_command, keep_dirs, run_cmd, send_signal, spawn_tied,
     tail_file, temporal_bin, wait_child_timeout,
 };
 
@@ -129,16 +129,7 @@ impl DevServer {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let mut last = String::from("port not open yet");
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait().context("try_wait")?
-            {
-                bail!(
-                    "temporal dev server exited during startup ({}); log {}:\n{}",
-                    describe_status(&status),
-                    self.log_path.display(),
-                    tail_file(&self.log_path, 8 * 1024)
-                );
-            }
+            check_still_starting(self.child.as_mut(), "temporal dev server", &self.log_path)?;
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 let out = self.temporal_with_timeout(
                     &[
@@ -371,6 +362,15 @@ pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
         .iter()
         .map(|l| Ok(l.local_addr()?.port()))
         .collect()
+}
+
+/// `true` when something accepts TCP connections on 127.0.0.1:`port` (within 500 ms).
+pub fn port_accepts(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )
+    .is_ok()
 }
 
 /// One currently-free loopback TCP port.

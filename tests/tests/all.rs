@@ -10,6 +10,7 @@ mod suite {
     mod approvals;
     mod cli;
     mod failover;
+    mod git_harness;
     mod handoff;
     mod harness;
     mod history_budget;

@@ -1,6 +1,5 @@
 //! Smoke tests of the E2E harness itself (no baton binaries needed).
 
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
@@ -9,14 +8,6 @@ use base64::Engine as _;
 use baton_tests::*;
 use pretty_assertions::assert_eq;
 use serde_json::json;
-
-fn port_accepts(port: u16) -> bool {
-    TcpStream::connect_timeout(
-        &SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(500),
-    )
-    .is_ok()
-}
 
 #[test]
 fn dev_server_starts_serves_restarts_and_stops() {
