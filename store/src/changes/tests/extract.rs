@@ -76,4 +76,24 @@ async fn extract_writes_only_the_matching_files() {
         fs::read_to_string(blocked.join("src")).unwrap(),
         "a file where a directory goes\n"
     );
+
+    // A link standing for a parent directory is not written through.
+    let outside = tmp.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let linked = tmp.path().join("linked");
+    link(&linked, "src", outside.to_str().unwrap());
+    let err = extract(&store, &id, &linked, &|p| glob.is_match(p))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("needs a directory"), "{err}");
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+
+    // Nor is a directory where the snapshot has a file replaced.
+    let occupied = tmp.path().join("occupied");
+    write(&occupied, "src/a.rs/inside", "mine\n");
+    let err = extract(&store, &id, &occupied, &|p| p == "src/a.rs")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("a directory stands"), "{err}");
+    assert!(occupied.join("src/a.rs/inside").exists());
 }
