@@ -14,6 +14,8 @@
 //! - `binary`: `GIT binary patch` literals (zlib + git's base85).
 //! - `stat`: [`diffstat`].
 //! - `extract`: [`extract`].
+//! - `tests/`: round trips through real `git apply` (`apply.rs`), output next to git's own
+//!   (`git_output.rs`), `extract` and refused manifests (`extract.rs`).
 
 mod binary;
 mod extract;
