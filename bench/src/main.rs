@@ -22,6 +22,9 @@
 //! cold replay) and [`density`] (worker memory with many waiting runs); [`procfs`] reads CPU
 //! time and resident memory.
 //!
+//! Scenario 7, workspace upload (`baton-bench upload`, [`upload`]): a 10,000-file, 100 MiB tree
+//! uploaded as `--workspace-from` does, then again with its largest file changed.
+//!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
 //! directory to keep the event histories the numbers were read from.
@@ -40,6 +43,7 @@ mod report;
 mod scenario;
 mod stats;
 mod throughput;
+mod upload;
 
 use std::time::Instant;
 
@@ -68,6 +72,9 @@ enum Command {
     /// integration (Python) and a plain Temporal Python SDK loop, next to baton and the bare
     /// Rust loop.
     Peer(PeerArgs),
+    /// Workspace upload (`--workspace-from`): a generated tree into a fresh local store, then
+    /// the same tree with its largest file changed.
+    Upload(UploadArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
@@ -145,6 +152,16 @@ struct PeerArgs {
     /// history.transferProcessorMaxPollRPS=1000`.
     #[arg(long)]
     fast_server: bool,
+}
+
+#[derive(Debug, Args)]
+struct UploadArgs {
+    /// Files in the generated tree.
+    #[arg(long, default_value_t = upload::Settings::FULL.files)]
+    files: usize,
+    /// MiB in the generated tree.
+    #[arg(long, default_value_t = upload::Settings::FULL.bytes / (1024 * 1024))]
+    mib: u64,
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +254,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::Upload(args) => {
+            let report = upload::run(upload::Settings {
+                files: args.files,
+                bytes: args.mib * 1024 * 1024,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::All(args) => {
             // The whole table of BENCHMARKS.md in under 10 minutes on 2 cores: per-turn on both
             // dev-server settings (the headline), every other scenario on the fast one.
@@ -298,6 +323,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
             lap("density");
+            let report = upload::run(if short {
+                upload::Settings::SHORT
+            } else {
+                upload::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+            lap("upload");
             // Scenario 6 needs a venv from PyPI: when it cannot be set up (PyPI slow or
             // unreachable), say why and go on, so that CI does not fail for it.
             match peer::prepare().await {

@@ -90,6 +90,7 @@ fn ignored_tree(src: &Path) {
     fs::create_dir_all(src.join("empty")).unwrap();
     symlink("sub/code.rs", src.join("link")).unwrap();
     symlink("../outside.txt", src.join("out")).unwrap();
+    symlink("..", src.join("up")).unwrap();
     fs::write(src.join(OsStr::from_bytes(b"bad\xffname")), "not utf-8\n").unwrap();
     let _socket = UnixListener::bind(src.join("sock")).unwrap();
 }
@@ -130,6 +131,7 @@ async fn the_upload_restores_to_the_tree_without_what_is_ignored() {
         ("sub/code.rs", "file: fn main() {}\n"),
         ("sub/deeper", "dir"),
         ("sub/deeper/x.txt", "file: x\n"),
+        ("up", "link -> .."),
     ]
     .into_iter()
     .map(|(p, d)| (p.to_owned(), d.to_owned()))
@@ -333,4 +335,17 @@ async fn the_commit_of_a_git_work_tree_is_recorded() {
     git(&fresh, &["init", "-q"]);
     let uploaded = upload_dir(&store, &fresh, &options).await.unwrap();
     assert_eq!(uploaded.commit, None, "a repository without a commit yet");
+}
+
+#[test]
+fn paths_are_relative_to_the_directory_as_given() {
+    assert_eq!(
+        relative(Path::new("."), Path::new("./a/b")).as_deref(),
+        Some("a/b")
+    );
+    assert_eq!(
+        relative(Path::new("/x/y"), Path::new("/x/y/c")).as_deref(),
+        Some("c")
+    );
+    assert_eq!(relative(Path::new("/x/y"), Path::new("/x/y")), None);
 }
