@@ -176,6 +176,16 @@ impl GitHubStandIn {
         self.hub.lock().requests.clone()
     }
 
+    /// The requests answered with a 4xx or 5xx status: what GitHub would have refused too.
+    pub fn refused_requests(&self) -> Vec<ApiRequest> {
+        let st = self.hub.lock();
+        st.requests
+            .iter()
+            .filter(|r| r.status >= 400)
+            .cloned()
+            .collect()
+    }
+
     /// Every pull request opened so far, in order.
     pub fn pulls(&self) -> Vec<PullRequest> {
         self.hub.lock().pulls.clone()

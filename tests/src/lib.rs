@@ -11,6 +11,13 @@
 //! for the worker's API key in the body; a violation is answered 400 and
 //! fails the test when the mock is dropped (`mock_checks.rs`).
 //!
+//! For the code a run starts on and the changes it hands back: bare git repositories
+//! ([`GitRepos`], [`BareRepo`]) served by the real `git daemon` ([`GitDaemon`], `git://`,
+//! pushes allowed) and the real `git http-backend` behind Basic auth with a token
+//! ([`GitHttp`]) (`git_server.rs`), and a stand-in for GitHub's pull-request REST endpoints
+//! over those repositories that refuses what GitHub refuses ([`GitHubStandIn`], `github.rs`).
+//! The HTTP servers each run on a thread of their own (`http_thread.rs`).
+//!
 //! The baton binaries are looked up next to the test executable
 //! ([`bin_path`]); `cargo test` does not build them, so run
 //! `cargo build --workspace` first.
@@ -18,7 +25,7 @@
 //! Hygiene rules the harness follows:
 //! * every child process is spawned with `PR_SET_PDEATHSIG=SIGKILL`, so
 //!   nothing outlives a killed test binary; the owning struct stops it on drop;
-//! * children never inherit `TEMPORAL_*`, `BATON_*` or `OPENAI_*` from the
+//! * children never inherit `TEMPORAL_*`, `BATON_*`, `OPENAI_*` or `GIT_*` from the
 //!   developer's environment (see [`SCRUBBED_ENV_PREFIXES`]); `NO_COLOR=1`;
 //! * servers/workers keep their files in private temp dirs (set
 //!   `BATON_TEST_KEEP_DIRS=1` to keep them); when a test panics, the logs of

@@ -117,7 +117,8 @@ impl GitHttp {
         self.shared.refused_credentials.load(Ordering::SeqCst)
     }
 
-    /// One line per request so far: `GET /acme/parser.git/info/refs?service=... user=x -> 200`.
+    /// One line per request so far: `GET /acme/parser.git/info/refs?service=... user=x -> 200`,
+    /// `(chunked body)` at the end of a request sent in chunks.
     pub fn log(&self) -> String {
         self.shared
             .log
@@ -159,6 +160,11 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             return unauthorized();
         }
     };
+    let chunked = parts
+        .headers
+        .get(header::TRANSFER_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("chunked"));
     let answer = match to_bytes(body, MAX_BODY).await {
         Ok(bytes) => match request_body(&parts.headers, bytes) {
             Ok(bytes) => cgi(Arc::clone(&shared), &parts, &user, bytes).await,
@@ -174,9 +180,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             .into_response()
     });
     shared.note(format!(
-        "{} {target} user={user} -> {}",
+        "{} {target} user={user} -> {}{}",
         parts.method,
-        response.status().as_u16()
+        response.status().as_u16(),
+        if chunked { " (chunked body)" } else { "" }
     ));
     response
 }

@@ -239,6 +239,34 @@ fn git_http_needs_the_token_for_clone_and_push() {
     );
     assert!(!out.success(), "{out}");
     assert_eq!(repo.branch_head("other").unwrap(), None);
+
+    // A push larger than git's 1 MiB post buffer goes as a chunked request body.
+    let mut noise = vec![0u8; 3 * 1024 * 1024];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for byte in &mut noise {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *byte = x as u8;
+    }
+    std::fs::write(clone.join("noise.bin"), &noise).unwrap();
+    ok(git_in(&clone, None, &["add", "noise.bin"]));
+    ok(git_in(&clone, None, &["commit", "--quiet", "-m", "Noise"]));
+    ok(git_in(
+        &clone,
+        Some(TOKEN),
+        &["push", "--quiet", "origin", "HEAD:refs/heads/big"],
+    ));
+    let big = ok(git_in(&clone, None, &["rev-parse", "HEAD"]));
+    assert_eq!(repo.branch_head("big").unwrap(), Some(big));
+    let stored = repo.git(&["cat-file", "-s", "big:noise.bin"]).unwrap();
+    assert_eq!(stored, noise.len().to_string());
+    assert!(
+        http.log()
+            .contains("git-receive-pack user=x -> 200 (chunked body)"),
+        "{}",
+        http.log()
+    );
     assert!(
         !http.log().contains(TOKEN),
         "the token is in the log:\n{}",
