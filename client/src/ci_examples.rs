@@ -68,7 +68,7 @@ fn substitute(line: &str) -> String {
         out.push_str(&rest[..start]);
         match rest[start..].find("}}") {
             Some(end) => {
-                out.push_str("X");
+                out.push('X');
                 rest = &rest[start + end + 2..];
             }
             None => {

@@ -596,6 +596,8 @@ impl<'a> WatchLine<'a> {
 /// A watch line's event, under a key named like its kind.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "snake_case")]
+// Built once per printed line and dropped: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Event<'a> {
     Assistant(Assistant<'a>),
     ApprovalRequested(Pending<'a>),

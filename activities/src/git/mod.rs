@@ -42,3 +42,21 @@ pub enum GitError {
     #[error("{0}")]
     Transient(String),
 }
+
+/// Whether `r` reads as a commit sha (7 to 40 hex digits) rather than a branch or tag name.
+pub fn looks_like_sha(r: &str) -> bool {
+    (7..=40).contains(&r.len()) && r.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+impl GitSettings {
+    /// The environment variables these settings name as holding tokens (to keep them from
+    /// the commands tools run).
+    pub fn secret_env_names(&self) -> Vec<String> {
+        self.credentials
+            .values()
+            .map(|c| c.token_env.clone())
+            .chain([self.github.token_env.clone()])
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+}

@@ -92,6 +92,34 @@ impl FileStatus {
             Self::Type => "type",
         }
     }
+
+    /// The status named `name` (as [`FileStatus::as_str`] writes it); `None` for a name this
+    /// version does not know.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Added,
+            Self::Modified,
+            Self::Deleted,
+            Self::Mode,
+            Self::Type,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+/// A file of a change set as the wire contract carries it (an unknown status reads as
+/// `Modified`).
+impl From<&baton_proto::FileChange> for FileDiff {
+    fn from(f: &baton_proto::FileChange) -> Self {
+        Self {
+            path: f.path.clone(),
+            status: FileStatus::parse(&f.status).unwrap_or(FileStatus::Modified),
+            insertions: f.insertions,
+            deletions: f.deletions,
+            binary: f.binary,
+        }
+    }
 }
 
 /// One changed path.

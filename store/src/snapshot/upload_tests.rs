@@ -69,22 +69,22 @@ fn git(dir: &Path, args: &[&str]) -> String {
 fn ignored_tree(src: &Path) {
     write(src, ".gitignore", "target/\n*.log\n!keep.log\n.env\n");
     write(src, ".batonignore", "secrets/\n!notes.log\n");
-    write(src, ".git/HEAD", &format!("{MARKER} git dir\n"));
+    write(src, ".git/HEAD", format!("{MARKER} git dir\n"));
     write(src, ".git/info/exclude", "excluded.txt\n");
-    write(src, "excluded.txt", &format!("{MARKER} excluded\n"));
-    write(src, ".env", &format!("{MARKER} env\n"));
-    write(src, "target/debug/out", &format!("{MARKER} target\n"));
-    write(src, "app.log", &format!("{MARKER} log\n"));
+    write(src, "excluded.txt", format!("{MARKER} excluded\n"));
+    write(src, ".env", format!("{MARKER} env\n"));
+    write(src, "target/debug/out", format!("{MARKER} target\n"));
+    write(src, "app.log", format!("{MARKER} log\n"));
     write(src, "keep.log", "kept log\n");
     write(src, "notes.log", "re-included by .batonignore\n");
-    write(src, "secrets/key", &format!("{MARKER} secret\n"));
+    write(src, "secrets/key", format!("{MARKER} secret\n"));
     write(src, "sub/.gitignore", "local.txt\n");
-    write(src, "sub/local.txt", &format!("{MARKER} nested\n"));
+    write(src, "sub/local.txt", format!("{MARKER} nested\n"));
     write(src, "sub/code.rs", "fn main() {}\n");
-    write(src, "sub/deeper/.git", &format!("gitdir: {MARKER}\n"));
+    write(src, "sub/deeper/.git", format!("gitdir: {MARKER}\n"));
     write(src, "sub/deeper/x.txt", "x\n");
     write(src, "sub/.baton/kept", "only the root .baton is special\n");
-    write(src, ".baton/state", &format!("{MARKER} local state\n"));
+    write(src, ".baton/state", format!("{MARKER} local state\n"));
     write(src, "bin/run.sh", "#!/bin/sh\necho hi\n");
     chmod(src, "bin/run.sh", 0o755);
     fs::create_dir_all(src.join("empty")).unwrap();
@@ -211,10 +211,10 @@ async fn a_second_upload_sends_only_the_changed_file() {
 async fn over_the_limit_nothing_is_uploaded_and_the_largest_paths_are_named() {
     let base = tempfile::tempdir().unwrap();
     let src = base.path().join("src");
-    write(&src, "data/big.bin", &"x".repeat(80));
-    write(&src, "a.txt", &"a".repeat(30));
+    write(&src, "data/big.bin", "x".repeat(80));
+    write(&src, "a.txt", "a".repeat(30));
     write(&src, "b.txt", "b");
-    write(&src, "ignored.bin", &"i".repeat(500));
+    write(&src, "ignored.bin", "i".repeat(500));
     write(&src, ".gitignore", "ignored.bin\n");
     let store = store_in(base.path());
     let options = UploadOptions {
@@ -303,7 +303,7 @@ async fn the_commit_of_a_git_work_tree_is_recorded() {
     git(&repo, &["commit", "-q", "-m", "first"]);
     let head = git(&repo, &["rev-parse", "HEAD"]);
     write(&repo, "lib.rs", "pub fn f() { todo!() }\n");
-    write(&repo, "private.txt", &format!("{MARKER} excluded\n"));
+    write(&repo, "private.txt", format!("{MARKER} excluded\n"));
     fs::write(repo.join(".git/info/exclude"), "private.txt\n").unwrap();
     let store = store_in(base.path());
     let options = UploadOptions::default();

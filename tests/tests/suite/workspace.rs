@@ -338,7 +338,8 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
     let pulls = remote.github.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:?}");
     assert_eq!(delivered["pull_request_url"], pulls[0].html_url.as_str(), "{r}");
-    assert!(pulls[0].body.contains("CHANGELOG.md"), "the body has the diffstat: {}", pulls[0].body);
+    let body = pulls[0].body.clone().unwrap_or_default();
+    assert!(body.contains("CHANGELOG.md"), "the body has the diffstat: {body}");
 
     // At a commit sha, over HTTP with the worker's token, delivered as a branch.
     let run = unique("run-sha");

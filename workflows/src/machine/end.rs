@@ -22,7 +22,7 @@ impl RunState {
             ..RunResult::default()
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
-        self.phase = Phase::Finished(result);
+        self.phase = Phase::Finished(Box::new(result));
     }
 
     pub(super) fn finish(&mut self, now_ms: i64, reason: TerminationReason, detail: String) {
@@ -43,7 +43,7 @@ impl RunState {
             ..RunResult::default()
         };
         self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
-        self.phase = Phase::Finished(result);
+        self.phase = Phase::Finished(Box::new(result));
     }
 
     /// The run ends (`detail`: why) with tool calls of the model's last turn unanswered (in

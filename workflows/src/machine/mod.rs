@@ -250,7 +250,7 @@ pub enum Phase {
         tokens_before: u32,
     },
     /// Over.
-    Finished(RunResult),
+    Finished(Box<RunResult>),
 }
 
 /// The whole state of a run. Serializable, so it can be carried across continue-as-new.
@@ -443,7 +443,7 @@ impl RunState {
     pub fn next_step(&mut self, now_ms: i64) -> Step {
         match &self.phase {
             Phase::Finished(result) => {
-                let result = result.clone();
+                let result = (**result).clone();
                 match self.outputs_step(&result, now_ms) {
                     Some(step) => step,
                     None => Step::Finish(self.with_outputs(result)),
