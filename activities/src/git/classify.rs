@@ -96,7 +96,13 @@ pub(crate) fn detail(stderr: &str) -> String {
         .lines()
         .map(str::trim)
         .filter(|line| !line.starts_with("hint:"))
-        .map(|line| line.strip_prefix("fatal:").unwrap_or(line).trim())
+        .map(|line| {
+            ["fatal:", "error:"]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+                .unwrap_or(line)
+                .trim()
+        })
         .filter(|line| !line.is_empty())
         .collect();
     let joined = if lines.is_empty() {

@@ -287,3 +287,40 @@ async fn the_token_is_not_in_the_clone_nor_in_errors() {
     .unwrap_err();
     assert!(!err.to_string().contains(TOKEN), "{err}");
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_as_transient() {
+    // Accepts connections and says nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut settings = settings();
+    settings.timeout_seconds = 1;
+    let dest = workspace();
+    let started = std::time::Instant::now();
+    let err = clone_into(
+        &settings,
+        &source(&format!("git://127.0.0.1:{port}/acme/tool.git"), ""),
+        dest.path(),
+        &no_env,
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        matches!(&err, GitError::Transient(m) if m.contains("timed out after 1 s")),
+        "{err:?}"
+    );
+    drop(listener);
+}
+
+#[tokio::test]
+async fn a_url_with_a_password_is_refused_without_echoing_it() {
+    let dest = workspace();
+    let err = clone("https://user:hunter2@git.example/a.git", "", dest.path())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GitError::Unavailable(m) if m.contains("carries a password") && !m.contains("hunter2")),
+        "{err:?}"
+    );
+}
