@@ -324,3 +324,45 @@ async fn a_url_with_a_password_is_refused_without_echoing_it() {
         "{err:?}"
     );
 }
+
+/// Processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_git() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "git://127.0.0.1:{}/dropped/tool.git",
+        listener.local_addr().unwrap().port()
+    );
+    let dest = workspace();
+    let call = clone(&url, "", dest.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    tokio::select! {
+        result = call => panic!("the clone ended: {result:?}"),
+        () = async {
+            while processes_with(&url) == 0 {
+                assert!(std::time::Instant::now() < deadline, "git never started");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        } => {}
+    }
+    // The clone's future is dropped here.
+    while processes_with(&url) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "git outlived its call"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(listener);
+}
