@@ -122,7 +122,7 @@ impl Git {
         &self.url
     }
 
-    /// `git <args>` in `dir` (or the current directory), with the fetch/push timeout.
+    /// `git <args>` in `dir` (or the private `HOME`), with the fetch/push timeout.
     pub(crate) fn call<'a>(&'a self, dir: Option<&'a Path>, args: &[&str]) -> Call<'a> {
         Call {
             git: self,
@@ -207,9 +207,8 @@ impl<'a> Call<'a> {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(dir) = self.dir {
-            command.current_dir(dir);
-        }
+        // Not the worker's own directory: a repository there would lend git its config.
+        command.current_dir(self.dir.unwrap_or(git.home.path()));
         if let Some(token) = &git.token {
             command
                 .env("BATON_GIT_HOST", &token.host)
