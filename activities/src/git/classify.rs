@@ -32,6 +32,8 @@ const NOT_FOUND: &[&str] = &[
     "returned error: 404",
     "couldn't find remote ref",
     "not our ref",
+    // A v0 server asked for a commit no ref points at (the shallow fetch of a sha).
+    "unadvertised object",
 ];
 /// Looser words, believed only when nothing says the network failed.
 const LOOSELY_NOT_FOUND: &[&str] = &["not found", "no such file or directory"];
@@ -96,7 +98,13 @@ pub(crate) fn detail(stderr: &str) -> String {
         .lines()
         .map(str::trim)
         .filter(|line| !line.starts_with("hint:"))
-        .map(|line| line.strip_prefix("fatal:").unwrap_or(line).trim())
+        .map(|line| {
+            ["fatal:", "error:"]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+                .unwrap_or(line)
+                .trim()
+        })
         .filter(|line| !line.is_empty())
         .collect();
     let joined = if lines.is_empty() {
@@ -154,6 +162,8 @@ mod tests {
             "fatal: 'x' does not appear to be a git repository",
             "fatal: remote error: access denied or repository not exported: /a.git",
             "fatal: unable to access 'https://git.example/a.git/': The requested URL returned error: 404",
+            "error: Server does not allow request for unadvertised object 0b4e10f5",
+            "fatal: remote error: upload-pack: not our ref 0b4e10f5",
         ] {
             assert!(
                 matches!(of(stderr, None), GitError::Unavailable(m) if m.contains("check the URL")),

@@ -8,7 +8,7 @@ use std::path::Path;
 use baton_proto::GitSource;
 
 use super::GitError;
-use super::command::{Git, LS_REMOTE_TIMEOUT};
+use super::command::Git;
 use super::refs::{Listing, Wanted};
 use super::settings::GitSettings;
 
@@ -44,39 +44,12 @@ pub async fn clone_into(
     let (commit, base_branch) = match &wanted {
         Wanted::Branch(name) => {
             let tracking = format!("refs/remotes/origin/{name}");
-            git.call(
-                Some(dest),
-                &[
-                    "fetch",
-                    "-q",
-                    "--depth",
-                    "1",
-                    "origin",
-                    &format!("+refs/heads/{name}:{tracking}"),
-                ],
-            )
-            .ok()
-            .await?;
-            let commit = commit_of(&git, dest, &tracking).await?;
-            (commit, name.clone())
+            let from = format!("refs/heads/{name}");
+            (fetch_ref(&git, dest, &from, &tracking).await?, name.clone())
         }
         Wanted::Tag(name) => {
             let tag = format!("refs/tags/{name}");
-            git.call(
-                Some(dest),
-                &[
-                    "fetch",
-                    "-q",
-                    "--depth",
-                    "1",
-                    "--no-tags",
-                    "origin",
-                    &format!("+{tag}:{tag}"),
-                ],
-            )
-            .ok()
-            .await?;
-            (commit_of(&git, dest, &tag).await?, default_branch)
+            (fetch_ref(&git, dest, &tag, &tag).await?, default_branch)
         }
         Wanted::Commit(sha) => {
             let full = listing
@@ -98,11 +71,7 @@ pub async fn clone_into(
 
 /// `ls-remote --symref`: whether the repository exists and what it has.
 pub(crate) async fn list(git: &Git) -> Result<Listing, GitError> {
-    let output = git
-        .call(None, &["ls-remote", "--symref", git.url()])
-        .timeout(LS_REMOTE_TIMEOUT)
-        .ok()
-        .await?;
+    let output = git.ls_remote(None, &[]).ok().await?;
     Ok(Listing::parse(&output))
 }
 
@@ -147,6 +116,26 @@ pub(crate) async fn fetch_commit(git: &Git, dir: &Path, sha: &str) -> Result<Str
             git.url()
         ))
     })
+}
+
+/// Shallow fetch of the remote's ref `from` into `to`; the commit it names.
+async fn fetch_ref(git: &Git, dest: &Path, from: &str, to: &str) -> Result<String, GitError> {
+    let refspec = format!("+{from}:{to}");
+    git.call(
+        Some(dest),
+        &[
+            "fetch",
+            "-q",
+            "--depth",
+            "1",
+            "--no-tags",
+            "origin",
+            &refspec,
+        ],
+    )
+    .ok()
+    .await?;
+    commit_of(git, dest, to).await
 }
 
 async fn commit_of(git: &Git, dir: &Path, name: &str) -> Result<String, GitError> {

@@ -19,8 +19,8 @@ use super::classify::{Failure, classify};
 use super::settings::GitSettings;
 use crate::tools::shell::group::{GroupGuard, set_parent_death_signal};
 
-/// `ls-remote` is cheap: bounded apart from fetches and pushes.
-pub(crate) const LS_REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// `ls-remote` is cheap: bounded apart from fetches and pushes (by the smaller of the two).
+const LS_REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Answers `get` for the credential's host only, from the child's environment.
 const HELPER: &str = "!f() { test \"$1\" = get || exit 0; h=; while read -r l; do \
@@ -69,6 +69,14 @@ impl Git {
                 "'{url}' is not a git URL: give the repository's clone URL"
             )));
         }
+        if reqwest::Url::parse(url).is_ok_and(|parsed| parsed.password().is_some()) {
+            return Err(GitError::Unavailable(
+                "the git URL carries a password: give it without, and put the token in an \
+                 environment variable named by the worker's [git.credentials.\"<host>\"] \
+                 token_env"
+                    .into(),
+            ));
+        }
         let token = match settings.credential_for(url) {
             None => None,
             Some((key, credential)) => {
@@ -102,11 +110,19 @@ impl Git {
         })
     }
 
+    /// `git ls-remote --symref <url> <patterns>`, with the shorter timeout.
+    pub(crate) fn ls_remote<'a>(&'a self, dir: Option<&'a Path>, patterns: &[&str]) -> Call<'a> {
+        let mut args = vec!["ls-remote", "--symref", &self.url];
+        args.extend_from_slice(patterns);
+        self.call(dir, &args)
+            .timeout(self.timeout.min(LS_REMOTE_TIMEOUT))
+    }
+
     pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
-    /// `git <args>` in `dir` (or the current directory), with the fetch/push timeout.
+    /// `git <args>` in `dir` (or the private `HOME`), with the fetch/push timeout.
     pub(crate) fn call<'a>(&'a self, dir: Option<&'a Path>, args: &[&str]) -> Call<'a> {
         Call {
             git: self,
@@ -191,9 +207,8 @@ impl<'a> Call<'a> {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(dir) = self.dir {
-            command.current_dir(dir);
-        }
+        // Not the worker's own directory: a repository there would lend git its config.
+        command.current_dir(self.dir.unwrap_or(git.home.path()));
         if let Some(token) = &git.token {
             command
                 .env("BATON_GIT_HOST", &token.host)

@@ -9,7 +9,7 @@ use baton_proto::{DeliverRequest, Delivered};
 
 use super::GitError;
 use super::clone::fetch_commit;
-use super::command::{Git, LS_REMOTE_TIMEOUT};
+use super::command::Git;
 use super::github;
 use super::settings::GitSettings;
 
@@ -57,16 +57,42 @@ pub async fn deliver(
         delivered.nothing_to_deliver = true;
         Ok(())
     } else {
-        attempt(
-            settings,
-            request,
-            patch,
-            run_id,
-            body,
-            scratch,
-            env,
-            &mut delivered,
-        )
+        let delivered = &mut delivered;
+        async move {
+            let (git, url, base) = checked(settings, request, &delivered.mode, env)?;
+            check_branch(&git, &delivered.branch).await?;
+            let (subject, message) = commit_message(&request.message, run_id);
+            let commit = make_commit(
+                &git,
+                settings,
+                scratch,
+                base,
+                patch,
+                &message,
+                request.at_ms,
+            )
+            .await?;
+            delivered.commit = commit.clone();
+            push(&git, scratch, &commit, &delivered.branch).await?;
+            if delivered.mode == "pr" {
+                let pull = github::pull_request(
+                    &settings.github,
+                    github::Wanted {
+                        git_url: url,
+                        branch: &delivered.branch,
+                        base: &request.base_branch,
+                        title: &subject,
+                        body,
+                        draft: delivery.draft,
+                    },
+                    env,
+                )
+                .await?;
+                delivered.pull_request_url = pull.url;
+                delivered.pull_request_number = pull.number;
+            }
+            Ok::<(), Stop>(())
+        }
         .await
     };
     // A scratch repository left behind only costs disk; the answer stands either way.
@@ -81,33 +107,24 @@ pub async fn deliver(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn attempt(
+/// The mode is known and the request names a git source at a commit: git for its URL, the
+/// URL and the base commit.
+fn checked<'a>(
     settings: &GitSettings,
-    request: &DeliverRequest,
-    patch: &[u8],
-    run_id: &str,
-    body: &str,
-    scratch: &Path,
+    request: &'a DeliverRequest,
+    mode: &str,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-    delivered: &mut Delivered,
-) -> Result<(), Stop> {
-    if !matches!(delivered.mode.as_str(), "branch" | "pr") {
+) -> Result<(Git, &'a str, &'a str), Stop> {
+    if !matches!(mode, "branch" | "pr") {
         return Err(Stop::Refused(format!(
-            "unknown delivery mode '{}': use \"branch\" or \"pr\"",
-            delivered.mode
+            "unknown delivery mode '{mode}': use \"branch\" or \"pr\""
         )));
     }
-    let url = request
-        .git
-        .as_ref()
-        .map(|git| git.url.as_str())
-        .unwrap_or("");
+    let url = request.git.as_ref().map_or("", |git| git.url.as_str());
     let base = request
         .changes
         .as_ref()
-        .map(|changes| changes.base_commit.as_str())
-        .unwrap_or("");
+        .map_or("", |changes| changes.base_commit.as_str());
     if url.is_empty() || base.is_empty() {
         return Err(Stop::Refused(
             "delivery needs a git source: the run did not start from a --git repository at a \
@@ -115,40 +132,7 @@ async fn attempt(
                 .into(),
         ));
     }
-    let git = Git::for_url(settings, url, env)?;
-    check_branch(&git, &delivered.branch).await?;
-    let (subject, message) = commit_message(&request.message, run_id);
-    let commit = make_commit(
-        &git,
-        settings,
-        scratch,
-        base,
-        patch,
-        &message,
-        request.at_ms,
-    )
-    .await?;
-    delivered.commit = commit.clone();
-    push(&git, scratch, &commit, &delivered.branch).await?;
-    if delivered.mode == "pr" {
-        let draft = request.delivery.as_ref().is_some_and(|d| d.draft);
-        let pull = github::pull_request(
-            &settings.github,
-            github::Wanted {
-                git_url: url,
-                branch: &delivered.branch,
-                base: &request.base_branch,
-                title: &subject,
-                body,
-                draft,
-            },
-            env,
-        )
-        .await?;
-        delivered.pull_request_url = pull.url;
-        delivered.pull_request_number = pull.number;
-    }
-    Ok(())
+    Ok((Git::for_url(settings, url, env)?, url, base))
 }
 
 /// The commit of `patch` on `base` in a bare repository at `scratch`; its sha.
@@ -209,11 +193,7 @@ async fn make_commit(
 /// unrelated commit is refused rather than overwritten.
 async fn push(git: &Git, scratch: &Path, commit: &str, branch: &str) -> Result<(), Stop> {
     let target = format!("refs/heads/{branch}");
-    let listed = git
-        .call(Some(scratch), &["ls-remote", git.url(), &target])
-        .timeout(LS_REMOTE_TIMEOUT)
-        .ok()
-        .await?;
+    let listed = git.ls_remote(Some(scratch), &[&target]).ok().await?;
     let current = listed
         .lines()
         .filter_map(|line| line.split_once('\t'))
@@ -255,13 +235,15 @@ fn refusal(stderr: &str, branch: &str) -> Option<String> {
         .map(str::trim)
         .filter(|line| !line.is_empty())
         .collect();
-    let advice = if why.contains("fetch first") || why.contains("non-fast-forward") {
-        " (the branch is at a commit this change set does not build on: deliver to another \
-         branch, or delete that one)"
+    let mut reason = if why.contains("fetch first") || why.contains("non-fast-forward") {
+        format!(
+            "the git server refused the push to branch {branch}: it already exists at a commit \
+             this change set does not build on (not a fast-forward); deliver to another branch, \
+             or delete that one"
+        )
     } else {
-        ""
+        format!("the git server refused the push to branch {branch}: {why}")
     };
-    let mut reason = format!("the git server refused the push to branch {branch}: {why}{advice}");
     if !remote.is_empty() {
         reason.push_str(&format!("; it said: {}", remote.join(" ")));
     }

@@ -287,3 +287,82 @@ async fn the_token_is_not_in_the_clone_nor_in_errors() {
     .unwrap_err();
     assert!(!err.to_string().contains(TOKEN), "{err}");
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_as_transient() {
+    // Accepts connections and says nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut settings = settings();
+    settings.timeout_seconds = 1;
+    let dest = workspace();
+    let started = std::time::Instant::now();
+    let err = clone_into(
+        &settings,
+        &source(&format!("git://127.0.0.1:{port}/acme/tool.git"), ""),
+        dest.path(),
+        &no_env,
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        matches!(&err, GitError::Transient(m) if m.contains("timed out after 1 s")),
+        "{err:?}"
+    );
+    drop(listener);
+}
+
+#[tokio::test]
+async fn a_url_with_a_password_is_refused_without_echoing_it() {
+    let dest = workspace();
+    let err = clone("https://user:hunter2@git.example/a.git", "", dest.path())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GitError::Unavailable(m) if m.contains("carries a password") && !m.contains("hunter2")),
+        "{err:?}"
+    );
+}
+
+/// Processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_git() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "git://127.0.0.1:{}/dropped/tool.git",
+        listener.local_addr().unwrap().port()
+    );
+    let dest = workspace();
+    let call = clone(&url, "", dest.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    tokio::select! {
+        result = call => panic!("the clone ended: {result:?}"),
+        () = async {
+            while processes_with(&url) == 0 {
+                assert!(std::time::Instant::now() < deadline, "git never started");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        } => {}
+    }
+    // The clone's future is dropped here.
+    while processes_with(&url) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "git outlived its call"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(listener);
+}

@@ -161,7 +161,13 @@ async fn a_patch_that_does_not_apply_and_a_branch_elsewhere_are_errors() {
         "{}",
         delivered.error
     );
-    assert!(delivered.error.contains("a.txt"), "{}", delivered.error);
+    assert!(
+        delivered
+            .error
+            .ends_with("patch failed: a.txt:1; a.txt: patch does not apply"),
+        "{}",
+        delivered.error
+    );
 
     // `dev` exists at a commit ours does not build on: refused, not overwritten.
     let delivered = run(
@@ -173,7 +179,7 @@ async fn a_patch_that_does_not_apply_and_a_branch_elsewhere_are_errors() {
     assert!(
         delivered
             .error
-            .starts_with("the git server refused the push to branch dev: "),
+            .starts_with("the git server refused the push to branch dev: it already exists at a commit this change set does not build on"),
         "{}",
         delivered.error
     );

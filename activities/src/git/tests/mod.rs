@@ -196,3 +196,26 @@ pub(super) fn no_env(_: &str) -> Option<String> {
 pub(super) fn settings() -> GitSettings {
     GitSettings::default()
 }
+
+/// The activities that call these run them on a multi-threaded runtime.
+#[test]
+fn the_futures_are_send() {
+    fn send<T: Send>(_: T) {}
+    let settings = settings();
+    let dir = std::env::temp_dir();
+    send(super::clone_into(
+        &settings,
+        &baton_proto::GitSource::default(),
+        &dir,
+        &no_env,
+    ));
+    send(super::deliver(
+        &settings,
+        &baton_proto::DeliverRequest::default(),
+        b"",
+        "run",
+        "",
+        &dir.join("never-made"),
+        &no_env,
+    ));
+}
