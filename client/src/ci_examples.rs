@@ -5,17 +5,18 @@ use clap::Parser;
 
 use crate::cli::Cli;
 
-/// The `baton ...` commands of a CI file: continuation lines joined (`\` at the end, or a YAML
-/// plain scalar continued on a more indented line), GitHub's `${{ .. }}` replaced by a word,
+/// The `baton ...` commands of a CI file: continuation lines joined (`\` at the end, or a
+/// `- baton ...` list item continued on a more indented line), GitHub's `${{ .. }}` replaced by a word,
 /// cut at `;`, `|`, `>`, `)` and `&&`.
 fn commands(yaml: &str) -> Vec<Vec<String>> {
     let mut lines: Vec<String> = Vec::new();
     let mut continuing = false;
     let mut indent_of_item = usize::MAX;
-    for raw in yaml.lines() {
+    for raw in yaml.lines().filter(|l| !l.trim_start().starts_with('#')) {
         let indent = raw.len() - raw.trim_start().len();
         let line = raw.trim();
-        let yaml_continuation = !line.starts_with('-') && indent > indent_of_item && !line.is_empty();
+        let yaml_continuation =
+            !line.starts_with("- ") && indent > indent_of_item && !line.is_empty();
         match lines.last_mut() {
             Some(last) if continuing || yaml_continuation => {
                 last.push(' ');
@@ -24,7 +25,7 @@ fn commands(yaml: &str) -> Vec<Vec<String>> {
             _ => lines.push(line.trim_end_matches('\\').to_owned()),
         }
         continuing = line.ends_with('\\');
-        if line.starts_with("- ") {
+        if line.starts_with("- baton ") {
             indent_of_item = indent;
         } else if !yaml_continuation && !continuing {
             indent_of_item = usize::MAX;
@@ -47,16 +48,24 @@ fn commands(yaml: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// Where `baton ` starts a command in `s` (at the start, or after a space, `(` or `;`).
+/// Where `baton ` starts a command in `s`: outside quotes (an `echo "baton run .."` is
+/// text), at the start or after a space, `(` or `;`.
 fn find_baton(s: &str) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = s[from..].find("baton ") {
-        let at = from + i;
-        let before = s[..at].chars().last();
-        if matches!(before, None | Some(' ' | '(' | ';' | '-')) {
-            return Some(at);
+    let mut quote: Option<char> = None;
+    let mut before: Option<char> = None;
+    for (at, c) in s.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if s[at..].starts_with("baton ")
+                && matches!(before, None | Some(' ' | '(' | ';' | '-')) =>
+            {
+                return Some(at);
+            }
+            None => {}
         }
-        from = at + 1;
+        before = Some(c);
     }
     None
 }
