@@ -30,7 +30,7 @@ use temporalio_client::{
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
-const RECORD_AS: &str = "approval-run-v8.json";
+const RECORD_AS: &str = "approval-run-v9.json";
 /// Prefix of the files `record_budget_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_BUDGET_AS: &str = "budget-run";
 
@@ -175,7 +175,7 @@ async fn a_tampered_history_is_detected() {
     assert!(replayer().replay_workflow(history).await.is_err());
 }
 
-/// Records `tests/histories/<RECORD_AS>`: a run with a batch of two shell calls, one
+/// Records `tests/histories/<RECORD_AS>`: a run from an uploaded directory with a batch of two shell calls, one
 /// approved with `--remember` (update) and one denied (signal), a call the remembered rule
 /// allows, a chained call it does not (denied), then the answer.
 #[tokio::test(flavor = "multi_thread")]
@@ -205,8 +205,20 @@ async fn record_approval_history() {
     )
     .display()
     .to_string();
+    // Since v9 the run starts from an uploaded directory (prepare_workspace) and ends by
+    // collecting its change set (collect_changes).
+    let source = dir.path().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    std::fs::write(source.join("README.md"), "recorded\n").unwrap();
+    let source = source.display().to_string();
     let run = "approval-run";
-    submit(&server, &queue, run, &["--script", &s], "record a history");
+    submit(
+        &server,
+        &queue,
+        run,
+        &["--script", &s, "--workspace-from", &source],
+        "record a history",
+    );
     wait_state(&server, run, "AWAITING_APPROVAL", Duration::from_secs(60));
     assert_eq!(
         baton(&server, &["approve", run, "call_2_1", "--remember"])
