@@ -88,7 +88,9 @@ pub(crate) async fn diff(args: DiffArgs) -> Result<i32, Exit> {
         let patch = if args.stat {
             None
         } else {
-            Some(String::from_utf8_lossy(&patch_of(&args.run, &changes, &store).await?).into_owned())
+            Some(
+                String::from_utf8_lossy(&patch_of(&args.run, &changes, &store).await?).into_owned(),
+            )
         };
         json::print(&json::Diff {
             run_id: &args.run,
@@ -168,7 +170,11 @@ fn git_apply(dir: &Path, patch: &[u8], check: bool) -> Result<(), Exit> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some(parent) = dir.canonicalize().ok().and_then(|d| d.parent().map(Path::to_path_buf)) {
+    if let Some(parent) = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.parent().map(Path::to_path_buf))
+    {
         command.env("GIT_CEILING_DIRECTORIES", parent);
     }
     let mut child = command.spawn().map_err(|e| {
@@ -227,9 +233,8 @@ pub(crate) async fn download(args: DownloadArgs) -> Result<i32, Exit> {
         .build()
         .map_err(|e| Exit::usage(format!("--path: {e}")))?;
     let (changes, store) = changes_of(&args.run).await?;
-    let id = BlobId::parse(&changes.final_snapshot).map_err(|e| {
-        Exit::infra(format!("run {}: bad final snapshot id: {e}", args.run))
-    })?;
+    let id = BlobId::parse(&changes.final_snapshot)
+        .map_err(|e| Exit::infra(format!("run {}: bad final snapshot id: {e}", args.run)))?;
     let all = args.paths.is_empty();
     let filter = |path: &str| all || globs.is_match(path);
     let extracted = changes::extract(store.as_ref(), &id, &args.dir, &filter)

@@ -124,8 +124,14 @@ fn words(cmd: &str) -> Vec<String> {
 #[test]
 fn every_baton_command_in_the_ci_examples_parses() {
     for (name, yaml) in [
-        ("github-actions.yml", include_str!("../../deploy/ci/github-actions.yml")),
-        ("gitlab-ci.yml", include_str!("../../deploy/ci/gitlab-ci.yml")),
+        (
+            "github-actions.yml",
+            include_str!("../../deploy/ci/github-actions.yml"),
+        ),
+        (
+            "gitlab-ci.yml",
+            include_str!("../../deploy/ci/gitlab-ci.yml"),
+        ),
     ] {
         let cmds = commands(yaml);
         assert!(
@@ -150,7 +156,14 @@ fn the_examples_cover_upload_apply_and_delivery() {
     .flat_map(|y| commands(y))
     .collect();
     let has = |flag: &str| all.iter().any(|c| c.iter().any(|w| w == flag));
-    for flag in ["--workspace-from", "--git", "--deliver", "apply", "--stat", "--check"] {
+    for flag in [
+        "--workspace-from",
+        "--git",
+        "--deliver",
+        "apply",
+        "--stat",
+        "--check",
+    ] {
         assert!(has(flag), "no CI example uses {flag}");
     }
 }

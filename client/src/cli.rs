@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Connection settings follow the `temporal` CLI: TEMPORAL_ADDRESS (default localhost:7233),
 /// TEMPORAL_NAMESPACE (default "default"), and profiles in temporal.toml.
 ///
-/// Exit codes: 0 completed; 1 the agent ended without completing; 2 usage or invalid input;
+/// Exit codes: 0 completed; 1 the agent ended without completing (or its --deliver failed); 2
+/// usage or invalid input;
 /// 3 --wait timed out (run still going); 4 cancelled or terminated; 5 cannot reach Temporal or
 /// other infrastructure error.
 ///
@@ -463,7 +464,11 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         "mib" => 1024.0 * 1024.0,
         "g" | "gb" => 1e9,
         "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit '{other}' in '{s}'; use B, KiB, MiB or GiB")),
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{s}'; use B, KiB, MiB or GiB"
+            ));
+        }
     };
     let bytes = value * factor;
     if !(bytes >= 1.0 && bytes < u64::MAX as f64) {

@@ -19,8 +19,7 @@
 
 use baton_proto::{
     ApprovalDecision, AssistantMessage, Changes, Delivered, FileChange, FinishReason, Item,
-    PendingCall, RunEvent, RunResult, RunState, RunStatus, ToolCall, ToolResult, Usage,
-    run_event,
+    PendingCall, RunEvent, RunResult, RunState, RunStatus, ToolCall, ToolResult, Usage, run_event,
 };
 use serde::Serialize;
 
@@ -114,13 +113,13 @@ pub(crate) struct Ended<'a> {
     /// `finished`: when the agent said something.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) last_text: Option<&'a str>,
-    /// `result`: what the run changed (runs of baton versions that collect it).
+    /// What the run changed (runs of baton versions that collect it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) changes: Option<ChangeSet<'a>>,
-    /// `result`: what delivery did, when the run asked for it.
+    /// What delivery did, when the run asked for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) delivered: Option<Delivery<'a>>,
-    /// `result`: the final answer as JSON (runs with `--output-schema`).
+    /// The final answer as JSON (runs with `--output-schema`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) output: Option<serde_json::Value>,
 }
@@ -250,11 +249,6 @@ impl<'a> Ended<'a> {
             usage: r.usage.as_ref().map(Tokens::from),
             exit_code: None,
             last_text: (r.status() != RunState::Completed).then(|| last_text.unwrap_or_default()),
-            changes: r.changes.as_ref().map(ChangeSet::from),
-            delivered: r.delivered.as_ref().map(Delivery::from),
-            output: (!r.output.is_empty())
-                .then(|| serde_json::from_str(&r.output).ok())
-                .flatten(),
             ..Self::common(r, answer)
         }
     }
@@ -282,9 +276,11 @@ impl<'a> Ended<'a> {
             detail: &r.detail,
             exit_code: None,
             last_text: None,
-            changes: None,
-            delivered: None,
-            output: None,
+            changes: r.changes.as_ref().map(ChangeSet::from),
+            delivered: r.delivered.as_ref().map(Delivery::from),
+            output: (!r.output.is_empty())
+                .then(|| serde_json::from_str(&r.output).ok())
+                .flatten(),
         }
     }
 }

@@ -8,12 +8,7 @@ use baton_proto::{
 use baton_store::snapshot::{self, UploadError, UploadOptions};
 use temporalio_client::Client;
 
-use crate::{
-    blobs,
-    cli::SubmitArgs,
-    exit::Exit,
-    inspect,
-};
+use crate::{blobs, cli::SubmitArgs, exit::Exit, inspect};
 
 /// Checks the source and delivery flags that need nothing but themselves (before connecting).
 pub(crate) fn check_flags(args: &SubmitArgs) -> Result<(), Exit> {
@@ -107,7 +102,10 @@ pub(crate) async fn apply_source(
     Ok(())
 }
 
-async fn upload(args: &SubmitArgs, dir: &std::path::Path) -> Result<workspace_source::Source, Exit> {
+async fn upload(
+    args: &SubmitArgs,
+    dir: &std::path::Path,
+) -> Result<workspace_source::Source, Exit> {
     let store = blobs::open().map_err(|e| {
         Exit::usage(format!(
             "--workspace-from uploads to the workers' blob store, which cannot be opened here \
@@ -194,7 +192,10 @@ async fn follow_up(
     }
     Ok(workspace_source::Source::Snapshot(SnapshotSource {
         id: changes.final_snapshot,
-        commit: pushed.as_ref().map(|d| d.commit.clone()).unwrap_or_default(),
+        commit: pushed
+            .as_ref()
+            .map(|d| d.commit.clone())
+            .unwrap_or_default(),
         from_run: run.to_owned(),
         origin: format!("run {run}"),
         git: pushed.map(|d| GitSource {
@@ -234,13 +235,17 @@ mod tests {
         ] {
             assert!(check_git_url(ok).is_ok(), "{ok}");
         }
-        let e = check_git_url("https://x-access-token:ghp_secret@github.com/acme/p.git")
-            .unwrap_err();
+        let e =
+            check_git_url("https://x-access-token:ghp_secret@github.com/acme/p.git").unwrap_err();
         assert!(e.message.contains("token_env"), "{}", e.message);
         assert!(!e.message.contains("ghp_secret"), "{}", e.message);
         let e = check_git_url("./here").unwrap_err();
         assert!(e.message.contains("local path"), "{}", e.message);
         let e = check_git_url("ftp://h/r").unwrap_err();
-        assert!(e.message.contains("unsupported scheme 'ftp'"), "{}", e.message);
+        assert!(
+            e.message.contains("unsupported scheme 'ftp'"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -13,8 +13,8 @@ pub fn check_schema(schema: &str) -> Result<(), String> {
 }
 
 fn compile(schema: &str) -> Result<jsonschema::Validator, String> {
-    let value: Value = serde_json::from_str(schema)
-        .map_err(|e| format!("the output schema is not JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_str(schema).map_err(|e| format!("the output schema is not JSON: {e}"))?;
     jsonschema::validator_for(&value)
         .map_err(|e| format!("the output schema is not a valid JSON Schema: {e}"))
 }

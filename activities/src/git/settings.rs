@@ -20,6 +20,9 @@ pub struct GitSettings {
     pub github: GitHubSettings,
     /// Longest a fetch or push may take, in seconds (`ls-remote` is bounded by 30 s).
     pub timeout_seconds: u64,
+    /// Allow `file://` sources: repositories on the worker's own disk (default false: a
+    /// submitter could otherwise clone whatever repository the worker can read).
+    pub allow_file_urls: bool,
 }
 
 impl Default for GitSettings {
@@ -30,6 +33,7 @@ impl Default for GitSettings {
             credentials: BTreeMap::new(),
             github: GitHubSettings::default(),
             timeout_seconds: 600,
+            allow_file_urls: false,
         }
     }
 }

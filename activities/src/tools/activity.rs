@@ -131,7 +131,11 @@ impl ToolService {
     }
 
     /// Snapshots the run's workspace; `None` (logged) if it cannot: the call's result stands.
-    pub(crate) async fn take_snapshot(&self, run_id: &str, workspace: &std::path::Path) -> Option<String> {
+    pub(crate) async fn take_snapshot(
+        &self,
+        run_id: &str,
+        workspace: &std::path::Path,
+    ) -> Option<String> {
         let lock = self.lock_of(run_id);
         let _held = lock.lock().await;
         if tokio::fs::create_dir_all(workspace).await.is_err() {

@@ -134,7 +134,9 @@ impl WorkspaceService {
                          it and the workers must use the same store (BATON_STORE__*)"
                     )));
                 }
-                let restore = self.tools.ensure_snapshot(&run_id, &workspace, &s.id, false);
+                let restore = self
+                    .tools
+                    .ensure_snapshot(&run_id, &workspace, &s.id, false);
                 with_heartbeat(&ctx, restore).await??;
                 let manifest: snapshot::Manifest = baton_store::get_json(store.as_ref(), &id)
                     .await
@@ -159,6 +161,20 @@ impl WorkspaceService {
                 })
             }
             workspace_source::Source::Git(source) => {
+                if source
+                    .url
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("file:")
+                    && !self.git.allow_file_urls
+                {
+                    return Err(unavailable(format!(
+                        "{}: this worker does not clone repositories from its own disk \
+                         (file:// URLs); use a URL of a git server, or set [git] \
+                         allow_file_urls = true in the workers' settings",
+                        source.url
+                    )));
+                }
                 let lock = self.tools.lock_of(&run_id);
                 let _held = lock.lock().await;
                 let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
@@ -231,7 +247,12 @@ impl WorkspaceService {
                 binary: f.binary,
             })
             .collect();
-        info!(run_id, files = set.files.len(), patch_bytes, "change set collected");
+        info!(
+            run_id,
+            files = set.files.len(),
+            patch_bytes,
+            "change set collected"
+        );
         Ok(Changes {
             files_changed: u32::try_from(set.files.len()).unwrap_or(u32::MAX),
             insertions: u32::try_from(set.insertions).unwrap_or(u32::MAX),
@@ -278,7 +299,11 @@ impl WorkspaceService {
             &worker_env,
         );
         let delivered = with_heartbeat(&ctx, work).await?;
-        let url = request.git.as_ref().map(|g| g.url.clone()).unwrap_or_default();
+        let url = request
+            .git
+            .as_ref()
+            .map(|g| g.url.clone())
+            .unwrap_or_default();
         match delivered {
             Ok(mut d) => {
                 d.url = url;

@@ -20,7 +20,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 const LIB_BUGGY: &str = "add() { echo $(( $1 - $2 )); }\n";
-const TEST_SH: &str = ". ./lib.sh\nif [ \"$(add 2 3)\" = 5 ]; then echo PASS; else echo FAIL; exit 1; fi\n";
+const TEST_SH: &str =
+    ". ./lib.sh\nif [ \"$(add 2 3)\" = 5 ]; then echo PASS; else echo FAIL; exit 1; fi\n";
 const TARGET_MARKER: &str = "TARGET-MARKER-7f3a9c";
 const ENV_MARKER: &str = "ENV-MARKER-91c2d4";
 
@@ -116,8 +117,15 @@ fn a_checkout_goes_in_and_its_fix_comes_out_as_a_patch_that_applies_to_a_fresh_c
     let out = submit_wait(
         &server,
         &[
-            "--task-queue", &queue, "--id", &run, "--script", &fix_script(tmp.path()),
-            "--no-approval", "--workspace-from", project.to_str().unwrap(),
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &fix_script(tmp.path()),
+            "--no-approval",
+            "--workspace-from",
+            project.to_str().unwrap(),
             "fix the failing test",
         ],
     );
@@ -148,10 +156,19 @@ fn a_checkout_goes_in_and_its_fix_comes_out_as_a_patch_that_applies_to_a_fresh_c
     }
 
     // The patch applies to a fresh clone at the same commit, and the test passes there.
-    let diff = baton(&server, &["diff", &run]).unwrap().ensure_success().unwrap();
-    assert!(diff.stdout.starts_with("diff --git a/lib.sh b/lib.sh"), "{diff}");
+    let diff = baton(&server, &["diff", &run])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+    assert!(
+        diff.stdout.starts_with("diff --git a/lib.sh b/lib.sh"),
+        "{diff}"
+    );
     let clone = tmp.path().join("clone");
-    git(tmp.path(), &["clone", "-q", project.to_str().unwrap(), "clone"]);
+    git(
+        tmp.path(),
+        &["clone", "-q", project.to_str().unwrap(), "clone"],
+    );
     git(&clone, &["checkout", "-q", &commit]);
     let patch = tmp.path().join("run.patch");
     std::fs::write(&patch, &diff.stdout).unwrap();
@@ -171,13 +188,23 @@ fn a_checkout_goes_in_and_its_fix_comes_out_as_a_patch_that_applies_to_a_fresh_c
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&test.stdout).trim(), "PASS");
 
-    let stat = baton(&server, &["diff", &run, "--stat"]).unwrap().ensure_success().unwrap();
+    let stat = baton(&server, &["diff", &run, "--stat"])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
     assert!(stat.stdout.contains("lib.sh"), "{stat}");
-    assert!(stat.stdout.contains("1 file changed, 1 insertion(+), 1 deletion(-)"), "{stat}");
+    assert!(
+        stat.stdout
+            .contains("1 file changed, 1 insertion(+), 1 deletion(-)"),
+        "{stat}"
+    );
 
     // A tree where the hunk conflicts: exit 2, the file named, nothing changed.
     let conflicted = tmp.path().join("conflicted");
-    git(tmp.path(), &["clone", "-q", project.to_str().unwrap(), "conflicted"]);
+    git(
+        tmp.path(),
+        &["clone", "-q", project.to_str().unwrap(), "conflicted"],
+    );
     std::fs::write(conflicted.join("lib.sh"), "add() { echo 0; }\n").unwrap();
     std::fs::write(conflicted.join("other.txt"), "untouched\n").unwrap();
     let before = checksums(&conflicted);
@@ -190,16 +217,27 @@ fn a_checkout_goes_in_and_its_fix_comes_out_as_a_patch_that_applies_to_a_fresh_c
     .unwrap();
     assert_eq!(refused.code, 2, "{refused}");
     assert!(refused.stderr.contains("lib.sh"), "{refused}");
-    assert_eq!(checksums(&conflicted), before, "apply changed files on a conflict");
+    assert_eq!(
+        checksums(&conflicted),
+        before,
+        "apply changed files on a conflict"
+    );
 
     // The final files, downloaded.
     let down = tmp.path().join("down");
-    let got = baton(&server, &["download", &run, down.to_str().unwrap(), "--path", "*.sh"])
-        .unwrap()
-        .ensure_success()
-        .unwrap();
+    let got = baton(
+        &server,
+        &["download", &run, down.to_str().unwrap(), "--path", "*.sh"],
+    )
+    .unwrap()
+    .ensure_success()
+    .unwrap();
     assert!(got.stderr.contains("2 files"), "{got}");
-    assert!(std::fs::read_to_string(down.join("lib.sh")).unwrap().contains("$1 + $2"));
+    assert!(
+        std::fs::read_to_string(down.join("lib.sh"))
+            .unwrap()
+            .contains("$1 + $2")
+    );
     assert!(!down.join(".gitignore").exists(), "--path filters");
 }
 
@@ -208,7 +246,11 @@ fn bad_sources_get_clear_errors_before_or_at_the_start() {
     let server = DevServer::start().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let missing = tmp.path().join("nope");
-    let out = baton(&server, &["submit", "--workspace-from", missing.to_str().unwrap(), "x"]).unwrap();
+    let out = baton(
+        &server,
+        &["submit", "--workspace-from", missing.to_str().unwrap(), "x"],
+    )
+    .unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("no such directory"), "{out}");
 
@@ -218,12 +260,25 @@ fn bad_sources_get_clear_errors_before_or_at_the_start() {
     std::fs::write(big.join("small.txt"), "hi").unwrap();
     let out = baton(
         &server,
-        &["submit", "--workspace-from", big.to_str().unwrap(), "--max-upload-size", "16KiB", "x"],
+        &[
+            "submit",
+            "--workspace-from",
+            big.to_str().unwrap(),
+            "--max-upload-size",
+            "16KiB",
+            "x",
+        ],
     )
     .unwrap();
     assert_eq!(out.code, 2, "{out}");
-    assert!(out.stderr.contains("huge.bin"), "the largest path is named: {out}");
-    assert!(files_under(&server.blob_dir()).is_empty(), "nothing uploaded");
+    assert!(
+        out.stderr.contains("huge.bin"),
+        "the largest path is named: {out}"
+    );
+    assert!(
+        files_under(&server.blob_dir()).is_empty(),
+        "nothing uploaded"
+    );
 
     let out = baton(&server, &["submit", "--deliver", "pr", "x"]).unwrap();
     assert_eq!(out.code, 2, "{out}");
@@ -272,8 +327,10 @@ fn git_worker(
 
 /// A script that writes one file, then answers.
 fn write_script(dir: &Path, name: &str, slow: bool) -> String {
-    let mut turns = vec![json!({"text": "Adding the changelog.", "tool_calls": [{"name": "write_file",
-        "arguments": {"path": "CHANGELOG.md", "content": "# Changes\n\n- fixed the parser\n"}}]})];
+    let mut turns = vec![
+        json!({"text": "Adding the changelog.", "tool_calls": [{"name": "write_file",
+        "arguments": {"path": "CHANGELOG.md", "content": "# Changes\n\n- fixed the parser\n"}}]}),
+    ];
     if slow {
         turns.push(json!({"text": "Waiting.", "tool_calls": [{"name": "shell",
             "arguments": {"command": "sleep 6; echo slept >> notes.txt"}}]}));
@@ -295,15 +352,31 @@ struct Remote {
 fn remote() -> Remote {
     let repos = GitRepos::new().unwrap();
     let repo = repos
-        .create("acme/parser.git", &[("README.md", "parser\n"), ("src/lib.rs", "pub fn parse() {}\n")])
+        .create(
+            "acme/parser.git",
+            &[
+                ("README.md", "parser\n"),
+                ("src/lib.rs", "pub fn parse() {}\n"),
+            ],
+        )
         .unwrap();
     let v1 = repo.branch_head("main").unwrap().unwrap();
     repo.tag("v1", &v1).unwrap();
-    let head = repo.commit(&[("src/lib.rs", "pub fn parse() -> u8 { 1 }\n")], "second").unwrap();
+    let head = repo
+        .commit(&[("src/lib.rs", "pub fn parse() -> u8 { 1 }\n")], "second")
+        .unwrap();
     let daemon = GitDaemon::start(&repos).unwrap();
     let http = GitHttp::start(&repos, "http-token-77").unwrap();
     let github = GitHubStandIn::start(GH_TOKEN, &repos).unwrap();
-    Remote { repos, repo, daemon, http, github, v1, head }
+    Remote {
+        repos,
+        repo,
+        daemon,
+        http,
+        github,
+        v1,
+        head,
+    }
 }
 
 #[test]
@@ -313,15 +386,38 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
     let remote = remote();
     let queue = unique("git-deliver");
     let host = format!("127.0.0.1:{}", remote.http.port());
-    let _w = git_worker(&server, &queue, tmp.path(), &host, &remote.github.api_url(), "http-token-77", None);
+    let _w = git_worker(
+        &server,
+        &queue,
+        tmp.path(),
+        &host,
+        &remote.github.api_url(),
+        "http-token-77",
+        None,
+    );
     let url = remote.daemon.url("acme/parser.git");
 
     // At a tag, delivered as a pull request.
     let run = unique("run-pr");
-    let out = submit_wait(&server, &[
-        "--task-queue", &queue, "--id", &run, "--script", &write_script(tmp.path(), "pr", false),
-        "--no-approval", "--git", &url, "--ref", "v1", "--deliver", "pr", "add a changelog",
-    ]);
+    let out = submit_wait(
+        &server,
+        &[
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &write_script(tmp.path(), "pr", false),
+            "--no-approval",
+            "--git",
+            &url,
+            "--ref",
+            "v1",
+            "--deliver",
+            "pr",
+            "add a changelog",
+        ],
+    );
     assert_eq!(out.code, 0, "{out}");
     let r = out.json().unwrap();
     assert_eq!(r["changes"]["base_commit"], remote.v1.as_str(), "{r}");
@@ -334,27 +430,57 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
     assert_eq!(commits[1].0, remote.v1, "{commits:?}");
     assert_eq!(commits[0].0, delivered["commit"].as_str().unwrap());
     assert_eq!(commits[0].1, "Added CHANGELOG.md.");
-    assert_eq!(remote.repo.show(&branch, "CHANGELOG.md").unwrap(), "# Changes\n\n- fixed the parser\n");
+    assert_eq!(
+        remote.repo.show(&branch, "CHANGELOG.md").unwrap(),
+        "# Changes\n\n- fixed the parser\n"
+    );
     let pulls = remote.github.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:?}");
-    assert_eq!(delivered["pull_request_url"], pulls[0].html_url.as_str(), "{r}");
+    assert_eq!(
+        delivered["pull_request_url"],
+        pulls[0].html_url.as_str(),
+        "{r}"
+    );
     let body = pulls[0].body.clone().unwrap_or_default();
-    assert!(body.contains("CHANGELOG.md"), "the body has the diffstat: {body}");
+    assert!(
+        body.contains("CHANGELOG.md"),
+        "the body has the diffstat: {body}"
+    );
 
     // At a commit sha, over HTTP with the worker's token, delivered as a branch.
     let run = unique("run-sha");
-    let out = submit_wait(&server, &[
-        "--task-queue", &queue, "--id", &run, "--script", &write_script(tmp.path(), "sha", false),
-        "--no-approval", "--git", &remote.http.url("acme/parser.git"), "--ref", &remote.head,
-        "--deliver", "branch", "--branch", "changelog", "add a changelog",
-    ]);
+    let out = submit_wait(
+        &server,
+        &[
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &write_script(tmp.path(), "sha", false),
+            "--no-approval",
+            "--git",
+            &remote.http.url("acme/parser.git"),
+            "--ref",
+            &remote.head,
+            "--deliver",
+            "branch",
+            "--branch",
+            "changelog",
+            "add a changelog",
+        ],
+    );
     assert_eq!(out.code, 0, "{out}");
     let r = out.json().unwrap();
     assert_eq!(r["changes"]["base_commit"], remote.head.as_str(), "{r}");
     let commits = remote.repo.commits("changelog").unwrap();
     assert_eq!(commits.len(), 3, "{commits:?}");
     assert_eq!(commits[1].0, remote.head);
-    assert_eq!(remote.github.pulls().len(), 1, "a branch delivery opens no pull request");
+    assert_eq!(
+        remote.github.pulls().len(),
+        1,
+        "a branch delivery opens no pull request"
+    );
     // The token never reached the run's history.
     assert!(!history_text(&server, &run).contains("http-token-77"));
 }
@@ -371,24 +497,51 @@ fn a_worker_killed_during_delivery_still_leaves_one_commit_and_one_pull_request(
     let mut first = git_worker(&server, &queue, tmp.path(), &host, &api, "x", Some(&root));
     remote.github.delay_create(Duration::from_secs(30));
     let run = unique("run-kill");
-    submit(&server, &queue, &run, &[
-        "--script", &write_script(tmp.path(), "kill", false), "--no-approval",
-        "--git", &remote.daemon.url("acme/parser.git"), "--deliver", "pr",
-    ], "add a changelog");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--script",
+            &write_script(tmp.path(), "kill", false),
+            "--no-approval",
+            "--git",
+            &remote.daemon.url("acme/parser.git"),
+            "--deliver",
+            "pr",
+        ],
+        "add a changelog",
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(remote.github.wait_create_started(Duration::from_secs(90))).unwrap();
+    rt.block_on(remote.github.wait_create_started(Duration::from_secs(90)))
+        .unwrap();
     first.kill9();
     let _second = git_worker(&server, &queue, tmp.path(), &host, &api, "x", Some(&root));
     remote.github.delay_create(Duration::ZERO);
     let r = result(&server, &run, 0);
     assert_eq!(r["delivered"]["ok"], true, "{r}");
     let branch = format!("baton/{run}");
-    assert_eq!(remote.repo.commits(&branch).unwrap().len(), 3, "exactly one new commit");
+    assert_eq!(
+        remote.repo.commits(&branch).unwrap().len(),
+        3,
+        "exactly one new commit"
+    );
     let pulls = remote.github.pulls();
     assert_eq!(pulls.len(), 1, "exactly one pull request: {pulls:?}");
-    let creates = remote.github.requests().iter().filter(|q| q.method == "POST").count();
-    assert_eq!(creates, 1, "the retry found the pull request instead of opening another");
-    assert_eq!(r["delivered"]["pull_request_url"], pulls[0].html_url.as_str());
+    let creates = remote
+        .github
+        .requests()
+        .iter()
+        .filter(|q| q.method == "POST")
+        .count();
+    assert_eq!(
+        creates, 1,
+        "the retry found the pull request instead of opening another"
+    );
+    assert_eq!(
+        r["delivered"]["pull_request_url"],
+        pulls[0].html_url.as_str()
+    );
 }
 
 #[test]
@@ -401,8 +554,21 @@ fn the_change_set_of_a_run_killed_midway_equals_the_undisturbed_one() {
     let calm = {
         let _w = worker(&server, &queue, &[]);
         let run = unique("run-calm");
-        submit(&server, &queue, &run, &["--script", &write_script(tmp.path(), "calm", true),
-            "--no-approval", "--git", &url, "--ref", "v1"], "go");
+        submit(
+            &server,
+            &queue,
+            &run,
+            &[
+                "--script",
+                &write_script(tmp.path(), "calm", true),
+                "--no-approval",
+                "--git",
+                &url,
+                "--ref",
+                "v1",
+            ],
+            "go",
+        );
         result(&server, &run, 0)
     };
     let queue = unique("cs-kill");
@@ -410,10 +576,25 @@ fn the_change_set_of_a_run_killed_midway_equals_the_undisturbed_one() {
     let mut first = Worker::spawn_with_workspace(&server, &queue, &root, &[]).unwrap();
     first.wait_ready_blocking(Duration::from_secs(30)).unwrap();
     let run = unique("run-killed");
-    submit(&server, &queue, &run, &["--script", &write_script(tmp.path(), "killed", true),
-        "--no-approval", "--git", &url, "--ref", "v1"], "go");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--script",
+            &write_script(tmp.path(), "killed", true),
+            "--no-approval",
+            "--git",
+            &url,
+            "--ref",
+            "v1",
+        ],
+        "go",
+    );
     wait_until_blocking(Duration::from_secs(60), "the slow shell call", || {
-        Ok(history_text(&server, &run).contains("sleep 6").then_some(()))
+        Ok(history_text(&server, &run)
+            .contains("sleep 6")
+            .then_some(()))
     })
     .unwrap();
     first.kill9();
@@ -422,7 +603,10 @@ fn the_change_set_of_a_run_killed_midway_equals_the_undisturbed_one() {
     second.wait_ready_blocking(Duration::from_secs(30)).unwrap();
     let killed = result(&server, &run, 0);
     assert_eq!(calm["changes"]["files_changed"], 2, "{calm}");
-    assert_eq!(killed["changes"]["patch"], calm["changes"]["patch"], "same patch blob: {killed}");
+    assert_eq!(
+        killed["changes"]["patch"], calm["changes"]["patch"],
+        "same patch blob: {killed}"
+    );
     assert_eq!(killed["changes"]["files"], calm["changes"]["files"]);
     drop(remote.repos);
 }
@@ -434,18 +618,39 @@ fn unreachable_missing_and_refused_git_sources_end_the_run_as_workspace_unavaila
     let remote = remote();
     let queue = unique("git-bad");
     let host = format!("127.0.0.1:{}", remote.http.port());
-    let _w = git_worker(&server, &queue, tmp.path(), &host, &remote.github.api_url(), "wrong-token", None);
+    let _w = git_worker(
+        &server,
+        &queue,
+        tmp.path(),
+        &host,
+        &remote.github.api_url(),
+        "wrong-token",
+        None,
+    );
     let script = write_script(tmp.path(), "bad", false);
     let cases = [
         (remote.daemon.url("acme/parser.git"), "v9", "v9"),
         (remote.daemon.url("acme/nothing.git"), "", "nothing"),
         (remote.http.url("acme/parser.git"), "", "credentials"),
-        ("git://127.0.0.1:1/acme/parser.git".to_owned(), "", "127.0.0.1:1"),
+        (
+            "git://127.0.0.1:1/acme/parser.git".to_owned(),
+            "",
+            "127.0.0.1:1",
+        ),
     ];
     for (url, git_ref, said) in cases {
         let run = unique("run-bad-git");
-        let mut args = vec!["--task-queue", queue.as_str(), "--id", run.as_str(), "--script",
-            script.as_str(), "--no-approval", "--git", url.as_str()];
+        let mut args = vec![
+            "--task-queue",
+            queue.as_str(),
+            "--id",
+            run.as_str(),
+            "--script",
+            script.as_str(),
+            "--no-approval",
+            "--git",
+            url.as_str(),
+        ];
         if !git_ref.is_empty() {
             args.extend(["--ref", git_ref]);
         }
@@ -455,7 +660,10 @@ fn unreachable_missing_and_refused_git_sources_end_the_run_as_workspace_unavaila
         let r = out.json().unwrap();
         assert_eq!(r["reason"], "workspace_unavailable", "{r}");
         let detail = r["detail"].as_str().unwrap();
-        assert!(detail.to_lowercase().contains(&said.to_lowercase()), "{url}: {detail}");
+        assert!(
+            detail.to_lowercase().contains(&said.to_lowercase()),
+            "{url}: {detail}"
+        );
         assert_eq!(r["turns"], 0, "no model call: {r}");
         assert!(!detail.contains("wrong-token"), "{detail}");
     }

@@ -21,7 +21,7 @@ impl RunState {
             output,
             ..RunResult::default()
         };
-        self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+        self.announce_or_defer(now_ms, &result);
         self.phase = Phase::Finished(Box::new(result));
     }
 
@@ -42,8 +42,25 @@ impl RunState {
             detail,
             ..RunResult::default()
         };
-        self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+        self.announce_or_defer(now_ms, &result);
         self.phase = Phase::Finished(Box::new(result));
+    }
+
+    /// The `finished` event of a run that ends with `result`: now, unless the run hands back
+    /// outputs first (then [`RunState::announce`] tells it, with them, as the last event).
+    fn announce_or_defer(&mut self, now_ms: i64, result: &RunResult) {
+        if !self.outputs.collect {
+            self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+            self.outputs.announced = true;
+        }
+    }
+
+    /// Tells the `finished` event (once), carrying the result with its outputs.
+    pub(super) fn announce(&mut self, now_ms: i64, result: &RunResult) {
+        if !self.outputs.announced {
+            self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
+            self.outputs.announced = true;
+        }
     }
 
     /// The run ends (`detail`: why) with tool calls of the model's last turn unanswered (in

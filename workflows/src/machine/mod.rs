@@ -446,7 +446,11 @@ impl RunState {
                 let result = (**result).clone();
                 match self.outputs_step(&result, now_ms) {
                     Some(step) => step,
-                    None => Step::Finish(self.with_outputs(result)),
+                    None => {
+                        let result = self.with_outputs(result);
+                        self.announce(now_ms, &result);
+                        Step::Finish(result)
+                    }
                 }
             }
             Phase::AwaitingApproval(_) => Step::AwaitApproval {

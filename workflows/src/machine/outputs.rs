@@ -46,6 +46,10 @@ pub struct Outputs {
     /// The final answer missed the output schema once; a second miss ends the run.
     #[serde(default)]
     pub schema_retried: bool,
+    /// The `finished` event was told (at the end for runs that collect outputs, so that it
+    /// stays the last event and carries them).
+    #[serde(default)]
+    pub announced: bool,
     /// A call that may change the workspace ran.
     #[serde(default)]
     pub touched: bool,
@@ -180,7 +184,7 @@ impl RunState {
         let Some(changes) = self.outputs.changes.clone() else {
             let base = start.snapshot.clone();
             let last = self.workspace_snapshot.clone().unwrap_or_default();
-            if !self.outputs.touched && (last.is_empty() || last == base) {
+            if !self.outputs.touched {
                 // Nothing ran that could change the tree: no activity needed.
                 self.outputs.changes = Some(Changes {
                     base_commit: start.commit,
@@ -350,12 +354,13 @@ impl RunState {
         result
     }
 
-    /// When the run's `finished` event was recorded.
+    /// When the run ended (its last event before the outputs: the run's end, or the last
+    /// tool result).
     fn finished_at_ms(&self) -> Option<i64> {
         self.events
             .iter()
             .rev()
-            .find(|e| matches!(e.kind, Some(baton_proto::run_event::Kind::Finished(_))))
+            .find(|e| !matches!(e.kind, Some(baton_proto::run_event::Kind::Note(_))))
             .map(|e| e.at_ms)
     }
 }

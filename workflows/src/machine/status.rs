@@ -69,7 +69,8 @@ impl RunState {
                 .filter(|e| e.seq >= since)
                 .cloned()
                 .collect(),
-            finished: matches!(self.phase, Phase::Finished(_)),
+            // Once the `finished` event is there (after the outputs of runs that hand some back).
+            finished: matches!(self.phase, Phase::Finished(_)) && self.outputs.announced,
         }
     }
 

@@ -6,6 +6,7 @@ mod deliver;
 mod github;
 
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -133,7 +134,9 @@ impl Origin {
     }
 }
 
-/// A `git daemon` serving `base` on a loopback port, push enabled; stopped (by its PID) on drop.
+/// A `git daemon` serving `base` on a loopback port, push enabled; stopped on drop. `git
+/// daemon` runs `git-daemon` as a child, so it gets a process group of its own and the whole
+/// group is stopped (killing only the `git` wrapper's PID left `git-daemon` running).
 pub(super) struct Daemon {
     child: Child,
     pub(super) port: u16,
@@ -157,6 +160,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
         let daemon = Self { child, port };
@@ -175,7 +179,12 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.wait();
     }
 }

@@ -245,7 +245,8 @@ fn delivery_needs_a_git_repository_and_a_known_mode() {
     assert!(RunState::new("run-1", git_spec("branch"), T0).is_ok());
 }
 
-const SCHEMA: &str = r#"{"type":"object","required":["fixed"],"properties":{"fixed":{"type":"boolean"}}}"#;
+const SCHEMA: &str =
+    r#"{"type":"object","required":["fixed"],"properties":{"fixed":{"type":"boolean"}}}"#;
 
 fn schema_spec() -> RunSpec {
     RunSpec {
