@@ -290,17 +290,18 @@ const GIT_TOKEN_ENV: &str = "ACME_GIT_TOKEN";
 const GH_TOKEN_ENV: &str = "ACME_GH_TOKEN";
 const GH_TOKEN: &str = "ghp_standin_token_5d1e";
 
-/// A worker whose settings file names the git credentials of `http_host` (host:port) and the
-/// GitHub stand-in's API.
+/// A worker whose settings file names `git_token` as the credentials of `remote`'s git HTTP
+/// server, and `remote`'s GitHub stand-in as its API.
 fn git_worker(
     server: &DevServer,
     queue: &str,
     dir: &Path,
-    http_host: &str,
-    api_url: &str,
+    remote: &Remote,
     git_token: &str,
     workspace: Option<&Path>,
 ) -> Worker {
+    let http_host = format!("127.0.0.1:{}", remote.http.port());
+    let api_url = remote.github.api_url();
     let config = dir.join(format!("{queue}.toml"));
     std::fs::write(
         &config,
@@ -385,16 +386,7 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
     let tmp = tempfile::tempdir().unwrap();
     let remote = remote();
     let queue = unique("git-deliver");
-    let host = format!("127.0.0.1:{}", remote.http.port());
-    let _w = git_worker(
-        &server,
-        &queue,
-        tmp.path(),
-        &host,
-        &remote.github.api_url(),
-        "http-token-77",
-        None,
-    );
+    let _w = git_worker(&server, &queue, tmp.path(), &remote, "http-token-77", None);
     let url = remote.daemon.url("acme/parser.git");
 
     // At a tag, delivered as a pull request.
@@ -491,10 +483,8 @@ fn a_worker_killed_during_delivery_still_leaves_one_commit_and_one_pull_request(
     let tmp = tempfile::tempdir().unwrap();
     let remote = remote();
     let queue = unique("git-kill");
-    let host = format!("127.0.0.1:{}", remote.http.port());
     let root = tmp.path().join("workspaces");
-    let api = remote.github.api_url();
-    let mut first = git_worker(&server, &queue, tmp.path(), &host, &api, "x", Some(&root));
+    let mut first = git_worker(&server, &queue, tmp.path(), &remote, "x", Some(&root));
     remote.github.delay_create(Duration::from_secs(30));
     let run = unique("run-kill");
     submit(
@@ -516,7 +506,7 @@ fn a_worker_killed_during_delivery_still_leaves_one_commit_and_one_pull_request(
     rt.block_on(remote.github.wait_create_started(Duration::from_secs(90)))
         .unwrap();
     first.kill9();
-    let _second = git_worker(&server, &queue, tmp.path(), &host, &api, "x", Some(&root));
+    let _second = git_worker(&server, &queue, tmp.path(), &remote, "x", Some(&root));
     remote.github.delay_create(Duration::ZERO);
     let r = result(&server, &run, 0);
     assert_eq!(r["delivered"]["ok"], true, "{r}");
@@ -617,16 +607,7 @@ fn unreachable_missing_and_refused_git_sources_end_the_run_as_workspace_unavaila
     let tmp = tempfile::tempdir().unwrap();
     let remote = remote();
     let queue = unique("git-bad");
-    let host = format!("127.0.0.1:{}", remote.http.port());
-    let _w = git_worker(
-        &server,
-        &queue,
-        tmp.path(),
-        &host,
-        &remote.github.api_url(),
-        "wrong-token",
-        None,
-    );
+    let _w = git_worker(&server, &queue, tmp.path(), &remote, "wrong-token", None);
     let script = write_script(tmp.path(), "bad", false);
     let cases = [
         (remote.daemon.url("acme/parser.git"), "v9", "v9"),
@@ -667,4 +648,86 @@ fn unreachable_missing_and_refused_git_sources_end_the_run_as_workspace_unavaila
         assert_eq!(r["turns"], 0, "no model call: {r}");
         assert!(!detail.contains("wrong-token"), "{detail}");
     }
+}
+
+#[test]
+fn an_output_schema_gets_a_corrective_turn_and_the_result_carries_the_value() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("schema");
+    let _w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let schema = tmp.path().join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "required": ["fixed", "files"],
+            "properties": {"fixed": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "string"}}}}"#,
+    )
+    .unwrap();
+    let schema = schema.display().to_string();
+    // The first answer is prose; after the corrective turn, JSON that matches.
+    let answers = script(
+        tmp.path(),
+        "schema",
+        json!([{"text": "I fixed it."}, {"text": "{\"fixed\": true, \"files\": [\"lib.sh\"]}"}]),
+    )
+    .display()
+    .to_string();
+    let run = unique("run-schema");
+    let out = submit_wait(
+        &server,
+        &[
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &answers,
+            "--output-schema",
+            &schema,
+            "report",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["turns"], 2, "one corrective turn: {r}");
+    assert_eq!(
+        r["output"],
+        json!({"fixed": true, "files": ["lib.sh"]}),
+        "{r}"
+    );
+
+    // Two misses: the run fails with the validation error.
+    let wrong = script(
+        tmp.path(),
+        "wrong",
+        json!([{"text": "done"}, {"text": "{\"fixed\": \"yes\"}"}]),
+    )
+    .display()
+    .to_string();
+    let run = unique("run-schema-bad");
+    let out = submit_wait(
+        &server,
+        &[
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            &wrong,
+            "--output-schema",
+            &schema,
+            "report",
+        ],
+    );
+    assert_eq!(out.code, 1, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["reason"], "output_invalid", "{r}");
+    assert!(r["detail"].as_str().unwrap().contains("/fixed"), "{r}");
+
+    // A schema that is not one is refused before the run starts.
+    std::fs::write(tmp.path().join("bad.json"), r#"{"type": 12}"#).unwrap();
+    let bad = tmp.path().join("bad.json").display().to_string();
+    let out = baton(&server, &["submit", "--output-schema", &bad, "x"]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("not a valid JSON Schema"), "{out}");
 }
