@@ -307,7 +307,56 @@ impl History {
     }
 }
 
-fn ms_between(t0: SystemTime, t1: SystemTime) -> f64 {
+impl History {
+    /// When the workflow started (its `WorkflowExecutionStarted` event), by the server's clock.
+    pub(crate) fn started_at(&self) -> anyhow::Result<SystemTime> {
+        let e = self
+            .events
+            .iter()
+            .find(|e| e.get("workflowExecutionStartedEventAttributes").is_some())
+            .context("no WorkflowExecutionStarted event in the history")?;
+        event_time(e)
+    }
+
+    /// When the first activity named `name` was scheduled, by the server's clock.
+    pub(crate) fn scheduled_at(&self, name: &str) -> anyhow::Result<SystemTime> {
+        event_time(self.first_scheduled(name)?)
+    }
+
+    /// When the first activity named `name` was scheduled and when it completed (after any
+    /// retries), by the server's clock.
+    pub(crate) fn first_activity(&self, name: &str) -> anyhow::Result<(SystemTime, SystemTime)> {
+        let scheduled = self.first_scheduled(name)?;
+        let id = scheduled
+            .get("eventId")
+            .and_then(as_id)
+            .with_context(|| format!("the scheduled event of {name} has no eventId"))?;
+        let completed = self
+            .events
+            .iter()
+            .find(|e| {
+                e.pointer("/activityTaskCompletedEventAttributes/scheduledEventId")
+                    .and_then(as_id)
+                    == Some(id)
+            })
+            .with_context(|| format!("activity {name} (event {id}) did not complete"))?;
+        Ok((event_time(scheduled)?, event_time(completed)?))
+    }
+
+    fn first_scheduled(&self, name: &str) -> anyhow::Result<&Value> {
+        self.events
+            .iter()
+            .find(|e| {
+                e.pointer("/activityTaskScheduledEventAttributes/activityType/name")
+                    .and_then(Value::as_str)
+                    == Some(name)
+            })
+            .with_context(|| format!("no activity {name} was scheduled"))
+    }
+}
+
+/// Milliseconds from `t0` to `t1` (0 if `t1` is earlier).
+pub(crate) fn ms_between(t0: SystemTime, t1: SystemTime) -> f64 {
     t1.duration_since(t0)
         .map(|d| d.as_secs_f64() * 1000.0)
         .unwrap_or(0.0)
@@ -369,6 +418,52 @@ mod tests {
         let p = history.profile();
         assert_eq!((p.events, p.activities, p.workflow_tasks), (7.0, 4.0, 1.0));
         assert_eq!(p.per(2.0).json_bytes, 500.0);
+    }
+
+    #[test]
+    fn first_activity_pairs_its_completion_by_scheduled_event_id() {
+        let event = |id: i64, t: &str, attributes: Value| {
+            let mut e = json!({"eventId": id.to_string(), "eventTime": t});
+            if let (Some(map), Value::Object(a)) = (e.as_object_mut(), attributes) {
+                map.extend(a);
+            }
+            e
+        };
+        let scheduled = |name: &str| json!({"activityTaskScheduledEventAttributes": {"activityType": {"name": name}}});
+        let completed = |of: i64| json!({"activityTaskCompletedEventAttributes": {"scheduledEventId": of.to_string()}});
+        let history = History {
+            events: vec![
+                event(
+                    1,
+                    "2025-01-01T00:00:00Z",
+                    json!({"workflowExecutionStartedEventAttributes": {}}),
+                ),
+                event(
+                    5,
+                    "2025-01-01T00:00:00.010Z",
+                    scheduled("prepare_workspace"),
+                ),
+                event(6, "2025-01-01T00:00:00.012Z", scheduled("other")),
+                event(7, "2025-01-01T00:00:00.020Z", completed(6)),
+                event(8, "2025-01-01T00:00:00.250Z", completed(5)),
+                event(11, "2025-01-01T00:00:00.300Z", scheduled("llm_generate")),
+            ],
+            json_bytes: 0,
+            runs: 1,
+        };
+        let begun = history.started_at().unwrap();
+        let (t0, t1) = history.first_activity("prepare_workspace").unwrap();
+        assert!((ms_between(begun, t0) - 10.0).abs() < 1e-6);
+        assert!((ms_between(t0, t1) - 240.0).abs() < 1e-6);
+        let call = history.scheduled_at("llm_generate").unwrap();
+        assert!((ms_between(begun, call) - 300.0).abs() < 1e-6);
+        let err = history
+            .first_activity("llm_generate")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did not complete"), "{err}");
+        let err = history.first_activity("missing").unwrap_err().to_string();
+        assert!(err.contains("no activity missing"), "{err}");
     }
 
     #[test]

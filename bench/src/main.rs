@@ -23,7 +23,9 @@
 //! time and resident memory.
 //!
 //! Scenario 7, workspace upload (`baton-bench upload`, [`upload`]): a 10,000-file, 100 MiB tree
-//! uploaded as `--workspace-from` does, then again with its largest file changed.
+//! uploaded as `--workspace-from` does, then again with its largest file changed; then
+//! [`first_call`]: that tree submitted with the real CLI, submit to the first model call,
+//! cold and warm.
 //!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
@@ -32,6 +34,7 @@
 mod agent;
 mod bare;
 mod density;
+mod first_call;
 mod handoff;
 mod history;
 mod host;
@@ -73,7 +76,8 @@ enum Command {
     /// Rust loop.
     Peer(PeerArgs),
     /// Workspace upload (`--workspace-from`): a generated tree into a fresh local store, then
-    /// the same tree with its largest file changed.
+    /// the same tree with its largest file changed; then submit to the first model call with
+    /// that tree, cold and warm.
     Upload(UploadArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
@@ -162,6 +166,9 @@ struct UploadArgs {
     /// MiB in the generated tree.
     #[arg(long, default_value_t = upload::Settings::FULL.bytes / (1024 * 1024))]
     mib: u64,
+    /// The CI smoke size (2,000 files, 10 MiB) instead of --files and --mib.
+    #[arg(long, conflicts_with_all = ["files", "mib"])]
+    short: bool,
 }
 
 #[derive(Debug, Args)]
@@ -255,9 +262,13 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", report.render());
         }
         Command::Upload(args) => {
-            let report = upload::run(upload::Settings {
-                files: args.files,
-                bytes: args.mib * 1024 * 1024,
+            let report = upload::run(if args.short {
+                upload::Settings::SHORT
+            } else {
+                upload::Settings {
+                    files: args.files,
+                    bytes: args.mib * 1024 * 1024,
+                }
             })
             .await?;
             println!("{}", report.render());

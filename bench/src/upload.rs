@@ -2,7 +2,9 @@
 //! costs. A generated tree (deterministic pseudo-random content, sizes spread log-uniformly
 //! over four decades, scaled to the total: 11 bytes to 94 KiB for the default tree) is uploaded to a fresh local blob store, then
 //! uploaded again with its largest file changed (only that blob is sent), then once more unchanged
-//! (the floor: walk, hash, `contains` checks, the manifest).
+//! (the floor: walk, hash, `contains` checks, the manifest). Then [`first_call`] submits the
+//! same tree with the real CLI to a dev server and a worker: submit to the first model call,
+//! cold and warm.
 
 use std::{
     fs,
@@ -11,6 +13,8 @@ use std::{
 };
 
 use anyhow::Context;
+
+use crate::first_call::{self, FirstCallReport};
 use baton_store::{
     LocalStore,
     snapshot::{UploadOptions, Uploaded, upload_dir},
@@ -60,9 +64,12 @@ pub(crate) struct UploadReport {
     pub(crate) first: Measure,
     pub(crate) changed: Measure,
     pub(crate) unchanged: Measure,
+    /// Submit to the first model call, cold and warm.
+    pub(crate) first_call: FirstCallReport,
 }
 
-/// Generates the tree and uploads it three times into a fresh store.
+/// Generates the tree and uploads it three times into a fresh store, then measures submit to
+/// the first model call with it.
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<UploadReport> {
     anyhow::ensure!(settings.files >= 1, "files must be at least 1");
     let base = tempfile::tempdir().context("temporary directory")?;
@@ -114,12 +121,14 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<UploadReport> {
         "an unchanged tree sent {} blobs",
         unchanged.uploaded.uploaded
     );
+    let first_call = first_call::run(&tree, settings.files, settings.bytes).await?;
     Ok(UploadReport {
         settings,
         generate,
         first,
         changed,
         unchanged,
+        first_call,
     })
 }
 
@@ -213,14 +222,15 @@ impl UploadReport {
             "### Workspace upload ({} files, {:.0} MiB, local store; tree written in {:.1} s)\n\n\
              | upload | files | MiB in tree | blobs sent | bytes sent | seconds |\n\
              |---|--:|--:|--:|--:|--:|\n{}{}{}\n\
-             Second upload / first, bytes sent: {:.4}% (must be under 1%).\n",
+             Second upload / first, bytes sent: {:.4}% (must be under 1%).\n\n{}",
             self.settings.files,
             self.settings.bytes as f64 / MIB,
             self.generate.as_secs_f64(),
             row("first, empty store", &self.first),
             row("largest file changed", &self.changed),
             row("unchanged", &self.unchanged),
-            ratio * 100.0
+            ratio * 100.0,
+            self.first_call.render()
         )
     }
 }
