@@ -665,9 +665,10 @@ fn an_output_schema_gets_a_corrective_turn_and_the_result_carries_the_value() {
     .unwrap();
     let schema = schema.display().to_string();
     // The first answer is prose; after the corrective turn, JSON that matches.
+    // (Not named "schema": the script file would overwrite the schema's.)
     let answers = script(
         tmp.path(),
-        "schema",
+        "answers",
         json!([{"text": "I fixed it."}, {"text": "{\"fixed\": true, \"files\": [\"lib.sh\"]}"}]),
     )
     .display()
