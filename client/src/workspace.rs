@@ -47,6 +47,12 @@ fn check_git_url(url: &str) -> Result<(), Exit> {
     }
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (scheme, rest),
+        None if url.contains("::") => {
+            return Err(Exit::usage(format!(
+                "--git {url}: git's transport helpers (ext::, fd::) are not allowed; use an \
+                 https://, ssh:// or git:// URL"
+            )));
+        }
         // scp-like `git@github.com:org/repo.git`
         None if url.contains(':') && !url.starts_with('/') => ("ssh", url),
         None => {
@@ -241,6 +247,8 @@ mod tests {
         assert!(!e.message.contains("ghp_secret"), "{}", e.message);
         let e = check_git_url("./here").unwrap_err();
         assert!(e.message.contains("local path"), "{}", e.message);
+        let e = check_git_url("ext::sh -c touch% /tmp/pwned").unwrap_err();
+        assert!(e.message.contains("not allowed"), "{}", e.message);
         let e = check_git_url("ftp://h/r").unwrap_err();
         assert!(
             e.message.contains("unsupported scheme 'ftp'"),

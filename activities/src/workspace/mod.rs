@@ -161,20 +161,7 @@ impl WorkspaceService {
                 })
             }
             workspace_source::Source::Git(source) => {
-                if source
-                    .url
-                    .trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("file:")
-                    && !self.git.allow_file_urls
-                {
-                    return Err(unavailable(format!(
-                        "{}: this worker does not clone repositories from its own disk \
-                         (file:// URLs); use a URL of a git server, or set [git] \
-                         allow_file_urls = true in the workers' settings",
-                        source.url
-                    )));
-                }
+                check_source_url(&source.url, self.git.allow_file_urls)?;
                 let lock = self.tools.lock_of(&run_id);
                 let _held = lock.lock().await;
                 let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
@@ -321,6 +308,31 @@ impl WorkspaceService {
     }
 }
 
+/// A git source URL this worker clones: https, http, ssh (or scp-like `host:path`), git, and
+/// file only when the settings allow it. Anything else (git's `ext::` and `fd::` transports
+/// run commands or read descriptors) is refused, whoever submitted the spec.
+fn check_source_url(url: &str, allow_file: bool) -> Result<(), ActivityError> {
+    let url = url.trim();
+    let scheme = match url.split_once("://") {
+        Some((scheme, _)) => scheme.to_ascii_lowercase(),
+        None if url.contains("::") => "transport".to_owned(),
+        None if url.contains(':') && !url.starts_with('/') => "ssh".to_owned(),
+        None => "path".to_owned(),
+    };
+    match scheme.as_str() {
+        "https" | "http" | "ssh" | "git" => Ok(()),
+        "file" if allow_file => Ok(()),
+        "file" | "path" => Err(unavailable(format!(
+            "{url}: this worker does not clone repositories from its own disk (file:// URLs or \
+             paths); use a URL of a git server, or set [git] allow_file_urls = true in the \
+             workers' settings"
+        ))),
+        other => Err(unavailable(format!(
+            "{url}: the {other} transport is not allowed; use an https://, ssh:// or git:// URL"
+        ))),
+    }
+}
+
 /// The pull request's body: the agent's answer, then the diffstat.
 fn pull_request_body(answer: &str, changes: &Changes) -> String {
     let files: Vec<changes::FileDiff> = changes.files.iter().map(changes::FileDiff::from).collect();
@@ -336,4 +348,31 @@ fn pull_request_body(answer: &str, changes: &Changes) -> String {
     }
     body.push_str("```\n\n_Opened by baton._\n");
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_source_url;
+
+    #[test]
+    fn only_network_transports_are_cloned_unless_local_ones_are_allowed() {
+        for ok in [
+            "https://github.com/acme/p.git",
+            "git://127.0.0.1:9418/acme/p.git",
+            "ssh://git@github.com/acme/p.git",
+            "git@github.com:acme/p.git",
+        ] {
+            assert!(check_source_url(ok, false).is_ok(), "{ok}");
+        }
+        for refused in [
+            "file:///srv/p.git",
+            "/srv/p.git",
+            "ext::sh -c touch% /tmp/x",
+            "fd::3",
+        ] {
+            assert!(check_source_url(refused, false).is_err(), "{refused}");
+        }
+        assert!(check_source_url("file:///srv/p.git", true).is_ok());
+        assert!(check_source_url("ext::sh -c id", true).is_err());
+    }
 }

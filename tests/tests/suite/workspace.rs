@@ -407,6 +407,8 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
             "v1",
             "--deliver",
             "pr",
+            "--branch",
+            "changelog-v1",
             "add a changelog",
         ],
     );
@@ -415,7 +417,7 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
     assert_eq!(r["changes"]["base_commit"], remote.v1.as_str(), "{r}");
     let delivered = &r["delivered"];
     assert_eq!(delivered["ok"], true, "{r}");
-    let branch = format!("baton/{run}");
+    let branch = "changelog-v1".to_owned();
     assert_eq!(delivered["branch"], branch.as_str(), "{r}");
     let commits = remote.repo.commits(&branch).unwrap();
     assert_eq!(commits.len(), 2, "one new commit on top of v1: {commits:?}");
@@ -457,15 +459,14 @@ fn a_git_source_at_a_tag_and_at_a_sha_is_delivered_as_one_commit_and_one_pull_re
             &remote.head,
             "--deliver",
             "branch",
-            "--branch",
-            "changelog",
             "add a changelog",
         ],
     );
     assert_eq!(out.code, 0, "{out}");
     let r = out.json().unwrap();
     assert_eq!(r["changes"]["base_commit"], remote.head.as_str(), "{r}");
-    let commits = remote.repo.commits("changelog").unwrap();
+    // Exactly one new commit on `baton/<run id>` (the default branch name).
+    let commits = remote.repo.commits(&format!("baton/{run}")).unwrap();
     assert_eq!(commits.len(), 3, "{commits:?}");
     assert_eq!(commits[1].0, remote.head);
     assert_eq!(
