@@ -110,6 +110,14 @@ impl RunState {
             && self.workspace_snapshot.is_none()
         {
             self.workspace_snapshot = Some(i.snapshot.clone());
+            // A run without a source starts from what its workspace holds (empty, or what an
+            // earlier run of the same id left): its change set is against that.
+            if self.outputs.start.is_none() {
+                self.outputs.start = Some(super::WorkspaceStart {
+                    snapshot: i.snapshot.clone(),
+                    ..Default::default()
+                });
+            }
         }
         self.instructions = instructions;
     }

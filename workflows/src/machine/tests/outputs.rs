@@ -35,6 +35,11 @@ fn prepared() -> PreparedWorkspace {
 
 /// A run that edits a file and answers.
 fn edit_and_answer(s: &mut RunState) {
+    edit_and_answer_from(s, &"a".repeat(64));
+}
+
+/// [`edit_and_answer`], the workspace starting at snapshot `base`.
+fn edit_and_answer_from(s: &mut RunState, base: &str) {
     expect_llm(s);
     s.on_llm_response(
         reply(
@@ -51,7 +56,7 @@ fn edit_and_answer(s: &mut RunState) {
     let requests = expect_tools(s);
     assert_eq!(
         requests[0].snapshot,
-        "a".repeat(64),
+        base,
         "calls start from the source"
     );
     s.on_tool_results(
@@ -214,7 +219,28 @@ fn a_run_without_a_source_diffs_against_the_empty_tree() {
     let Step::CollectChanges(collect) = s.next_step(T0) else {
         panic!("a run that wrote collects its changes");
     };
-    assert_eq!(collect.base_snapshot, "");
+    assert_eq!(collect.base_snapshot, "", "no snapshot at the start: the empty tree");
+}
+
+#[test]
+fn a_run_without_a_source_diffs_against_its_workspace_at_the_start() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    s.outputs.collect = true;
+    s.on_instructions(
+        Some(baton_proto::WorkspaceInstructions {
+            snapshot: "e".repeat(64),
+            ..Default::default()
+        }),
+        T0,
+    );
+    assert!(s.prepare_request().is_none(), "nothing to prepare without a source");
+    assert_eq!(s.instructions_request().snapshot, "e".repeat(64));
+    edit_and_answer_from(&mut s, &"e".repeat(64));
+    let Step::CollectChanges(collect) = s.next_step(T0) else {
+        panic!("a run that wrote collects its changes");
+    };
+    assert_eq!(collect.base_snapshot, "e".repeat(64));
+    assert_eq!(collect.final_snapshot, "b".repeat(64));
 }
 
 #[test]
