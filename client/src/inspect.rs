@@ -49,10 +49,22 @@ pub(crate) async fn snapshot(
         .memo()
         .get(STATUS_MEMO_KEY)
         .map_err(|e| Exit::infra(format!("cannot read the status memo of {run}: {e}")))?;
-    let activities = inflight::read(h.client().data_converter(), desc.raw()).await;
+    let mut activities = inflight::read(h.client().data_converter(), desc.raw()).await;
     if temporal_status == WorkflowExecutionStatus::Running {
         let query = h.query(AgentRun::status, (), WorkflowQueryOptions::default());
         if let Ok(Ok(status)) = tokio::time::timeout(QUERY_BUDGET, query).await {
+            let mut temporal_status = temporal_status;
+            // The run ended between the describe and the query (a query waits for the
+            // workflow task in progress): the describe's activities may be gone. Describe
+            // again; a run handing back its outputs still shows those activities.
+            if matches!(
+                status.state(),
+                RunState::Completed | RunState::Failed | RunState::Cancelled
+            ) && let Ok(fresh) = h.describe(WorkflowDescribeOptions::default()).await
+            {
+                temporal_status = fresh.status();
+                activities = inflight::read(h.client().data_converter(), fresh.raw()).await;
+            }
             return Ok(Snapshot {
                 temporal_status,
                 status,

@@ -54,11 +54,7 @@ fn edit_and_answer_from(s: &mut RunState, base: &str) {
         T0,
     );
     let requests = expect_tools(s);
-    assert_eq!(
-        requests[0].snapshot,
-        base,
-        "calls start from the source"
-    );
+    assert_eq!(requests[0].snapshot, base, "calls start from the source");
     s.on_tool_results(
         vec![ToolResult {
             snapshot: "b".repeat(64),
@@ -219,7 +215,10 @@ fn a_run_without_a_source_diffs_against_the_empty_tree() {
     let Step::CollectChanges(collect) = s.next_step(T0) else {
         panic!("a run that wrote collects its changes");
     };
-    assert_eq!(collect.base_snapshot, "", "no snapshot at the start: the empty tree");
+    assert_eq!(
+        collect.base_snapshot, "",
+        "no snapshot at the start: the empty tree"
+    );
 }
 
 #[test]
@@ -233,7 +232,10 @@ fn a_run_without_a_source_diffs_against_its_workspace_at_the_start() {
         }),
         T0,
     );
-    assert!(s.prepare_request().is_none(), "nothing to prepare without a source");
+    assert!(
+        s.prepare_request().is_none(),
+        "nothing to prepare without a source"
+    );
     assert_eq!(s.instructions_request().snapshot, "e".repeat(64));
     edit_and_answer_from(&mut s, &"e".repeat(64));
     let Step::CollectChanges(collect) = s.next_step(T0) else {
