@@ -665,64 +665,42 @@ fn an_output_schema_gets_a_corrective_turn_and_the_result_carries_the_value() {
     )
     .unwrap();
     let schema = schema.display().to_string();
+    // A run answering `answers` in turn, under the schema (each script under its own name:
+    // one named "schema" would overwrite the schema's file).
+    let run_with = |name: &str, answers: Value| {
+        let turns: Vec<Value> = answers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|text| json!({ "text": text }))
+            .collect();
+        let answers = script(tmp.path(), name, Value::Array(turns))
+            .display()
+            .to_string();
+        let run = unique("run-schema");
+        let args = ["--task-queue", &queue, "--id", &run, "--script", &answers];
+        let out = submit_wait(
+            &server,
+            &[&args[..], &["--output-schema", &schema, "report"]].concat(),
+        );
+        let r = out.json().unwrap();
+        (out.code, r)
+    };
     // The first answer is prose; after the corrective turn, JSON that matches.
-    // (Not named "schema": the script file would overwrite the schema's.)
-    let answers = script(
-        tmp.path(),
+    let (code, r) = run_with(
         "answers",
-        json!([{"text": "I fixed it."}, {"text": "{\"fixed\": true, \"files\": [\"lib.sh\"]}"}]),
-    )
-    .display()
-    .to_string();
-    let run = unique("run-schema");
-    let out = submit_wait(
-        &server,
-        &[
-            "--task-queue",
-            &queue,
-            "--id",
-            &run,
-            "--script",
-            &answers,
-            "--output-schema",
-            &schema,
-            "report",
-        ],
+        json!(["I fixed it.", "{\"fixed\": true, \"files\": [\"lib.sh\"]}"]),
     );
-    assert_eq!(out.code, 0, "{out}");
-    let r = out.json().unwrap();
+    assert_eq!(code, 0, "{r}");
     assert_eq!(r["turns"], 2, "one corrective turn: {r}");
     assert_eq!(
         r["output"],
         json!({"fixed": true, "files": ["lib.sh"]}),
         "{r}"
     );
-
     // Two misses: the run fails with the validation error.
-    let wrong = script(
-        tmp.path(),
-        "wrong",
-        json!([{"text": "done"}, {"text": "{\"fixed\": \"yes\"}"}]),
-    )
-    .display()
-    .to_string();
-    let run = unique("run-schema-bad");
-    let out = submit_wait(
-        &server,
-        &[
-            "--task-queue",
-            &queue,
-            "--id",
-            &run,
-            "--script",
-            &wrong,
-            "--output-schema",
-            &schema,
-            "report",
-        ],
-    );
-    assert_eq!(out.code, 1, "{out}");
-    let r = out.json().unwrap();
+    let (code, r) = run_with("wrong", json!(["done", "{\"fixed\": \"yes\"}"]));
+    assert_eq!(code, 1, "{r}");
     assert_eq!(r["reason"], "output_invalid", "{r}");
     assert!(r["detail"].as_str().unwrap().contains("/fixed"), "{r}");
 
