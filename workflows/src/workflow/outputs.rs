@@ -6,7 +6,7 @@
 //! run still hands back what it changed.
 
 use baton_proto::{CollectRequest, DeliverRequest};
-use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
+use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, WorkflowContext};
 
 use super::{
     AgentRun,
@@ -14,7 +14,7 @@ use super::{
     failure_message, now_ms,
     options::{collect_options, deliver_options, prepare_options, step_token},
 };
-use crate::activities::WorkspaceActivities;
+use crate::{activities::WorkspaceActivities, machine::RunState};
 
 /// Prepares the run's workspace from its source, when it has one and it is not done yet.
 pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
@@ -44,39 +44,45 @@ pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
 /// Collects the finished run's change set.
 pub(super) async fn collect(ctx: &mut WorkflowContext<AgentRun>, request: CollectRequest) {
     let token = WorkflowCancellationToken::new();
-    let outcome = ctx
-        .execute_activity(
-            WorkspaceActivities::collect_changes,
-            request,
-            collect_options(&token),
-        )
-        .await;
-    let now = now_ms(ctx.workflow_time());
-    match outcome {
-        Ok(changes) => ctx.state_mut(|s| s.run.on_changes(changes, now)),
-        Err(e) => {
-            let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_changes_failed(&detail, now));
-        }
-    }
+    let call = ctx.execute_activity(
+        WorkspaceActivities::collect_changes,
+        request,
+        collect_options(&token),
+    );
+    closing(ctx, call, RunState::on_changes, RunState::on_changes_failed).await;
 }
 
 /// Delivers the finished run's change set.
 pub(super) async fn deliver(ctx: &mut WorkflowContext<AgentRun>, request: DeliverRequest) {
     let token = WorkflowCancellationToken::new();
-    let outcome = ctx
-        .execute_activity(
-            WorkspaceActivities::deliver,
-            request,
-            deliver_options(&token),
-        )
-        .await;
+    let call = ctx.execute_activity(
+        WorkspaceActivities::deliver,
+        request,
+        deliver_options(&token),
+    );
+    closing(
+        ctx,
+        call,
+        RunState::on_delivered,
+        RunState::on_delivery_failed,
+    )
+    .await;
+}
+
+/// Awaits a closing activity and tells the machine how it ended.
+async fn closing<T>(
+    ctx: &WorkflowContext<AgentRun>,
+    call: impl Future<Output = Result<T, ActivityExecutionError>>,
+    done: impl FnOnce(&mut RunState, T, i64),
+    failed: impl FnOnce(&mut RunState, &str, i64),
+) {
+    let outcome = call.await;
     let now = now_ms(ctx.workflow_time());
     match outcome {
-        Ok(delivered) => ctx.state_mut(|s| s.run.on_delivered(delivered, now)),
+        Ok(value) => ctx.state_mut(|s| done(&mut s.run, value, now)),
         Err(e) => {
             let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_delivery_failed(&detail, now));
+            ctx.state_mut(|s| failed(&mut s.run, &detail, now));
         }
     }
 }
