@@ -53,8 +53,9 @@ struct ChatToolCall {
 #[derive(Deserialize)]
 struct ChatFunction {
     name: String,
+    /// A JSON string as documented; llama.cpp `--tool-args-object` sends the object itself.
     #[serde(default)]
-    arguments: Option<String>,
+    arguments: Option<Value>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -108,6 +109,17 @@ fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
     }
 }
 
+/// The text of an `arguments` field: a string as it is (the documented form, or a fragment of
+/// it), any other JSON value (an object sent by llama.cpp `--tool-args-object`) as its JSON
+/// text; `null` is nothing.
+fn arguments_fragment(arguments: Option<Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    }
+}
+
 /// Tool-call arguments as sent to the workflow: an empty string means no arguments.
 fn arguments_text(arguments: String) -> String {
     if arguments.trim().is_empty() {
@@ -135,7 +147,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
         .map(|c| ToolCall {
             id: c.id.unwrap_or_default(),
             name: c.function.name,
-            arguments: arguments_text(c.function.arguments.unwrap_or_default()),
+            arguments: arguments_text(arguments_fragment(c.function.arguments)),
             ..Default::default()
         })
         .collect();
@@ -197,8 +209,9 @@ struct DeltaToolCall {
 struct DeltaFunction {
     #[serde(default)]
     name: Option<String>,
+    /// A fragment of the JSON text, or (llama.cpp `--tool-args-object`) a JSON value.
     #[serde(default)]
-    arguments: Option<String>,
+    arguments: Option<Value>,
 }
 
 #[derive(Default)]
@@ -245,9 +258,7 @@ impl StreamState {
                 // Sent once by OpenAI; some servers repeat it (skipped) or split it (appended).
                 entry.name.push_str(&name);
             }
-            if let Some(arguments) = f.arguments {
-                entry.arguments.push_str(&arguments);
-            }
+            entry.arguments.push_str(&arguments_fragment(f.arguments));
         }
     }
 }

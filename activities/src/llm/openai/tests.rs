@@ -526,3 +526,87 @@ fn debug_never_prints_the_key() {
     assert!(!shown.contains("sk-secret"), "{shown}");
     assert!(shown.contains("<set>"), "{shown}");
 }
+
+/// Feeds `data:` payloads to a stream parser and returns its message.
+fn parse_stream(chunks: &[Value]) -> AssistantMessage {
+    use crate::llm::{sse::SseEvent, transport::ResponseParser};
+    let mut state = response::StreamState::default();
+    for c in chunks {
+        let event = SseEvent {
+            event: String::new(),
+            data: c.to_string(),
+            id: None,
+        };
+        state.on_event(&event).unwrap();
+    }
+    state.into_response().message.unwrap()
+}
+
+/// A `chat.completion.chunk` carrying `tool_calls` deltas (and a finish reason).
+fn calls_chunk(calls: Value, finish: Option<&str>) -> Value {
+    json!({
+        "id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
+        "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": finish}],
+    })
+}
+
+fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: arguments.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn object_arguments_are_taken_as_their_json_text() {
+    // llama.cpp `--tool-args-object`: `function.arguments` is the object itself.
+    let body = json!({
+        "id": "x", "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": {"path": "a", "limit": 3}}},
+                {"id": "call_2", "type": "function", "function": {"name": "list_files", "arguments": null}},
+            ],
+        }}],
+    });
+    let m = parse_response(&body.to_string()).unwrap().message.unwrap();
+    assert_eq!(
+        m.tool_calls,
+        vec![
+            // As serde_json writes it (keys sorted); the meaning is the model's.
+            call("call_1", "read_file", r#"{"limit":3,"path":"a"}"#),
+            call("call_2", "list_files", "{}"),
+        ]
+    );
+    assert_eq!(m.finish_reason, FinishReason::ToolCalls as i32);
+
+    // Streamed: the object in one delta, or string fragments after an object-less start.
+    let m = parse_stream(&[
+        calls_chunk(
+            json!([{"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": {"path": "a"}}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 1, "id": "call_2", "type": "function", "function": {"name": "grep", "arguments": ""}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 1, "function": {"arguments": "{\"pattern\":"}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 1, "function": {"arguments": "\"x\"}"}}]),
+            Some("tool_calls"),
+        ),
+    ]);
+    assert_eq!(
+        m.tool_calls,
+        vec![
+            call("call_1", "read_file", r#"{"path":"a"}"#),
+            call("call_2", "grep", r#"{"pattern":"x"}"#),
+        ]
+    );
+}
