@@ -5,6 +5,7 @@ use baton_proto::{LlmRequest, item};
 use serde_json::{Value, json};
 
 use super::DEFAULT_MODEL;
+use crate::llm::provider::replayed_arguments_text;
 
 /// The non-streaming Chat Completions request body for a baton request.
 pub fn request_body(request: &LlmRequest) -> Value {
@@ -34,7 +35,12 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                             json!({
                                 "id": c.id,
                                 "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments},
+                                // Invalid arguments go back as `{}`: vLLM answers 400 to
+                                // the raw text (the tool result says it was invalid).
+                                "function": {
+                                    "name": c.name,
+                                    "arguments": replayed_arguments_text(&c.arguments),
+                                },
                             })
                         })
                         .collect();

@@ -610,3 +610,58 @@ fn object_arguments_are_taken_as_their_json_text() {
         ]
     );
 }
+
+#[test]
+fn invalid_arguments_are_sent_back_as_an_empty_object() {
+    let mut request = sample_request();
+    let calls = [
+        ("c1", r#"{"command": "ls",}"#), // invalid JSON (trailing comma)
+        ("c2", r#"["ls"]"#),             // JSON, but not an object
+        ("c3", r#"{"command": "ls"}"#),  // valid: sent back byte for byte
+    ];
+    request.conversation = vec![
+        user("hi"),
+        Item {
+            kind: Some(item::Kind::Assistant(AssistantMessage {
+                tool_calls: calls
+                    .iter()
+                    .map(|(id, args)| call(id, "shell", args))
+                    .collect(),
+                finish_reason: FinishReason::ToolCalls as i32,
+                ..Default::default()
+            })),
+        },
+    ];
+    request
+        .conversation
+        .extend(
+            calls.iter().map(|(id, _)| Item {
+                kind: Some(item::Kind::ToolResult(ToolResult {
+                    call_id: (*id).into(),
+                    name: "shell".into(),
+                    content:
+                        "The arguments of 'shell' are not valid JSON (..). The call did not run."
+                            .into(),
+                    is_error: true,
+                    ..Default::default()
+                })),
+            }),
+        );
+    let body = request_body_for(&request, true);
+    let sent: Vec<Value> = body["messages"][2]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["arguments"].clone())
+        .collect();
+    assert_eq!(
+        sent,
+        vec![json!("{}"), json!("{}"), json!(r#"{"command": "ls"}"#)]
+    );
+    // The tool results still tell the model what was wrong.
+    assert_eq!(
+        body["messages"][3],
+        json!({"role": "tool", "tool_call_id": "c1", "content":
+            "ERROR: The arguments of 'shell' are not valid JSON (..). The call did not run."})
+    );
+}
