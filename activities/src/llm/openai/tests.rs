@@ -665,3 +665,50 @@ fn invalid_arguments_are_sent_back_as_an_empty_object() {
             "ERROR: The arguments of 'shell' are not valid JSON (..). The call did not run."})
     );
 }
+
+#[test]
+fn parallel_calls_sharing_an_index_are_split_by_id() {
+    // Servers that number every parallel call `index: 0`; fragments without an id extend the
+    // last call of their index, a repeated id continues its call.
+    let start = |id: &str, name: &str| json!([{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]);
+    let args = |text: &str| json!([{"index": 0, "function": {"arguments": text}}]);
+    let m = parse_stream(&[
+        calls_chunk(start("call_a", "read_file"), None),
+        calls_chunk(args("{\"path\":"), None),
+        calls_chunk(args("\"a\"}"), None),
+        calls_chunk(start("call_b", "read_file"), None),
+        calls_chunk(args("{\"path\":\"b\"}"), None),
+        calls_chunk(
+            json!([{"index": 0, "id": "call_c", "function": {"name": "list_files", "arguments": "{}"}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 0, "id": "call_c", "function": {"arguments": ""}}]),
+            None,
+        ),
+        calls_chunk(json!([]), Some("tool_calls")),
+    ]);
+    assert_eq!(
+        m.tool_calls,
+        vec![
+            call("call_a", "read_file", r#"{"path":"a"}"#),
+            call("call_b", "read_file", r#"{"path":"b"}"#),
+            call("call_c", "list_files", "{}"),
+        ]
+    );
+    // Distinct indexes still order the calls by index, whatever order they start in.
+    let m = parse_stream(&[
+        calls_chunk(
+            json!([{"index": 1, "id": "call_2", "function": {"name": "b", "arguments": "{}"}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 0, "id": "call_1", "function": {"name": "a", "arguments": "{}"}}]),
+            Some("tool_calls"),
+        ),
+    ]);
+    assert_eq!(
+        m.tool_calls,
+        vec![call("call_1", "a", "{}"), call("call_2", "b", "{}")]
+    );
+}
