@@ -712,3 +712,84 @@ fn parallel_calls_sharing_an_index_are_split_by_id() {
         vec![call("call_1", "a", "{}"), call("call_2", "b", "{}")]
     );
 }
+
+fn model_request(model: &str) -> LlmRequest {
+    LlmRequest {
+        model: Some(ModelConfig {
+            provider: "openai".into(),
+            model: model.into(),
+            max_output_tokens: 2048,
+            temperature: Some(0.2),
+            ..Default::default()
+        }),
+        conversation: vec![user("x")],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn reasoning_models_get_max_completion_tokens_and_no_temperature() {
+    for model in [
+        "o1",
+        "o1-mini",
+        "o3-mini",
+        "o4-mini",
+        "gpt-5",
+        "gpt-5-mini",
+        "openai/o3",
+    ] {
+        assert_eq!(
+            request_body(&model_request(model)),
+            json!({
+                "model": model,
+                "max_completion_tokens": 2048,
+                "messages": [{"role": "user", "content": "x"}],
+            }),
+            "{model}"
+        );
+    }
+    for model in [
+        "gpt-4o",
+        "gpt-4.1-mini",
+        "llama-3.1-8b",
+        "Qwen/Qwen2.5-Coder-7B-Instruct",
+    ] {
+        assert_eq!(
+            request_body(&model_request(model)),
+            json!({
+                "model": model,
+                "max_tokens": 2048,
+                "temperature": 0.2,
+                "messages": [{"role": "user", "content": "x"}],
+            }),
+            "{model}"
+        );
+    }
+    // The worker's list replaces the default one (e.g. an Azure deployment name).
+    let mine = vec!["my-reasoner".to_owned()];
+    let body = request_body_with(&model_request("my-reasoner-eu"), false, &mine);
+    assert_eq!(body["max_completion_tokens"], json!(2048));
+    assert_eq!(
+        (body.get("max_tokens"), body.get("temperature")),
+        (None, None)
+    );
+    let body = request_body_with(&model_request("o3"), false, &mine);
+    assert_eq!(
+        (body["max_tokens"].clone(), body["temperature"].clone()),
+        (json!(2048), json!(0.2))
+    );
+}
+
+#[tokio::test]
+async fn the_provider_sends_its_reasoning_models_list() {
+    let body = r#"{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}"#;
+    let (base, server) = serve_once(Reply::json(200, body)).await;
+    let p = provider(&base).reasoning_models(vec!["gpt-test".into()]);
+    p.generate(&sample_request()).await.unwrap();
+    let sent = server.await.unwrap().body;
+    assert_eq!(sent["max_completion_tokens"], json!(100));
+    assert_eq!(
+        (sent.get("max_tokens"), sent.get("temperature")),
+        (None, None)
+    );
+}
