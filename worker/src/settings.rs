@@ -208,6 +208,9 @@ pub(crate) struct ProviderSection {
     pub(crate) request_timeout_secs: Option<u64>,
     /// `anthropic-version` header (Anthropic only; default `2023-06-01`).
     pub(crate) version: Option<String>,
+    /// Model-name prefixes of reasoning models, sent `max_completion_tokens` instead of
+    /// `max_tokens` and no `temperature` (OpenAI only; default `o1`, `o3`, `o4`, `gpt-5`).
+    pub(crate) reasoning_models: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for ProviderSection {
@@ -219,6 +222,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("stream", &self.stream)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("version", &self.version)
+            .field("reasoning_models", &self.reasoning_models)
             .finish()
     }
 }
@@ -332,6 +336,11 @@ impl Settings {
             openai_base_url: self.openai.base_url(&OPENAI),
             openai_api_key: self.openai.api_key(&OPENAI),
             openai_stream: self.openai.stream.unwrap_or(true),
+            openai_reasoning_models: self
+                .openai
+                .reasoning_models
+                .clone()
+                .unwrap_or_else(baton_activities::llm::openai::default_reasoning_models),
             anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
             anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
             anthropic_version: self
@@ -412,6 +421,27 @@ mod env_tests {
         assert_eq!(
             ignored,
             ["BATON_RUN_ID", "BATON_WORKER_METRICS_SERVICE_HOST"]
+        );
+    }
+
+    #[test]
+    fn reasoning_models_default_and_are_replaced_by_the_file() {
+        let read = |toml: &str| -> Settings {
+            config::Config::builder()
+                .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+                .build()
+                .unwrap()
+                .try_deserialize()
+                .unwrap()
+        };
+        assert_eq!(
+            read("").providers().openai_reasoning_models,
+            ["o1", "o3", "o4", "gpt-5"]
+        );
+        let mine = read("[openai]\nreasoning_models = [\"o3\", \"my-deployment\"]\n");
+        assert_eq!(
+            mine.providers().openai_reasoning_models,
+            ["o3", "my-deployment"]
         );
     }
 }

@@ -30,6 +30,9 @@ pub struct ProviderSettings {
     pub openai_api_key: Option<String>,
     /// Whether to stream Chat Completions (default true).
     pub openai_stream: bool,
+    /// Model-name prefixes of reasoning models, sent `max_completion_tokens` and no
+    /// `temperature` (default [`openai::DEFAULT_REASONING_MODELS`]).
+    pub openai_reasoning_models: Vec<String>,
     /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
     pub anthropic_base_url: String,
     /// Its API key (`x-api-key`); without one the header is not sent.
@@ -49,6 +52,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("openai_base_url", &self.openai_base_url)
             .field("openai_api_key", &key(&self.openai_api_key))
             .field("openai_stream", &self.openai_stream)
+            .field("openai_reasoning_models", &self.openai_reasoning_models)
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
@@ -64,6 +68,7 @@ impl Default for ProviderSettings {
             openai_base_url: openai::DEFAULT_BASE_URL.to_owned(),
             openai_api_key: None,
             openai_stream: true,
+            openai_reasoning_models: openai::default_reasoning_models(),
             anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
@@ -87,7 +92,8 @@ impl Providers {
             settings.openai_api_key.clone(),
             settings.request_timeout,
         )?
-        .streaming(settings.openai_stream);
+        .streaming(settings.openai_stream)
+        .reasoning_models(settings.openai_reasoning_models.clone());
         let anthropic = anthropic::Anthropic::new(
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),

@@ -52,3 +52,32 @@ pub(crate) fn assistant_response(
         ..Default::default()
     }
 }
+
+/// A tool call's stored arguments as a JSON object, or `None` when the model produced
+/// something that is not one (invalid JSON, or JSON that is not an object). The workflow
+/// answered such a call with an error observation ("not valid JSON", the call did not run),
+/// so the assistant turn is replayed with `{}` instead: servers reject the raw text (vLLM
+/// with a 400, Anthropic for a `tool_use.input` that is not an object).
+fn arguments_object(arguments: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+/// A tool call's arguments as an object to send back (Anthropic `tool_use.input`): the parsed
+/// object, or `{}` (see [`arguments_object`]).
+pub(crate) fn replayed_arguments(arguments: &str) -> serde_json::Value {
+    serde_json::Value::Object(arguments_object(arguments).unwrap_or_default())
+}
+
+/// A tool call's arguments as JSON text to send back (Chat Completions
+/// `function.arguments`): the stored text unchanged when it is an object (byte-stable
+/// across turns), else `{}` (see [`arguments_object`]).
+pub(crate) fn replayed_arguments_text(arguments: &str) -> &str {
+    if arguments_object(arguments).is_some() {
+        arguments
+    } else {
+        "{}"
+    }
+}

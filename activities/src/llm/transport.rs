@@ -64,7 +64,7 @@ pub(crate) trait WireFormat: Send + Sync + std::fmt::Debug {
     type Response: ResponseParser;
 
     /// The JSON request body, asking for a stream or not.
-    fn body(request: &LlmRequest, stream: bool) -> serde_json::Value;
+    fn body(&self, request: &LlmRequest, stream: bool) -> serde_json::Value;
 
     /// Adds the provider's headers to a request: the key, when one is set, and any the API
     /// requires.
@@ -123,6 +123,11 @@ impl<W> HttpProvider<W> {
         self
     }
 
+    /// The wire format, to configure it.
+    pub(crate) fn wire_mut(&mut self) -> &mut W {
+        &mut self.wire
+    }
+
     /// The endpoint this provider calls.
     pub fn url(&self) -> String {
         self.url.clone()
@@ -150,7 +155,7 @@ async fn call<W: WireFormat>(
     let http = provider
         .http
         .post(url)
-        .json(&W::body(request, provider.stream));
+        .json(&provider.wire.body(request, provider.stream));
     let http = provider.wire.headers(http, provider.api_key.as_deref());
     let transport = |e: reqwest::Error| LlmError::transport(W::PROVIDER, url, &e);
     let response = http.send().await.map_err(transport)?;

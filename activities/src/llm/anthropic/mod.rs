@@ -80,7 +80,7 @@ impl WireFormat for Messages {
     const END: StreamEnd = StreamEnd::TerminalEvent;
     type Response = response::StreamState;
 
-    fn body(request: &LlmRequest, stream: bool) -> Value {
+    fn body(&self, request: &LlmRequest, stream: bool) -> Value {
         request_body_for(request, stream)
     }
 

@@ -3,18 +3,10 @@
 //! tool schemas (`input_schema`).
 
 use baton_proto::{LlmRequest, item};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL};
-
-/// A tool call's stored arguments as a `tool_use` input: the parsed JSON object, or `{}` when
-/// the model produced something that is not one.
-fn tool_input(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(map)) => Value::Object(map),
-        _ => Value::Object(Map::new()),
-    }
-}
+use crate::llm::provider::replayed_arguments;
 
 /// Appends content blocks as a message of `role`, merged into the previous message when it
 /// has the same role (the API requires alternation).
@@ -56,7 +48,7 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                         "type": "tool_use",
                         "id": call.id,
                         "name": call.name,
-                        "input": tool_input(&call.arguments),
+                        "input": replayed_arguments(&call.arguments),
                     }));
                 }
                 push_message(&mut messages, "assistant", blocks);

@@ -20,7 +20,10 @@ use baton_proto::LlmRequest;
 use reqwest::RequestBuilder;
 use serde_json::Value;
 
-pub use request::{request_body, request_body_for};
+pub use request::{
+    DEFAULT_REASONING_MODELS, default_reasoning_models, is_reasoning_model, request_body,
+    request_body_for, request_body_with,
+};
 pub use response::parse_response;
 
 use super::{
@@ -47,18 +50,35 @@ impl OpenAi {
         request_timeout: Duration,
     ) -> Result<Self, LlmError> {
         Self::with_wire(
-            ChatCompletions,
+            ChatCompletions::default(),
             base_url,
             "/chat/completions",
             api_key,
             request_timeout,
         )
     }
+
+    /// The model-name prefixes of reasoning models (default [`DEFAULT_REASONING_MODELS`]):
+    /// they get `max_completion_tokens` instead of `max_tokens`, and no `temperature`.
+    pub fn reasoning_models(mut self, prefixes: Vec<String>) -> Self {
+        self.wire_mut().reasoning_models = prefixes;
+        self
+    }
 }
 
-/// The Chat Completions wire format: the key as a bearer token.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ChatCompletions;
+/// The Chat Completions wire format: the key as a bearer token; the reasoning models' names.
+#[derive(Clone, Debug)]
+pub struct ChatCompletions {
+    reasoning_models: Vec<String>,
+}
+
+impl Default for ChatCompletions {
+    fn default() -> Self {
+        Self {
+            reasoning_models: default_reasoning_models(),
+        }
+    }
+}
 
 impl WireFormat for ChatCompletions {
     const PROVIDER: &'static str = PROVIDER;
@@ -69,8 +89,8 @@ impl WireFormat for ChatCompletions {
     const END: StreamEnd = StreamEnd::TerminalOrFinishReason;
     type Response = response::StreamState;
 
-    fn body(request: &LlmRequest, stream: bool) -> Value {
-        request_body_for(request, stream)
+    fn body(&self, request: &LlmRequest, stream: bool) -> Value {
+        request_body_with(request, stream, &self.reasoning_models)
     }
 
     fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {

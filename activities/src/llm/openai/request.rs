@@ -5,14 +5,45 @@ use baton_proto::{LlmRequest, item};
 use serde_json::{Value, json};
 
 use super::DEFAULT_MODEL;
+use crate::llm::provider::replayed_arguments_text;
+
+/// Model-name prefixes of the reasoning models by default (worker `[openai]
+/// reasoning_models`): the o-series and gpt-5.
+pub const DEFAULT_REASONING_MODELS: &[&str] = &["o1", "o3", "o4", "gpt-5"];
+
+/// [`DEFAULT_REASONING_MODELS`] as owned strings.
+pub fn default_reasoning_models() -> Vec<String> {
+    DEFAULT_REASONING_MODELS
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect()
+}
+
+/// Whether `model` is a reasoning model: its name (after any `vendor/` part, as OpenRouter
+/// spells them: `openai/o3-mini`) starts with one of `prefixes`. Reasoning models reject
+/// `max_tokens` ("use max_completion_tokens") and `temperature`.
+pub fn is_reasoning_model(model: &str, prefixes: &[String]) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    prefixes
+        .iter()
+        .any(|p| !p.is_empty() && name.starts_with(p.as_str()))
+}
 
 /// The non-streaming Chat Completions request body for a baton request.
 pub fn request_body(request: &LlmRequest) -> Value {
     request_body_for(request, false)
 }
 
-/// The Chat Completions request body, streaming (with usage in the last chunk) or not.
+/// The Chat Completions request body, streaming (with usage in the last chunk) or not, with
+/// the default reasoning models.
 pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
+    request_body_with(request, stream, &default_reasoning_models())
+}
+
+/// The Chat Completions request body, streaming or not; a model named by one of
+/// `reasoning_models` (prefixes, see [`is_reasoning_model`]) gets the output limit as
+/// `max_completion_tokens` and no `temperature`, any other `max_tokens` and `temperature`.
+pub fn request_body_with(request: &LlmRequest, stream: bool, reasoning_models: &[String]) -> Value {
     let model = request.model.clone().unwrap_or_default();
     let mut messages = Vec::with_capacity(request.conversation.len() + 1);
     if !request.system_prompt.is_empty() {
@@ -34,7 +65,12 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                             json!({
                                 "id": c.id,
                                 "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments},
+                                // Invalid arguments go back as `{}`: vLLM answers 400 to
+                                // the raw text (the tool result says it was invalid).
+                                "function": {
+                                    "name": c.name,
+                                    "arguments": replayed_arguments_text(&c.arguments),
+                                },
                             })
                         })
                         .collect();
@@ -75,10 +111,18 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
     }
+    let reasoning = is_reasoning_model(&name, reasoning_models);
     if model.max_output_tokens > 0 {
-        body["max_tokens"] = json!(model.max_output_tokens);
+        let field = if reasoning {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[field] = json!(model.max_output_tokens);
     }
-    if let Some(t) = model.temperature {
+    if let Some(t) = model.temperature
+        && !reasoning
+    {
         body["temperature"] = json!(t);
     }
     if stream {

@@ -1,8 +1,6 @@
 //! The Chat Completions answer: a whole `chat.completion` body ([`parse_response`]) or a
 //! stream of `chat.completion.chunk` events ([`StreamState`]), as baton's [`LlmResponse`].
 
-use std::collections::BTreeMap;
-
 use baton_proto::{FinishReason, LlmResponse, ToolCall, Usage};
 use serde::Deserialize;
 use serde_json::Value;
@@ -53,8 +51,9 @@ struct ChatToolCall {
 #[derive(Deserialize)]
 struct ChatFunction {
     name: String,
+    /// A JSON string as documented; llama.cpp `--tool-args-object` sends the object itself.
     #[serde(default)]
-    arguments: Option<String>,
+    arguments: Option<Value>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -108,6 +107,17 @@ fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
     }
 }
 
+/// The text of an `arguments` field: a string as it is (the documented form, or a fragment of
+/// it), any other JSON value (an object sent by llama.cpp `--tool-args-object`) as its JSON
+/// text; `null` is nothing.
+fn arguments_fragment(arguments: Option<Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    }
+}
+
 /// Tool-call arguments as sent to the workflow: an empty string means no arguments.
 fn arguments_text(arguments: String) -> String {
     if arguments.trim().is_empty() {
@@ -135,7 +145,7 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
         .map(|c| ToolCall {
             id: c.id.unwrap_or_default(),
             name: c.function.name,
-            arguments: arguments_text(c.function.arguments.unwrap_or_default()),
+            arguments: arguments_text(arguments_fragment(c.function.arguments)),
             ..Default::default()
         })
         .collect();
@@ -197,12 +207,15 @@ struct DeltaToolCall {
 struct DeltaFunction {
     #[serde(default)]
     name: Option<String>,
+    /// A fragment of the JSON text, or (llama.cpp `--tool-args-object`) a JSON value.
     #[serde(default)]
-    arguments: Option<String>,
+    arguments: Option<Value>,
 }
 
 #[derive(Default)]
 struct PartialCall {
+    /// The `index` it was streamed under.
+    index: u32,
     id: String,
     name: String,
     arguments: String,
@@ -213,27 +226,45 @@ struct PartialCall {
 pub(crate) struct StreamState {
     text: String,
     reasoning: String,
-    calls: BTreeMap<u32, PartialCall>,
+    /// Tool calls in the order they started.
+    calls: Vec<PartialCall>,
     finish: Option<String>,
     usage: Option<ChatUsage>,
 }
 
 impl StreamState {
-    fn on_tool_call_delta(&mut self, call: DeltaToolCall) {
-        let index = call.index.unwrap_or_else(|| {
-            // Servers that omit the index: a new id starts a new call, fragments extend the last.
-            let last = self.calls.keys().next_back().copied();
-            match (&call.id, last) {
-                (Some(id), Some(last)) if self.calls.get(&last).is_some_and(|c| &c.id == id) => {
-                    last
-                }
-                (Some(id), _) if !id.is_empty() => last.map_or(0, |l| l + 1),
-                (_, Some(last)) => last,
-                (_, None) => 0,
-            }
+    /// The call a tool-call fragment belongs to. A fragment extends the last call of its
+    /// `index`, unless it carries an id other than that call's: servers that number every
+    /// parallel call `0` tell them apart by id only. Without an index (some servers omit it)
+    /// a new id starts a new call and other fragments extend the last one.
+    fn call_for(&mut self, index: Option<u32>, id: Option<&str>) -> &mut PartialCall {
+        let last = match index {
+            Some(index) => self.calls.iter().rposition(|c| c.index == index),
+            None => self.calls.len().checked_sub(1),
+        };
+        let continues = last.filter(|&at| {
+            let call = &self.calls[at];
+            id.is_none_or(|id| call.id.is_empty() || call.id == id)
         });
-        let entry = self.calls.entry(index).or_default();
-        if let Some(id) = call.id.filter(|id| !id.is_empty())
+        let at = match continues {
+            Some(at) => at,
+            None => {
+                let index = index
+                    .unwrap_or_else(|| self.calls.iter().map(|c| c.index + 1).max().unwrap_or(0));
+                self.calls.push(PartialCall {
+                    index,
+                    ..Default::default()
+                });
+                self.calls.len() - 1
+            }
+        };
+        &mut self.calls[at]
+    }
+
+    fn on_tool_call_delta(&mut self, call: DeltaToolCall) {
+        let id = call.id.filter(|id| !id.is_empty());
+        let entry = self.call_for(call.index, id.as_deref());
+        if let Some(id) = id
             && entry.id.is_empty()
         {
             entry.id = id;
@@ -245,9 +276,7 @@ impl StreamState {
                 // Sent once by OpenAI; some servers repeat it (skipped) or split it (appended).
                 entry.name.push_str(&name);
             }
-            if let Some(arguments) = f.arguments {
-                entry.arguments.push_str(&arguments);
-            }
+            entry.arguments.push_str(&arguments_fragment(f.arguments));
         }
     }
 }
@@ -310,9 +339,11 @@ impl ResponseParser for StreamState {
     }
 
     fn into_response(self) -> LlmResponse {
-        let tool_calls: Vec<ToolCall> = self
-            .calls
-            .into_values()
+        // By index, then (calls that shared one) in the order they started.
+        let mut calls = self.calls;
+        calls.sort_by_key(|c| c.index);
+        let tool_calls: Vec<ToolCall> = calls
+            .into_iter()
             .map(|c| ToolCall {
                 id: c.id,
                 name: c.name,
