@@ -10,6 +10,7 @@
 //!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
 //! - [`workspace`]: the workspace activities (`prepare_workspace`, `collect_changes`, `deliver`:
 //!   [`workspace::WorkspaceService`]): a run's source in, its change set and delivery out.
+//! - `heartbeat`: heartbeating while an activity's work runs (model calls, workspace work).
 //! - [`git`]: clones of a run's git source and delivery (commit, push, GitHub pull request),
 //!   through real `git` processes with the worker's credentials.
 //!
@@ -18,6 +19,7 @@
 //! observers, approval senders) are in `baton-worker`.
 
 pub mod git;
+mod heartbeat;
 pub mod llm;
 pub mod tools;
 pub mod workspace;

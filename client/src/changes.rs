@@ -5,9 +5,8 @@
 
 use std::{io::Write, path::Path, process::Stdio};
 
-use baton_proto::{Changes, RunResult};
+use baton_proto::Changes;
 use baton_store::{BlobId, SharedStore, changes};
-use temporalio_client::WorkflowExecutionStatus;
 
 use crate::{
     blobs,
@@ -21,19 +20,20 @@ use crate::{
 async fn changes_of(run: &str) -> Result<(Changes, SharedStore), Exit> {
     let client = connect().await?;
     let h = handle(&client, run);
-    let snap = inspect::snapshot(&h, run).await?;
-    if snap.temporal_status == WorkflowExecutionStatus::Running {
-        return Err(Exit {
-            code: exit::WAIT_TIMEOUT,
-            message: format!(
-                "run {run} has not ended ({}); its change set is collected when it ends: \
-                 `baton result {run} --wait`, then try again",
-                snap.status.state().as_str_name()
-            ),
-            transient: false,
-        });
-    }
-    let result: RunResult = inspect::wait_result(&h, run).await?;
+    let result = match inspect::ended_result(&h, run).await? {
+        Ok(result) => result,
+        Err(state) => {
+            return Err(Exit {
+                code: exit::WAIT_TIMEOUT,
+                message: format!(
+                    "run {run} has not ended ({}); its change set is collected when it ends: \
+                     `baton result {run} --wait`, then try again",
+                    state.as_str_name()
+                ),
+                transient: false,
+            });
+        }
+    };
     let Some(changes) = result.changes else {
         return Err(Exit::usage(format!(
             "run {run} has no change set: it ran on a baton version that did not collect one"
@@ -68,19 +68,6 @@ async fn patch_of(run: &str, changes: &Changes, store: &SharedStore) -> Result<V
     })
 }
 
-fn stat(changes: &Changes) -> String {
-    let files: Vec<changes::FileDiff> = changes.files.iter().map(changes::FileDiff::from).collect();
-    let mut text = changes::diffstat(&files);
-    if changes.files_truncated {
-        text.push_str(&format!(
-            " (the first {} of {} files; the patch has them all)\n",
-            changes.files.len(),
-            changes.files_changed
-        ));
-    }
-    text
-}
-
 /// `baton diff RUN [--stat]`.
 pub(crate) async fn diff(args: DiffArgs) -> Result<i32, Exit> {
     let (changes, store) = changes_of(&args.run).await?;
@@ -100,7 +87,7 @@ pub(crate) async fn diff(args: DiffArgs) -> Result<i32, Exit> {
         return Ok(exit::COMPLETED);
     }
     if args.stat {
-        print!("{}", stat(&changes));
+        print!("{}", changes::diffstat_of(&changes));
         return Ok(exit::COMPLETED);
     }
     let patch = patch_of(&args.run, &changes, &store).await?;
@@ -251,7 +238,7 @@ pub(crate) async fn download(args: DownloadArgs) -> Result<i32, Exit> {
         eprintln!(
             "wrote {} files ({}) of run {} into {}",
             extracted.files,
-            crate::workspace::human_bytes(extracted.bytes),
+            baton_store::snapshot::human_size(extracted.bytes),
             args.run,
             args.dir.display()
         );

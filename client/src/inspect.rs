@@ -172,6 +172,19 @@ pub(crate) async fn wait_result(
     }
 }
 
+/// The result of a run that has ended, or (`Err`) the state of one still going (what it hands
+/// back is not known yet): `diff`, `apply`, `download`, `submit --workspace-of`.
+pub(crate) async fn ended_result(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+) -> Result<Result<RunResult, RunState>, Exit> {
+    let snap = snapshot(h, run).await?;
+    if snap.temporal_status == WorkflowExecutionStatus::Running {
+        return Ok(Err(snap.status.state()));
+    }
+    wait_result(h, run).await.map(Ok)
+}
+
 /// How long `wait_result` (and `watch`) keep retrying a server that does not answer.
 pub(crate) const RECONNECT_BUDGET: Duration = Duration::from_secs(300);
 

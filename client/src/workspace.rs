@@ -3,7 +3,7 @@
 //! `workspace` and `deliver`, checked before the run starts.
 
 use baton_proto::{
-    Delivery, GitSource, RunResult, RunSpec, SnapshotSource, WorkspaceSource, workspace_source,
+    Delivery, GitSource, RunSpec, SnapshotSource, WorkspaceSource, workspace_source,
 };
 use baton_store::snapshot::{self, UploadError, UploadOptions};
 use temporalio_client::Client;
@@ -136,9 +136,9 @@ async fn upload(
         "uploaded {}: {} files, {} ({} new, {} sent) in {:.1}s{}",
         dir.display(),
         uploaded.files,
-        human_bytes(uploaded.total_bytes),
+        snapshot::human_size(uploaded.total_bytes),
         uploaded.uploaded,
-        human_bytes(uploaded.uploaded_bytes),
+        snapshot::human_size(uploaded.uploaded_bytes),
         started.elapsed().as_secs_f64(),
         uploaded
             .commit
@@ -172,15 +172,16 @@ async fn follow_up(
     run: &str,
 ) -> Result<workspace_source::Source, Exit> {
     let h = crate::connect::handle(client, run);
-    let snap = inspect::snapshot(&h, run).await?;
-    if snap.temporal_status == temporalio_client::WorkflowExecutionStatus::Running {
-        return Err(Exit::usage(format!(
-            "--workspace-of {run}: that run has not ended ({}), so its final workspace is not \
-             known yet; wait for it (`baton result {run} --wait`) and submit again",
-            snap.status.state().as_str_name()
-        )));
-    }
-    let result: RunResult = inspect::wait_result(&h, run).await?;
+    let result = match inspect::ended_result(&h, run).await? {
+        Ok(result) => result,
+        Err(state) => {
+            return Err(Exit::usage(format!(
+                "--workspace-of {run}: that run has not ended ({}), so its final workspace is \
+                 not known yet; wait for it (`baton result {run} --wait`) and submit again",
+                state.as_str_name()
+            )));
+        }
+    };
     let Some(changes) = result.changes.filter(|c| !c.final_snapshot.is_empty()) else {
         return Err(Exit::usage(format!(
             "--workspace-of {run}: that run recorded no final workspace (it ran on a baton \
@@ -209,22 +210,6 @@ async fn follow_up(
             r#ref: d.branch,
         }),
     }))
-}
-
-/// `1.5 MiB`.
-pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }
 
 #[cfg(test)]

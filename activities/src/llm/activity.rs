@@ -12,6 +12,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 use super::{LlmError, Provider, anthropic, compact, openai, scripted};
+use crate::heartbeat::with_heartbeat;
 use baton_store::{
     SharedStore,
     conversation::{ConversationError, Conversations},
@@ -199,7 +200,13 @@ impl LlmService {
             .resolve(request)
             .await
             .map_err(store_failure)?;
-        match with_heartbeat(&ctx, self.providers.generate(&resolved.request)).await? {
+        match with_heartbeat(
+            &ctx,
+            HEARTBEAT_EVERY,
+            self.providers.generate(&resolved.request),
+        )
+        .await?
+        {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
                 self.conversations
@@ -252,34 +259,12 @@ impl LlmService {
             return Ok(compact::extract(&request));
         }
         let llm_request = compact::summary_request(&request);
-        match with_heartbeat(&ctx, self.providers.generate(&llm_request)).await? {
+        match with_heartbeat(&ctx, HEARTBEAT_EVERY, self.providers.generate(&llm_request)).await? {
             Ok(response) => Ok(compact::response(response)),
             Err(e) => {
                 warn!(run_id, provider, cause = %e, "compaction call failed");
                 Err(e.into_activity_error())
             }
-        }
-    }
-}
-
-/// Runs `work`, heartbeating every [`HEARTBEAT_EVERY`] so a dead worker's call is retried
-/// elsewhere within the heartbeat timeout; returns `Err(cancelled)` if the activity is
-/// cancelled first.
-async fn with_heartbeat<T>(
-    ctx: &ActivityContext,
-    work: impl std::future::Future<Output = T>,
-) -> Result<T, ActivityError> {
-    tokio::pin!(work);
-    // The first beat comes after one period: a quick call sends none at all.
-    let mut beat = tokio::time::interval_at(
-        tokio::time::Instant::now() + HEARTBEAT_EVERY,
-        HEARTBEAT_EVERY,
-    );
-    loop {
-        tokio::select! {
-            r = &mut work => return Ok(r),
-            _ = ctx.cancelled() => return Err(ActivityError::cancelled()),
-            _ = beat.tick() => { let _ = ctx.record_heartbeat(()).await; }
         }
     }
 }

@@ -24,6 +24,7 @@ use tracing::info;
 
 use crate::{
     git::{self, GitError, GitSettings},
+    heartbeat::with_heartbeat,
     tools::ToolService,
 };
 
@@ -78,22 +79,6 @@ fn worker_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Runs `work`, heartbeating, until it ends or the activity is cancelled.
-async fn with_heartbeat<T>(
-    ctx: &ActivityContext,
-    work: impl std::future::Future<Output = T>,
-) -> Result<T, ActivityError> {
-    tokio::pin!(work);
-    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
-    loop {
-        tokio::select! {
-            r = &mut work => return Ok(r),
-            _ = ctx.cancelled() => return Err(ActivityError::cancelled()),
-            _ = beat.tick() => { let _ = ctx.record_heartbeat(()).await; }
-        }
-    }
-}
-
 fn run_id_of(ctx: &ActivityContext) -> String {
     ctx.info().workflow_id.clone().unwrap_or_default()
 }
@@ -137,7 +122,7 @@ impl WorkspaceService {
                 let restore = self
                     .tools
                     .ensure_snapshot(&run_id, &workspace, &s.id, false);
-                with_heartbeat(&ctx, restore).await??;
+                with_heartbeat(&ctx, HEARTBEAT_EVERY, restore).await??;
                 let manifest: snapshot::Manifest = baton_store::get_json(store.as_ref(), &id)
                     .await
                     .map_err(|e| unavailable(format!("snapshot {id} is unreadable: {e}")))?;
@@ -165,9 +150,11 @@ impl WorkspaceService {
                 let lock = self.tools.lock_of(&run_id);
                 let _held = lock.lock().await;
                 let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
-                let cloned = with_heartbeat(&ctx, clone).await?.map_err(git_failure)?;
+                let cloned = with_heartbeat(&ctx, HEARTBEAT_EVERY, clone)
+                    .await?
+                    .map_err(git_failure)?;
                 let take = snapshot::take(store.as_ref(), &workspace);
-                let taken = with_heartbeat(&ctx, take)
+                let taken = with_heartbeat(&ctx, HEARTBEAT_EVERY, take)
                     .await?
                     .map_err(|e| retryable(format!("cannot snapshot the clone: {e}")))?;
                 info!(run_id, url = %source.url, commit = %cloned.commit, files = taken.files, "workspace cloned");
@@ -209,7 +196,7 @@ impl WorkspaceService {
         };
         let after = parse(&final_snapshot)?;
         let work = changes::change_set(store.as_ref(), base.as_ref(), &after);
-        let set = with_heartbeat(&ctx, work)
+        let set = with_heartbeat(&ctx, HEARTBEAT_EVERY, work)
             .await?
             .map_err(|e| retryable(format!("cannot compute the change set: {e}")))?;
         let patch_bytes = set.patch.len() as u64;
@@ -285,7 +272,7 @@ impl WorkspaceService {
             scratch.path(),
             &worker_env,
         );
-        let delivered = with_heartbeat(&ctx, work).await?;
+        let delivered = with_heartbeat(&ctx, HEARTBEAT_EVERY, work).await?;
         let url = request
             .git
             .as_ref()
@@ -335,19 +322,11 @@ fn check_source_url(url: &str, allow_file: bool) -> Result<(), ActivityError> {
 
 /// The pull request's body: the agent's answer, then the diffstat.
 fn pull_request_body(answer: &str, changes: &Changes) -> String {
-    let files: Vec<changes::FileDiff> = changes.files.iter().map(changes::FileDiff::from).collect();
-    let mut body = answer.trim().to_owned();
-    body.push_str("\n\n```\n");
-    body.push_str(&changes::diffstat(&files));
-    if changes.files_truncated {
-        body.push_str(&format!(
-            "(the first {} of {} files)\n",
-            changes.files.len(),
-            changes.files_changed
-        ));
-    }
-    body.push_str("```\n\n_Opened by baton._\n");
-    body
+    format!(
+        "{}\n\n```\n{}```\n\n_Opened by baton._\n",
+        answer.trim(),
+        changes::diffstat_of(changes)
+    )
 }
 
 #[cfg(test)]

@@ -108,6 +108,21 @@ impl FileStatus {
     }
 }
 
+/// The diffstat of a change set as the wire contract carries it ([`diffstat`] of its listed
+/// files, with a line saying so when the list was cut).
+pub fn diffstat_of(changes: &baton_proto::Changes) -> String {
+    let files: Vec<FileDiff> = changes.files.iter().map(FileDiff::from).collect();
+    let mut text = diffstat(&files);
+    if changes.files_truncated {
+        text.push_str(&format!(
+            " (the first {} of {} files; the patch has them all)\n",
+            changes.files.len(),
+            changes.files_changed
+        ));
+    }
+    text
+}
+
 /// A file of a change set as the wire contract carries it (an unknown status reads as
 /// `Modified`).
 impl From<&baton_proto::FileChange> for FileDiff {

@@ -60,7 +60,7 @@ pub(crate) use manifest::{Target, check_manifest};
 pub use restore::{Restored, restore};
 pub use take::{DEFAULT_MAX_FILE_SIZE, SnapshotOptions, Taken, take, take_with};
 pub use upload::{
-    DEFAULT_MAX_UPLOAD, IGNORE_FILE, UploadError, UploadOptions, Uploaded, upload_dir,
+    DEFAULT_MAX_UPLOAD, IGNORE_FILE, UploadError, UploadOptions, Uploaded, human_size, upload_dir,
 };
 
 use crate::{BlobId, StoreError};

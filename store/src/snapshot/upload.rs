@@ -110,19 +110,19 @@ pub enum UploadError {
 fn too_large(total: u64, limit: u64, largest: &[(String, u64)]) -> String {
     let paths: Vec<String> = largest
         .iter()
-        .map(|(path, size)| format!("{path} ({})", human(*size)))
+        .map(|(path, size)| format!("{path} ({})", human_size(*size)))
         .collect();
     format!(
         "the directory holds {} to upload, over the limit of {}; largest: {}. Raise the limit \
          with --max-upload-size, or leave paths out with a .batonignore file (.gitignore syntax)",
-        human(total),
-        human(limit),
+        human_size(total),
+        human_size(limit),
         paths.join(", ")
     )
 }
 
 /// A size for people: bytes below 1 KiB, else KiB/MiB/GiB with one decimal.
-fn human(bytes: u64) -> String {
+pub fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
     if bytes < 1024 {
         return format!("{bytes} B");
