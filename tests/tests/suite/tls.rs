@@ -145,6 +145,22 @@ fn mtls_worker_and_cli_run_through_the_proxy() {
     );
 }
 
+/// Waits until the proxy has recorded a handshake failure matching `matches`: the proxy's
+/// thread records it concurrently with the client reporting its own error, so a single read
+/// right after the CLI exits can miss it.
+fn await_failure(proxy: &TlsProxy, what: &str, matches: impl Fn(&str) -> bool) {
+    let found = wait_until_blocking(Duration::from_secs(10), what, || {
+        Ok(proxy
+            .handshake_failures()
+            .iter()
+            .any(|f| matches(f))
+            .then_some(()))
+    });
+    if let Err(e) = found {
+        panic!("{e:#}; failures recorded: {:?}", proxy.handshake_failures());
+    }
+}
+
 #[test]
 fn mtls_refuses_clients_without_a_trusted_certificate_or_the_ca() {
     let server = DevServer::start().unwrap();
@@ -170,11 +186,9 @@ fn mtls_refuses_clients_without_a_trusted_certificate_or_the_ca() {
     ))
     .unwrap();
     assert_refused(&no_cert, &address);
-    let failures = proxy.handshake_failures();
-    assert!(
-        failures.iter().any(|f| f.contains("no certificates")),
-        "{failures:?}"
-    );
+    await_failure(&proxy, "a handshake refused for no client certificate", |f| {
+        f.contains("no certificates")
+    });
 
     // A client certificate from a CA the proxy does not trust.
     let rogue_cert = path(&pki.rogue_client_cert);
@@ -192,11 +206,9 @@ fn mtls_refuses_clients_without_a_trusted_certificate_or_the_ca() {
     ))
     .unwrap();
     assert_refused(&rogue, &address);
-    let failures = proxy.handshake_failures();
-    assert!(
-        failures.iter().any(|f| f.contains("UnknownIssuer")),
-        "{failures:?}"
-    );
+    await_failure(&proxy, "a handshake refused for an untrusted issuer", |f| {
+        f.contains("UnknownIssuer")
+    });
 
     // Without the CA the client does not trust the proxy's certificate (the system roots
     // do not know the test CA).
@@ -207,7 +219,13 @@ fn mtls_refuses_clients_without_a_trusted_certificate_or_the_ca() {
         no_ca.stderr.contains("UnknownIssuer") || no_ca.stderr.contains("certificate"),
         "stderr should say the certificate is not trusted: {no_ca}"
     );
-    assert!(proxy.handshake_failures().len() > before);
+    // The client aborts this handshake, so the proxy's thread may record it after the CLI exits.
+    wait_until_blocking(
+        Duration::from_secs(10),
+        "the proxy to record the handshake the client aborted",
+        || Ok((proxy.handshake_failures().len() > before).then_some(())),
+    )
+    .unwrap();
 
     // Plaintext gRPC to the TLS port fails too.
     let plain = baton_with(
