@@ -56,6 +56,7 @@ fn awaiting() -> RunStatus {
             output_tokens: 20,
             total_tokens: 120,
             llm_calls: 2,
+            ..Default::default()
         }),
         last_event: "awaiting approval".to_owned(),
         reason: 0,
@@ -109,6 +110,7 @@ fn a_result() {
             output_tokens: 64,
             total_tokens: 876,
             llm_calls: 4,
+            ..Default::default()
         }),
         detail: String::new(),
         ..failed()
@@ -305,6 +307,7 @@ fn watch_lines_are_the_documented_ones() {
                 tool_calls: vec![call()],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: String::new(),
+                ..Default::default()
             }),
         )
     };
@@ -331,6 +334,7 @@ fn watch_lines_are_the_documented_ones() {
             output_tokens: 64,
             total_tokens: 876,
             llm_calls: 2,
+            ..Default::default()
         }),
         detail: String::new(),
         ..RunResult::default()
@@ -371,6 +375,7 @@ fn each_kind_of_watch_line() {
             tool_calls: vec![call()],
             finish_reason: FinishReason::Unspecified as i32,
             reasoning: "hm".to_owned(),
+            ..Default::default()
         })),
         (
             "assistant".to_owned(),
@@ -451,6 +456,7 @@ fn the_finished_line_carries_the_result_and_exit_code() {
             output_tokens: 5,
             total_tokens: 15,
             llm_calls: 2,
+            ..Default::default()
         }),
         detail: "cancelled: why".to_owned(),
         ..failed()

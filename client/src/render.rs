@@ -452,6 +452,7 @@ mod tests {
             input_tokens: 100,
             output_tokens: 20,
             llm_calls: 3,
+            ..Default::default()
         };
         assert_eq!(
             event_human("r1", &turn, &Style::plain(), Some(&usage)),

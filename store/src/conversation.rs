@@ -299,6 +299,7 @@ impl Conversations {
                 view: None,
                 context: String::new(),
                 turn: request.turn,
+                cache_key: request.cache_key,
             },
             head,
             items: items.len() as u32,

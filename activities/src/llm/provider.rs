@@ -47,6 +47,7 @@ pub(crate) fn assistant_response(
             tool_calls,
             finish_reason: finish as i32,
             reasoning,
+            ..Default::default()
         }),
         usage,
         ..Default::default()

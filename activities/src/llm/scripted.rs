@@ -99,6 +99,7 @@ pub fn generate(request: &LlmRequest) -> Result<LlmResponse, LlmError> {
             output_tokens,
             total_tokens: input_tokens + output_tokens,
             llm_calls: 0,
+            ..Default::default()
         }),
         ..Default::default()
     })

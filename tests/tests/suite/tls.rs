@@ -186,9 +186,11 @@ fn mtls_refuses_clients_without_a_trusted_certificate_or_the_ca() {
     ))
     .unwrap();
     assert_refused(&no_cert, &address);
-    await_failure(&proxy, "a handshake refused for no client certificate", |f| {
-        f.contains("no certificates")
-    });
+    await_failure(
+        &proxy,
+        "a handshake refused for no client certificate",
+        |f| f.contains("no certificates"),
+    );
 
     // A client certificate from a CA the proxy does not trust.
     let rogue_cert = path(&pki.rogue_client_cert);

@@ -32,6 +32,7 @@ impl RunState {
             view: Some(self.view_spec()),
             context,
             turn: self.turn,
+            cache_key: String::new(),
         }
     }
 

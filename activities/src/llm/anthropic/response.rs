@@ -64,6 +64,7 @@ pub(super) fn usage(input: u32, output: u32) -> Usage {
         output_tokens: output,
         total_tokens: input + output,
         llm_calls: 0,
+        ..Default::default()
     }
 }
 

@@ -39,6 +39,7 @@ fn assistant(text: &str, calls: &[(&str, &str, &str)]) -> Item {
                 .collect(),
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "not sent back".into(),
+            ..Default::default()
         })),
     }
 }
@@ -225,6 +226,7 @@ fn parses_a_message() {
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "Need both files.".into(),
+                ..Default::default()
             }),
             usage: Some(usage(125, 30)),
             ..Default::default()
@@ -379,6 +381,7 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "Two files; read both.".into(),
+            ..Default::default()
         }),
         usage: Some(usage(500, 89)),
         ..Default::default()

@@ -78,6 +78,7 @@ impl ChatUsage {
                 .filter(|t| *t > 0)
                 .unwrap_or(input + output),
             llm_calls: 0,
+            ..Default::default()
         }
     }
 }

@@ -46,6 +46,7 @@ fn sample_request() -> LlmRequest {
                     }],
                     finish_reason: FinishReason::ToolCalls as i32,
                     reasoning: "private thoughts".into(),
+                    ..Default::default()
                 })),
             },
             Item {
@@ -141,12 +142,14 @@ fn parses_tool_calls_usage_and_reasoning() {
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "hmm".into(),
+                ..Default::default()
             }),
             usage: Some(Usage {
                 input_tokens: 12,
                 output_tokens: 3,
                 total_tokens: 15,
                 llm_calls: 0,
+                ..Default::default()
             }),
             ..Default::default()
         }
@@ -251,12 +254,14 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "The user wants two files.".into(),
+            ..Default::default()
         }),
         usage: Some(Usage {
             input_tokens: 120,
             output_tokens: 45,
             total_tokens: 165,
             llm_calls: 0,
+            ..Default::default()
         }),
         ..Default::default()
     }

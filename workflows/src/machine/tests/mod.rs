@@ -54,7 +54,7 @@ fn reply(text: &str, calls: Vec<ToolCall>, finish: FinishReason) -> LlmResponse 
             input_tokens: 10,
             output_tokens: 5,
             total_tokens: 15,
-            llm_calls: 0,
+            ..Default::default()
         }),
         ..Default::default()
     }
