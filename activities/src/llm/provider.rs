@@ -82,3 +82,17 @@ pub(crate) fn replayed_arguments_text(arguments: &str) -> &str {
         "{}"
     }
 }
+
+/// The reasoning parts of `message` that `provider` produced, in order: the only ones it may
+/// be sent back. Parts of another provider (a run that switched provider) are dropped; the
+/// text and tool calls of the message still go.
+#[allow(dead_code)] // used by the providers as they learn to send reasoning back (issue 16)
+pub(crate) fn reasoning_parts_for<'a>(
+    provider: &'a str,
+    message: &'a baton_proto::AssistantMessage,
+) -> impl Iterator<Item = &'a baton_proto::ReasoningPart> + 'a {
+    message
+        .reasoning_parts
+        .iter()
+        .filter(move |p| p.provider == provider && !p.data.is_empty())
+}
