@@ -283,7 +283,7 @@ impl Conversations {
             )
         };
         let mut conversation = view::model_view(&items, &view);
-        self.with_full_arguments(&mut conversation).await?;
+        self.with_full_content(&mut conversation).await?;
         let mut model = request.model;
         if let Some(m) = model.as_mut().filter(|m| !m.script_ref.is_empty()) {
             m.script = Some(self.script_turn(&m.script_ref, request.turn).await?);
@@ -331,6 +331,10 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 pub const RESPONSE_BUDGET_BYTES: usize = 192 * 1024;
 /// Tool-call arguments longer than this go to the blob store when a response is trimmed.
 pub const MAX_INLINE_ARGUMENTS: usize = 16 * 1024;
+/// A provider's reasoning part longer than this always goes to the blob store: it is opaque
+/// to everything but the provider it goes back to, and encrypted reasoning of every turn
+/// would otherwise grow the run's history fast.
+pub const MAX_INLINE_REASONING: usize = 1024;
 /// String values in trimmed arguments are cut to this length ...
 const CUT_STRING_TO: usize = 1024;
 /// ... except these fields, which approval rules match and which are kept whole up to this.
@@ -338,7 +342,8 @@ const KEEP_WHOLE: [&str; 2] = ["command", "path"];
 const KEEP_WHOLE_UP_TO: usize = 64 * 1024;
 
 impl Conversations {
-    /// Keeps a model reply small enough for history: when its JSON passes
+    /// Keeps a model reply small enough for history: reasoning parts over
+    /// [`MAX_INLINE_REASONING`] go to the blob store (`data_ref`); when its JSON still passes
     /// [`RESPONSE_BUDGET_BYTES`], long tool-call arguments go to the blob store
     /// (`arguments_ref`) and stay inline with long string values cut (approval rules still
     /// see `command` and `path`), and the reasoning text, then the reply text, are cut.
@@ -346,6 +351,15 @@ impl Conversations {
         &self,
         message: &mut baton_proto::AssistantMessage,
     ) -> Result<(), ConversationError> {
+        for part in &mut message.reasoning_parts {
+            if part.data.len() > MAX_INLINE_REASONING && part.data_ref.is_empty() {
+                let id = self
+                    .store
+                    .put(std::mem::take(&mut part.data).into_bytes())
+                    .await?;
+                part.data_ref = id.to_string();
+            }
+        }
         let size = |m: &baton_proto::AssistantMessage| {
             serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX)
         };
@@ -393,14 +407,27 @@ impl Conversations {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// The view with every call's exact arguments, as the model wrote them.
-    pub async fn with_full_arguments(&self, view: &mut [Item]) -> Result<(), ConversationError> {
+    /// The view with every call's exact arguments, as the model wrote them, and every
+    /// reasoning part's data, as the provider sent it.
+    pub async fn with_full_content(&self, view: &mut [Item]) -> Result<(), ConversationError> {
         for entry in view.iter_mut() {
             if let Some(baton_proto::item::Kind::Assistant(a)) = &mut entry.kind {
                 for call in &mut a.tool_calls {
                     if !call.arguments_ref.is_empty() {
                         call.arguments = self.full_arguments(call).await?;
                         call.arguments_ref.clear();
+                    }
+                }
+                for part in &mut a.reasoning_parts {
+                    if !part.data_ref.is_empty() {
+                        let id = BlobId::parse(&part.data_ref)?;
+                        let bytes = self.store.get(&id).await?;
+                        part.data =
+                            String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Decode {
+                                id,
+                                detail: format!("a reasoning part must be UTF-8 text: {e}"),
+                            })?;
+                        part.data_ref.clear();
                     }
                 }
             }
@@ -484,7 +511,7 @@ mod bound_tests {
         let mut view = vec![Item {
             kind: Some(baton_proto::item::Kind::Assistant(message.clone())),
         }];
-        conversations.with_full_arguments(&mut view).await.unwrap();
+        conversations.with_full_content(&mut view).await.unwrap();
         match &view[0].kind {
             Some(baton_proto::item::Kind::Assistant(a)) => {
                 assert_eq!(a.tool_calls[0].arguments, arguments)
@@ -498,5 +525,50 @@ mod bound_tests {
         };
         conversations.bound_message(&mut small).await.unwrap();
         assert_eq!(small.text, "hi");
+    }
+
+    #[tokio::test]
+    async fn large_reasoning_parts_go_to_the_store_and_come_back_byte_identical() {
+        let dir = tempfile::tempdir().unwrap();
+        let conversations = Conversations::new(Arc::new(LocalStore::new(dir.path()).unwrap()));
+        // Key order and spacing as the provider sent them: they must survive unchanged.
+        let big = format!(
+            r#"{{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"{}"}}"#,
+            "gAAAA".repeat(600)
+        );
+        let small = r#"{"type": "redacted_thinking", "data": "EmwKAhgB"}"#.to_owned();
+        let part = |data: &str| baton_proto::ReasoningPart {
+            provider: "openai-responses".into(),
+            kind: "reasoning".into(),
+            data: data.to_owned(),
+            ..Default::default()
+        };
+        let mut message = AssistantMessage {
+            text: "done".into(),
+            reasoning_parts: vec![part(&big), part(&small)],
+            ..Default::default()
+        };
+        conversations.bound_message(&mut message).await.unwrap();
+        let kept = &message.reasoning_parts;
+        assert!(
+            kept[0].data.is_empty() && !kept[0].data_ref.is_empty(),
+            "{kept:?}"
+        );
+        assert_eq!(kept[1].data, small, "small parts stay inline");
+        assert!(kept[1].data_ref.is_empty());
+        assert!(serde_json::to_vec(&message).unwrap().len() < 1024);
+
+        let mut view = vec![Item {
+            kind: Some(baton_proto::item::Kind::Assistant(message)),
+        }];
+        conversations.with_full_content(&mut view).await.unwrap();
+        match &view[0].kind {
+            Some(baton_proto::item::Kind::Assistant(a)) => {
+                assert_eq!(a.reasoning_parts[0].data, big);
+                assert!(a.reasoning_parts[0].data_ref.is_empty());
+                assert_eq!(a.reasoning_parts[1].data, small);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

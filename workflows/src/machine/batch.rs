@@ -14,6 +14,9 @@ use crate::{
     tools,
 };
 
+/// Bytes of invalid tool-call arguments quoted back to the model in the error.
+const INVALID_ARGUMENTS_SHOWN: usize = 2048;
+
 impl RunState {
     /// The step of an `Executing` batch: its calls allowed to run, in call order.
     pub(super) fn run_tools_step(&self, batch: &Batch) -> Step {
@@ -113,11 +116,17 @@ impl RunState {
                  The call did not run.",
                 call.name, other
             )),
-            Err(e) => Err(format!(
-                "The arguments of '{}' are not valid JSON ({e}). Send a JSON object matching \
-                 the tool's schema: {}. The call did not run.",
-                call.name, def.parameters
-            )),
+            Err(e) => {
+                // The replayed turn carries `{}` in their place (servers refuse invalid JSON),
+                // so this is where the model sees what it wrote.
+                let mut sent = args.to_owned();
+                crate::view::cut_text(&mut sent, INVALID_ARGUMENTS_SHOWN);
+                Err(format!(
+                    "The arguments of '{}' are not valid JSON ({e}). You sent: {sent}\n\
+                     Send a JSON object matching the tool's schema: {}. The call did not run.",
+                    call.name, def.parameters
+                ))
+            }
         }
     }
 

@@ -157,7 +157,7 @@ impl RunState {
                 self.consecutive_length += 1;
                 message.tool_calls.clear();
                 self.partial_text.push_str(&message.text);
-                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                self.push_event(now_ms, run_event::Kind::Assistant(for_event(&message)));
                 if self.consecutive_length > MAX_LENGTH_CONTINUATIONS {
                     let detail = format!(
                         "the model's output was cut off by the token limit {} times in a row",
@@ -171,7 +171,7 @@ impl RunState {
                 self.conversation.push(user(CONTINUE_PROMPT, true));
             }
             FinishReason::ContentFilter => {
-                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                self.push_event(now_ms, run_event::Kind::Assistant(for_event(&message)));
                 self.conversation.push(assistant_item(message));
                 self.finish(
                     now_ms,
@@ -183,11 +183,20 @@ impl RunState {
                 self.consecutive_length = 0;
                 for (i, call) in message.tool_calls.iter_mut().enumerate() {
                     if call.id.is_empty() || self.seen_call_ids.contains(&call.id) {
-                        call.id = format!("call_{}_{}", self.turn, i + 1);
+                        let id = format!("call_{}_{}", self.turn, i + 1);
+                        // A reasoning part of this call (a Gemini thought signature) follows it.
+                        if let Some(part) = message
+                            .reasoning_parts
+                            .iter_mut()
+                            .find(|p| !p.call_id.is_empty() && p.call_id == call.id)
+                        {
+                            part.call_id = id.clone();
+                        }
+                        call.id = id;
                     }
                     self.seen_call_ids.insert(call.id.clone());
                 }
-                self.push_event(now_ms, run_event::Kind::Assistant(message.clone()));
+                self.push_event(now_ms, run_event::Kind::Assistant(for_event(&message)));
                 let calls = message.tool_calls.clone();
                 let text = message.text.clone();
                 self.conversation.push(assistant_item(message));
@@ -289,5 +298,14 @@ impl RunState {
         crate::view::cut_text(&mut said, USER_MESSAGE_NOTE_BYTES);
         self.note(now_ms, &format!("user message: {said}"));
         self.inbox.push(text);
+    }
+}
+
+/// The assistant message as an event shows it: without the provider's opaque reasoning
+/// parts (they are for the provider only, and may be large).
+fn for_event(message: &baton_proto::AssistantMessage) -> baton_proto::AssistantMessage {
+    baton_proto::AssistantMessage {
+        reasoning_parts: Vec::new(),
+        ..message.clone()
     }
 }

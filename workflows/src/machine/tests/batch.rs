@@ -33,6 +33,12 @@ fn malformed_arguments_and_unknown_tools_become_error_observations() {
         "{}",
         results[0].content
     );
+    // The provider is sent `{}` in their place, so the error quotes what the model wrote.
+    assert!(
+        results[0].content.contains(r#"You sent: {"command": "ls"#),
+        "{}",
+        results[0].content
+    );
     assert!(results[1].is_error);
     assert!(results[1].content.contains("Unknown tool 'teleport'"));
     assert!(results[1].content.contains("shell"));
