@@ -229,7 +229,10 @@ impl ErrorDetail {
         let names = [self.code.as_deref(), self.kind.as_deref()];
         for name in names.into_iter().flatten() {
             let status = match name {
-                "invalid_request_error" | "context_length_exceeded" | "invalid_request" => 400,
+                "invalid_request_error"
+                | "context_length_exceeded"
+                | "invalid_request"
+                | "invalid_prompt" => 400,
                 "authentication_error" | "invalid_api_key" => 401,
                 "permission_error" | "permission_denied" => 403,
                 "not_found_error" | "model_not_found" => 404,
