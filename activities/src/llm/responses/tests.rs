@@ -61,7 +61,6 @@ fn assistant(text: &str, calls: &[(&str, &str, &str)], parts: Vec<ReasoningPart>
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "summary, not sent back".into(),
             reasoning_parts: parts,
-            ..Default::default()
         })),
     }
 }
@@ -239,7 +238,6 @@ fn expected_tool_call_message() -> LlmResponse {
             }],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning_parts: vec![part(PROVIDER, &raw_output_item(TOOL_CALL_JSON, 0), 0)],
-            ..Default::default()
         }),
         usage: Some(Usage {
             input_tokens: 1200,
@@ -299,7 +297,6 @@ fn expected_stream_message() -> LlmResponse {
                 r#"{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Look for main."}],"encrypted_content":"gAAAAABstream1=="}"#,
                 0,
             )],
-            ..Default::default()
         }),
         usage: Some(Usage {
             input_tokens: 37,
@@ -427,7 +424,8 @@ fn error_body(message: &str, kind: &str, code: Option<&str>) -> String {
 
 #[tokio::test]
 async fn http_errors_are_classified_like_the_other_providers() {
-    let cases: Vec<(Reply, fn(&LlmError) -> bool)> = vec![
+    type Case = (Reply, fn(&LlmError) -> bool);
+    let cases: Vec<Case> = vec![
         (
             Reply::json(
                 401,
