@@ -480,13 +480,7 @@ impl ResponseParser for StreamState {
                 return Ok(Flow::Done);
             }
             "error" => {
-                let detail = serde_json::from_str::<Value>(data)
-                    .ok()
-                    .and_then(|v| ErrorDetail::from_value(&v))
-                    .unwrap_or_else(|| ErrorDetail {
-                        message: snippet(data),
-                        ..Default::default()
-                    });
+                let detail = ErrorDetail::from_body(data);
                 return Err(classify(PROVIDER, detail.implied_status(), None, detail));
             }
             // `response.created`, `response.in_progress`, content parts, summaries (read

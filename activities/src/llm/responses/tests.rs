@@ -328,6 +328,40 @@ async fn streams_reasoning_text_and_fragmented_function_calls() {
 }
 
 #[tokio::test]
+async fn a_stream_without_item_events_or_done_items_still_gives_the_message() {
+    let records: Vec<&str> = TOOL_CALL_SSE.split_inclusive("\n\n").collect();
+    // Only `response.created` and `response.completed`: the output comes from the latter.
+    let terminal_only = format!("{}{}", records[0], records[19]);
+    let (base, _server) = serve_once(Reply::sse_chunked(&terminal_only, 64, true)).await;
+    let response = provider(&base).generate(&sample_request()).await.unwrap();
+    assert_eq!(response, expected_stream_message());
+    // Items added and streamed but never done: text and call from their deltas; a reasoning
+    // item without its done event has no encrypted content to keep.
+    let no_done: String = records
+        .iter()
+        .filter(|r| !r.contains("response.output_item.done") && !r.contains("response.completed"))
+        .copied()
+        .chain(std::iter::once(
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"output\":[]}}\n\n",
+        ))
+        .collect();
+    let (base, _server) = serve_once(Reply::sse_chunked(&no_done, 64, true)).await;
+    let m = provider(&base)
+        .generate(&sample_request())
+        .await
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(m.text, "Searching now.");
+    assert_eq!(
+        m.tool_calls,
+        expected_stream_message().message.unwrap().tool_calls
+    );
+    assert_eq!(m.reasoning_parts, Vec::<ReasoningPart>::new());
+    assert_eq!(m.finish_reason, FinishReason::ToolCalls as i32);
+}
+
+#[tokio::test]
 async fn the_reasoning_of_one_turn_goes_back_in_the_next_unchanged() {
     let (base, _server) = serve_once(Reply::sse_chunked(TOOL_CALL_SSE, 64, true)).await;
     let first = provider(&base).generate(&sample_request()).await.unwrap();
