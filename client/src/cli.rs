@@ -132,8 +132,8 @@ pub(crate) struct SubmitArgs {
     /// Read the task from this file instead (e.g. a task written by an earlier CI step).
     #[arg(long, value_name = "FILE")]
     pub(crate) prompt_file: Option<PathBuf>,
-    /// Provider profile configured on the workers: openai, anthropic or scripted (default: scripted when
-    /// --script is given, else openai).
+    /// Provider profile configured on the workers: openai, anthropic, openai-responses or scripted
+    /// (default: scripted when --script is given, else openai).
     #[arg(long)]
     pub(crate) provider: Option<String>,
     /// Model name (default: the provider's default).

@@ -164,10 +164,13 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         None => None,
     };
     if let Some(p) = &args.provider
-        && !matches!(p.as_str(), "scripted" | "openai" | "anthropic")
+        && !matches!(
+            p.as_str(),
+            "scripted" | "openai" | "anthropic" | "openai-responses"
+        )
     {
         return Err(Exit::usage(format!(
-            "unknown provider '{p}'; use openai, anthropic or scripted"
+            "unknown provider '{p}'; use openai, anthropic, openai-responses or scripted"
         )));
     }
     if let (Some(p), Some(_)) = (&args.provider, &script)
@@ -188,10 +191,10 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
                 "the scripted provider needs --script FILE (a JSON list of assistant turns)",
             ));
         }
-        "scripted" | "openai" | "anthropic" => {}
+        "scripted" | "openai" | "anthropic" | "openai-responses" => {}
         other => {
             return Err(Exit::usage(format!(
-                "unknown provider '{other}'; use openai, anthropic or scripted"
+                "unknown provider '{other}'; use openai, anthropic, openai-responses or scripted"
             )));
         }
     }

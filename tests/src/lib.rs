@@ -4,7 +4,7 @@
 //! ([`DevServer`], the `temporal` CLI from `PATH` or `$TEMPORAL_BIN`), the
 //! `baton-worker` binary ([`Worker`]) and the `baton` CLI ([`baton`],
 //! [`baton_with`], [`baton_at`], [`baton_spawn`]), plus in-process
-//! [`MockOpenAi`] / [`MockAnthropic`] servers that play the LLM (scripted
+//! [`MockOpenAi`] / [`MockAnthropic`] / [`MockResponses`] servers that play the LLM (scripted
 //! with [`MockResponse`]s: extra headers, delays, cut / slow streams,
 //! in-stream errors). Every request to a mock is checked against what the
 //! real APIs require (tool results answer calls made just before them) and
@@ -59,6 +59,7 @@ mod mock_anthropic;
 mod mock_checks;
 mod mock_http;
 mod mock_openai;
+mod mock_responses;
 pub mod moto;
 mod process;
 mod server;
@@ -80,6 +81,7 @@ pub use history::{
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
 pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
+pub use mock_responses::{MockResponses, RESPONSES_PATH};
 pub use process::{
     CmdOutput, DEFAULT_CMD_TIMEOUT, RunningCmd, SCRUBBED_ENV_NAMES, SCRUBBED_ENV_PREFIXES,
     bin_path, clean_command, describe_status, pids_matching, process_exists_matching, run_cmd,

@@ -48,6 +48,8 @@ pub(crate) fn violations(
     match flavor {
         Flavor::OpenAi => openai_pairing(messages, &mut found),
         Flavor::Anthropic => anthropic_pairing(messages, &mut found),
+        // No `messages`: its `input` items are checked by `mock_responses::violations`.
+        Flavor::Responses => {}
     }
     found
 }

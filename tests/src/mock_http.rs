@@ -1,5 +1,5 @@
 //! Plumbing shared by the scripted LLM mocks ([`crate::MockOpenAi`],
-//! [`crate::MockAnthropic`]): scripted answers, request capture, the server
+//! [`crate::MockAnthropic`], [`crate::MockResponses`]): scripted answers, request capture, the server
 //! thread, and the streaming machinery (SSE transcripts, keep-alives, cut
 //! connections).
 
@@ -183,6 +183,7 @@ impl CapturedRequest {
 pub(crate) enum Flavor {
     OpenAi,
     Anthropic,
+    Responses,
 }
 
 impl Flavor {
@@ -190,6 +191,7 @@ impl Flavor {
         match self {
             Flavor::OpenAi => "mock OpenAI",
             Flavor::Anthropic => "mock Anthropic",
+            Flavor::Responses => "mock OpenAI Responses",
         }
     }
 
@@ -197,6 +199,7 @@ impl Flavor {
         match self {
             Flavor::OpenAi => crate::mock_openai::CHAT_COMPLETIONS_PATH,
             Flavor::Anthropic => crate::mock_anthropic::MESSAGES_PATH,
+            Flavor::Responses => crate::mock_responses::RESPONSES_PATH,
         }
     }
 
@@ -204,21 +207,25 @@ impl Flavor {
         let endpoint = self.endpoint();
         let message = format!("mock: unknown endpoint {method} {path} (only POST {endpoint})");
         match self {
-            Flavor::OpenAi => crate::MockOpenAi::error_body(&message, "invalid_request_error"),
+            Flavor::OpenAi | Flavor::Responses => {
+                crate::MockOpenAi::error_body(&message, "invalid_request_error")
+            }
             Flavor::Anthropic => crate::MockAnthropic::error_body("not_found_error", &message),
         }
     }
 
     fn bad_request_body(self, message: &str) -> Value {
         match self {
-            Flavor::OpenAi => crate::MockOpenAi::error_body(message, "invalid_request_error"),
+            Flavor::OpenAi | Flavor::Responses => {
+                crate::MockOpenAi::error_body(message, "invalid_request_error")
+            }
             Flavor::Anthropic => crate::MockAnthropic::error_body("invalid_request_error", message),
         }
     }
 
     fn exhausted_body(self) -> Value {
         match self {
-            Flavor::OpenAi => serde_json::json!({
+            Flavor::OpenAi | Flavor::Responses => serde_json::json!({
                 "error": {"message": "mock: no scripted response left", "type": "server_error"}
             }),
             Flavor::Anthropic => {
@@ -231,6 +238,7 @@ impl Flavor {
         match self {
             Flavor::OpenAi => body.get("choices").is_some(),
             Flavor::Anthropic => body.get("type").and_then(Value::as_str) == Some("message"),
+            Flavor::Responses => crate::mock_responses::is_response(body),
         }
     }
 
@@ -238,6 +246,7 @@ impl Flavor {
         match self {
             Flavor::OpenAi => crate::mock_openai::sse_transcript(body, request),
             Flavor::Anthropic => crate::mock_anthropic::sse_transcript(body),
+            Flavor::Responses => crate::mock_responses::sse_transcript(body),
         }
     }
 
@@ -245,6 +254,7 @@ impl Flavor {
         match self {
             Flavor::OpenAi => sse_data(error),
             Flavor::Anthropic => sse_event("error", error),
+            Flavor::Responses => crate::mock_responses::error_record(error),
         }
     }
 }
@@ -304,6 +314,8 @@ struct MockState {
     count: usize,
     /// Requests that broke [`crate::mock_checks`]: "request #n: reason".
     violations: Vec<String>,
+    /// The reasoning items a Responses mock answered with, by `encrypted_content`.
+    issued: BTreeMap<String, Value>,
 }
 
 struct Inner {
@@ -474,7 +486,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     let is_endpoint = method == Method::POST && path == flavor.endpoint();
-    let broken = if is_endpoint {
+    let mut broken = if is_endpoint {
         crate::mock_checks::violations(flavor, &headers, &bytes, &body)
     } else {
         Vec::new()
@@ -493,6 +505,12 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         let mut st = inner.lock();
         st.count += 1;
         let number = st.count;
+        if is_endpoint && flavor == Flavor::Responses {
+            broken.extend(crate::mock_responses::violations(
+                &captured.body,
+                &st.issued,
+            ));
+        }
         for reason in &broken {
             eprintln!("{}: request #{number} refused: {reason}", flavor.name());
             st.violations.push(format!("request #{number}: {reason}"));
@@ -504,6 +522,11 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         } else {
             st.responder.clone().and_then(|r| r(&captured))
         };
+        if let Some(reply) = &scripted
+            && flavor == Flavor::Responses
+        {
+            crate::mock_responses::issue(&reply.body, &mut st.issued);
+        }
         if !st.count_only {
             st.requests.push(captured);
         }

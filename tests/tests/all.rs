@@ -16,6 +16,7 @@ mod suite {
     mod history_budget;
     mod providers;
     mod replay;
+    mod responses;
     mod security;
     mod store;
     mod tls;

@@ -70,6 +70,8 @@ pub(crate) struct Settings {
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
     pub(crate) anthropic: ProviderSection,
+    /// OpenAI Responses provider (`openai-responses`).
+    pub(crate) openai_responses: ProviderSection,
     /// `BATON_*` variables that name no setting (e.g. the `BATON_*_SERVICE_HOST` variables
     /// Kubernetes injects for a Service named `baton-...`): ignored, and logged once.
     #[serde(skip)]
@@ -77,7 +79,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 21] = [
+const SETTING_KEYS: [&str; 22] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -99,6 +101,7 @@ const SETTING_KEYS: [&str; 21] = [
     "sandbox_max_processes",
     "openai",
     "anthropic",
+    "openai_responses",
 ];
 
 /// `BATON_*` variables that are read elsewhere, not settings: the payload encryption keys
@@ -190,14 +193,16 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// A provider table (`[openai]`, `[anthropic]`). Unset keys take the provider's defaults.
+/// A provider table (`[openai]`, `[anthropic]`, `[openai_responses]`). Unset keys take the
+/// provider's defaults.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct ProviderSection {
-    /// Base URL (`OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` override it).
+    /// Base URL (`OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` override it; `OPENAI_BASE_URL`
+    /// both OpenAI sections).
     pub(crate) base_url: Option<String>,
     /// Name of the environment variable holding the API key (default `OPENAI_API_KEY` /
-    /// `ANTHROPIC_API_KEY`).
+    /// `ANTHROPIC_API_KEY`; `OPENAI_API_KEY` for both OpenAI sections).
     pub(crate) api_key_env: Option<String>,
     /// The key itself, for a settings file mounted from a secret store; the environment
     /// variable wins. Never logged, never part of a workflow input.
@@ -236,6 +241,14 @@ struct ProviderDefaults {
 
 const OPENAI: ProviderDefaults = ProviderDefaults {
     base_url: baton_activities::llm::openai::DEFAULT_BASE_URL,
+    base_url_env: "OPENAI_BASE_URL",
+    api_key_env: "OPENAI_API_KEY",
+};
+
+/// The Responses API lives on the same host, with the same key, as Chat Completions: the
+/// OpenAI SDKs read `OPENAI_BASE_URL` and `OPENAI_API_KEY` for both.
+const OPENAI_RESPONSES: ProviderDefaults = ProviderDefaults {
+    base_url: baton_activities::llm::responses::DEFAULT_BASE_URL,
     base_url_env: "OPENAI_BASE_URL",
     api_key_env: "OPENAI_API_KEY",
 };
@@ -295,6 +308,7 @@ impl Default for Settings {
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
+            openai_responses: ProviderSection::default(),
             ignored_env: Vec::new(),
         }
     }
@@ -349,8 +363,14 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(|| "2023-06-01".to_owned()),
             anthropic_stream: self.anthropic.stream.unwrap_or(true),
+            openai_responses_base_url: self.openai_responses.base_url(&OPENAI_RESPONSES),
+            openai_responses_api_key: self.openai_responses.api_key(&OPENAI_RESPONSES),
+            openai_responses_stream: self.openai_responses.stream.unwrap_or(true),
             request_timeout: Duration::from_secs(
-                self.openai.timeout().max(self.anthropic.timeout()),
+                self.openai
+                    .timeout()
+                    .max(self.anthropic.timeout())
+                    .max(self.openai_responses.timeout()),
             ),
         }
     }
@@ -443,5 +463,27 @@ mod env_tests {
             mine.providers().openai_reasoning_models,
             ["o3", "my-deployment"]
         );
+    }
+
+    #[test]
+    fn the_responses_section_is_its_own() {
+        let settings: Settings = config::Config::builder()
+            .add_source(config::File::from_str(
+                "[openai]\nstream = true\n[openai_responses]\nstream = false\n",
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let p = settings.providers();
+        assert!(p.openai_stream);
+        assert!(!p.openai_responses_stream);
+        let (kept, _) = settings_env(
+            [("BATON_OPENAI_RESPONSES__STREAM", "false")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into_iter(),
+        );
+        assert!(kept.contains_key("BATON_OPENAI_RESPONSES__STREAM"));
     }
 }

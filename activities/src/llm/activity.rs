@@ -11,7 +11,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
-use super::{LlmError, Provider, anthropic, compact, openai, scripted};
+use super::{LlmError, Provider, anthropic, compact, openai, responses, scripted};
 use crate::heartbeat::with_heartbeat;
 use baton_store::{
     SharedStore,
@@ -42,6 +42,12 @@ pub struct ProviderSettings {
     pub anthropic_version: String,
     /// Whether to stream Messages (default true).
     pub anthropic_stream: bool,
+    /// Base URL of the OpenAI Responses API (default `https://api.openai.com/v1`).
+    pub openai_responses_base_url: String,
+    /// Its API key (a bearer token), if it needs one.
+    pub openai_responses_api_key: Option<String>,
+    /// Whether to stream Responses (default true).
+    pub openai_responses_stream: bool,
     /// Timeout of one HTTP request to a provider (a streamed answer included).
     pub request_timeout: Duration,
 }
@@ -58,6 +64,12 @@ impl std::fmt::Debug for ProviderSettings {
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
             .field("anthropic_stream", &self.anthropic_stream)
+            .field("openai_responses_base_url", &self.openai_responses_base_url)
+            .field(
+                "openai_responses_api_key",
+                &key(&self.openai_responses_api_key),
+            )
+            .field("openai_responses_stream", &self.openai_responses_stream)
             .field("request_timeout", &self.request_timeout)
             .finish()
     }
@@ -74,6 +86,9 @@ impl Default for ProviderSettings {
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
             anthropic_stream: true,
+            openai_responses_base_url: responses::DEFAULT_BASE_URL.to_owned(),
+            openai_responses_api_key: None,
+            openai_responses_stream: true,
             request_timeout: Duration::from_secs(280),
         }
     }
@@ -86,7 +101,8 @@ pub struct Providers {
 }
 
 impl Providers {
-    /// Builds the providers from worker settings: `openai`, `anthropic`, `scripted`.
+    /// Builds the providers from worker settings: `openai`, `anthropic`, `openai-responses`,
+    /// `scripted`.
     pub fn new(settings: &ProviderSettings) -> Result<Self, LlmError> {
         let openai = openai::OpenAi::new(
             settings.openai_base_url.clone(),
@@ -102,9 +118,16 @@ impl Providers {
             settings.request_timeout,
         )?
         .streaming(settings.anthropic_stream);
+        let responses = responses::OpenAiResponses::new(
+            settings.openai_responses_base_url.clone(),
+            settings.openai_responses_api_key.clone(),
+            settings.request_timeout,
+        )?
+        .streaming(settings.openai_responses_stream);
         Ok(Self::empty()
             .with(openai)
             .with(anthropic)
+            .with(responses)
             .with(scripted::Scripted))
     }
 
@@ -295,19 +318,22 @@ mod tests {
     #[tokio::test]
     async fn dispatches_by_provider_name() {
         let providers = Providers::new(&ProviderSettings::default()).unwrap();
-        assert_eq!(providers.names(), vec!["anthropic", "openai", "scripted"]);
+        assert_eq!(
+            providers.names(),
+            vec!["anthropic", "openai", "openai-responses", "scripted"]
+        );
         let r = providers.generate(&request("scripted")).await.unwrap();
         assert_eq!(r.message.unwrap().text, "scripted answer");
         let err = providers.generate(&request("gemini")).await.unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown provider 'gemini'; this worker serves: anthropic, openai, scripted"
+            "unknown provider 'gemini'; this worker serves: anthropic, openai, openai-responses, scripted"
         );
         assert!(!err.is_retryable());
         let err = providers.generate(&request("")).await.unwrap_err();
         assert!(
             err.to_string()
-                .contains("--provider anthropic|openai|scripted"),
+                .contains("--provider anthropic|openai|openai-responses|scripted"),
             "{err}"
         );
     }
@@ -317,9 +343,11 @@ mod tests {
         let s = ProviderSettings {
             openai_api_key: Some("sk-openai-secret".into()),
             anthropic_api_key: Some("sk-ant-secret".into()),
+            openai_responses_api_key: Some("sk-responses-secret".into()),
             ..Default::default()
         };
-        assert!(s.openai_stream && s.anthropic_stream);
+        assert!(s.openai_stream && s.anthropic_stream && s.openai_responses_stream);
+        assert_eq!(s.openai_responses_base_url, "https://api.openai.com/v1");
         assert_eq!(s.anthropic_base_url, "https://api.anthropic.com");
         assert_eq!(s.anthropic_version, "2023-06-01");
         assert_eq!(s.openai_base_url, "https://api.openai.com/v1");

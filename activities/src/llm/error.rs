@@ -1,7 +1,7 @@
 //! The provider error taxonomy (DESIGN.md §5) and its mapping to Temporal failures: whether a
 //! retry can help is decided here, once, and Temporal's retry policy does the retrying.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use baton_workflows::activities::FailureType;
 use temporalio_common::{ActivityError, error::ApplicationFailure};
@@ -229,7 +229,10 @@ impl ErrorDetail {
         let names = [self.code.as_deref(), self.kind.as_deref()];
         for name in names.into_iter().flatten() {
             let status = match name {
-                "invalid_request_error" | "context_length_exceeded" | "invalid_request" => 400,
+                "invalid_request_error"
+                | "context_length_exceeded"
+                | "invalid_request"
+                | "invalid_prompt" => 400,
                 "authentication_error" | "invalid_api_key" => 401,
                 "permission_error" | "permission_denied" => 403,
                 "not_found_error" | "model_not_found" => 404,
@@ -315,19 +318,22 @@ pub fn classify(
     }
 }
 
-/// Classifies a non-2xx HTTP answer of `provider`.
+/// Classifies a non-2xx HTTP answer of `provider`, with the delay its headers ask for
+/// ([`retry_after`]; on a 429 without one, [`rate_limit_reset`]).
 pub fn classify_http(
     provider: &str,
     status: u16,
     headers: &reqwest::header::HeaderMap,
     body: &str,
 ) -> LlmError {
-    classify(
-        provider,
-        status,
-        retry_after(headers),
-        ErrorDetail::from_body(body),
-    )
+    let wait = retry_after(headers).or_else(|| {
+        if status == 429 {
+            rate_limit_reset(headers)
+        } else {
+            None
+        }
+    });
+    classify(provider, status, wait, ErrorDetail::from_body(body))
 }
 
 /// The first 500 bytes of a body (on a character boundary), for error messages.
@@ -339,16 +345,68 @@ pub fn snippet(body: &str) -> String {
     body[..end].to_owned()
 }
 
-/// Parses `retry-after-ms` (milliseconds) or `Retry-After` (seconds; HTTP dates are ignored).
+/// The delay a provider asked for: `retry-after-ms` (milliseconds), else `Retry-After` as
+/// seconds or as an HTTP date (RFC 9110; the time from now until then, none for a date that
+/// has passed).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, SystemTime::now())
+}
+
+/// [`retry_after`] with the clock read at `now`.
+fn retry_after_at(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
         return (ms >= 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    let value = get("retry-after")?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    at.duration_since(now).ok().filter(|d| !d.is_zero())
+}
+
+/// When a rate limit resets, from OpenAI's `x-ratelimit-reset-requests` and
+/// `x-ratelimit-reset-tokens` (durations such as `1s`, `6m0s`, `20ms`): the later of the two.
+/// Read on a 429 that carries no `Retry-After`.
+pub fn rate_limit_reset(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .into_iter()
+        .filter_map(|name| headers.get(name)?.to_str().ok())
+        .filter_map(parse_reset)
+        .max()
+}
+
+/// A duration as OpenAI writes it: numbers with units `h`, `m`, `s`, `ms`, `us`/`µs`, `ns`
+/// (`6m0s`, `1.5s`, `20ms`); `None` for anything else.
+fn parse_reset(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0.0_f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let (unit, seconds) = [
+            ("ms", 1e-3),
+            ("us", 1e-6),
+            ("\u{b5}s", 1e-6),
+            ("\u{3bc}s", 1e-6),
+            ("ns", 1e-9),
+            ("h", 3600.0),
+            ("m", 60.0),
+            ("s", 1.0),
+        ]
+        .into_iter()
+        .find(|(unit, _)| rest.starts_with(unit))?;
+        rest = &rest[unit.len()..];
+        total += number * seconds;
+    }
+    total.is_finite().then(|| Duration::from_secs_f64(total))
 }
 
 #[cfg(test)]
@@ -364,6 +422,82 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
         h.insert("retry-after-ms", HeaderValue::from_static("1500"));
         assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn retry_after_as_an_http_date() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let mut h = HeaderMap::new();
+        for (date, wait) in [
+            (
+                "Sun, 06 Nov 1994 08:49:40 GMT",
+                Some(Duration::from_secs(3)),
+            ),
+            (
+                "Sun, 06 Nov 1994 09:49:37 GMT",
+                Some(Duration::from_secs(3600)),
+            ),
+            // The obsolete forms RFC 9110 says a recipient must accept.
+            (
+                "Sunday, 06-Nov-94 08:49:47 GMT",
+                Some(Duration::from_secs(10)),
+            ),
+            ("Sun Nov  6 08:49:38 1994", Some(Duration::from_secs(1))),
+            // Past or now: no delay asked.
+            ("Sun, 06 Nov 1994 08:49:37 GMT", None),
+            ("Sat, 05 Nov 1994 08:49:37 GMT", None),
+            ("tomorrow", None),
+        ] {
+            h.insert("retry-after", HeaderValue::from_static(date));
+            assert_eq!(retry_after_at(&h, now), wait, "{date}");
+        }
+        // A date an hour from the real clock.
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        h.insert(
+            "retry-after",
+            HeaderValue::from_str(&httpdate::fmt_http_date(later)).unwrap(),
+        );
+        let wait = retry_after(&h).unwrap();
+        assert!(wait > Duration::from_secs(3590) && wait <= Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn rate_limit_reset_durations() {
+        for (text, wait) in [
+            ("1s", Some(Duration::from_secs(1))),
+            ("6m0s", Some(Duration::from_secs(360))),
+            ("20ms", Some(Duration::from_millis(20))),
+            ("1h2m3.5s", Some(Duration::from_millis(3_723_500))),
+            ("0.5s", Some(Duration::from_millis(500))),
+            ("", None),
+            ("soon", None),
+            ("5", None),
+            ("5x", None),
+        ] {
+            assert_eq!(parse_reset(text), wait, "{text:?}");
+        }
+        let mut h = HeaderMap::new();
+        assert_eq!(rate_limit_reset(&h), None);
+        h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1s"));
+        h.insert("x-ratelimit-reset-tokens", HeaderValue::from_static("6m0s"));
+        assert_eq!(rate_limit_reset(&h), Some(Duration::from_secs(360)));
+        // Only a 429 without Retry-After reads them.
+        let body = r#"{"error":{"message":"slow down","type":"requests"}}"#;
+        let wait = |e: LlmError| match e {
+            LlmError::RateLimited { retry_after, .. } => retry_after,
+            LlmError::Unavailable { retry_after, .. } => retry_after,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            wait(classify_http("p", 429, &h, body)),
+            Some(Duration::from_secs(360))
+        );
+        assert_eq!(wait(classify_http("p", 503, &h, body)), None);
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(
+            wait(classify_http("p", 429, &h, body)),
+            Some(Duration::from_secs(2))
+        );
     }
 
     #[test]

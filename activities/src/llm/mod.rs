@@ -8,6 +8,8 @@
 //! - [`openai`]: OpenAI-compatible Chat Completions (`request.rs` builds the body,
 //!   `response.rs` parses whole and streamed answers).
 //! - [`anthropic`]: Anthropic Messages (the same split).
+//! - [`responses`]: OpenAI Responses (`openai-responses`; the same split), encrypted
+//!   reasoning items carried turn to turn.
 //! - [`scripted`]: replays a script carried in the run's model config (demo, tests).
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
@@ -19,6 +21,7 @@ pub mod compact;
 pub mod error;
 pub mod openai;
 pub mod provider;
+pub mod responses;
 pub mod scripted;
 pub mod sse;
 #[cfg(test)]

@@ -1,0 +1,114 @@
+//! The `openai-responses` provider: OpenAI's Responses API (`POST {base_url}/responses`).
+//!
+//! Stateless (`"store": false`): every request carries the whole conversation as `input`
+//! items, and asks for the model's reasoning back encrypted (`include:
+//! ["reasoning.encrypted_content"]`). Each `reasoning` output item is kept on the assistant
+//! message as a [`ReasoningPart`](baton_proto::ReasoningPart) (the item's JSON as it arrived)
+//! and sent back unchanged, at its place, in the next request: reasoning survives tool loops
+//! without OpenAI storing anything. Streams by default, assembling the message from the
+//! `response.*` events; the `response.completed` / `response.incomplete` /
+//! `response.failed` event ends a stream. The HTTP client never retries on its own: every
+//! failure is classified ([`LlmError`]) and Temporal's retry policy decides.
+//!
+//! - [`request`]: baton's request as a Responses body (and the checks it must pass first).
+//! - [`response`]: a whole `response` object or its event stream as baton's response.
+//! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
+
+mod request;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use baton_proto::LlmRequest;
+use reqwest::RequestBuilder;
+use serde_json::Value;
+
+pub use request::{REASONING_EFFORTS, check_request, request_body_for};
+pub use response::parse_response;
+
+use super::{
+    LlmError,
+    provider::{GenerateFuture, Provider},
+    transport::{HttpProvider, StreamEnd, WireFormat},
+};
+
+/// Default base URL (the same host and key as the `openai` provider).
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// Model used when the run names none.
+pub const DEFAULT_MODEL: &str = "gpt-5-mini";
+/// The provider's name in `ModelConfig.provider`.
+pub const PROVIDER: &str = "openai-responses";
+/// `ReasoningPart.kind` of an encrypted reasoning item.
+pub const REASONING_KIND: &str = "reasoning";
+
+/// A configured Responses API endpoint: the HTTP transport, with the request checked
+/// ([`check_request`]) before anything is sent.
+#[derive(Clone, Debug)]
+pub struct OpenAiResponses {
+    http: HttpProvider<Responses>,
+}
+
+impl OpenAiResponses {
+    /// A streaming provider talking to `base_url` (e.g. `https://api.openai.com/v1`), sending
+    /// the key (when set) as a bearer token.
+    pub fn new(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        request_timeout: Duration,
+    ) -> Result<Self, LlmError> {
+        let http =
+            HttpProvider::with_wire(Responses, base_url, "/responses", api_key, request_timeout)?;
+        Ok(Self { http })
+    }
+
+    /// Whether to stream (the default) or ask for one JSON body.
+    pub fn streaming(self, stream: bool) -> Self {
+        Self {
+            http: self.http.streaming(stream),
+        }
+    }
+
+    /// The endpoint this provider calls.
+    pub fn url(&self) -> String {
+        self.http.url()
+    }
+}
+
+impl Provider for OpenAiResponses {
+    fn name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a> {
+        match check_request(request) {
+            Ok(()) => self.http.generate(request),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+/// The Responses wire format: the key as a bearer token.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Responses;
+
+impl WireFormat for Responses {
+    const PROVIDER: &'static str = PROVIDER;
+    /// A Responses stream always ends with one of its terminal events
+    /// (`response.completed`, `response.incomplete`, `response.failed`), which carry the
+    /// status and the usage; a body that ends, or breaks, before one is cut.
+    const END: StreamEnd = StreamEnd::TerminalEvent;
+    type Response = response::StreamState;
+
+    fn body(&self, request: &LlmRequest, stream: bool) -> Value {
+        request_body_for(request, stream)
+    }
+
+    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
+        match api_key {
+            Some(key) => http.bearer_auth(key),
+            None => http,
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The Responses request: baton's conversation as `input` items (user messages, assistant
+//! `message` items with `output_text`, `function_call` and `function_call_output` items, and
+//! the `reasoning` items of earlier turns replayed unchanged at their places), the system
+//! prompt as `instructions`, tool schemas as flat `function` tools.
+
+use baton_proto::{AssistantMessage, LlmRequest, item};
+use serde_json::{Value, json};
+
+use super::{DEFAULT_MODEL, PROVIDER};
+use crate::llm::{
+    LlmError,
+    provider::{reasoning_parts_for, replayed_arguments_text},
+};
+
+/// The `reasoning.effort` values the Responses API takes.
+pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+
+/// Checks what the body cannot express: a `reasoning_effort` the API does not take is a
+/// [`LlmError::Config`] (not retried) naming the values it does.
+pub fn check_request(request: &LlmRequest) -> Result<(), LlmError> {
+    let effort = request
+        .model
+        .as_ref()
+        .map(|m| m.reasoning_effort.as_str())
+        .unwrap_or_default();
+    if effort.is_empty() || REASONING_EFFORTS.contains(&effort) {
+        return Ok(());
+    }
+    Err(LlmError::Config(format!(
+        "reasoning effort '{effort}' is not one the {PROVIDER} provider takes: use one of {} \
+         (submit --reasoning-effort), or leave it unset for the model's default",
+        REASONING_EFFORTS.join(", ")
+    )))
+}
+
+/// The input items of one assistant message: its text as an output `message`, its tool
+/// calls as `function_call` items, and its reasoning items (of this provider) at their
+/// positions among those.
+fn assistant_items(a: &AssistantMessage, input: &mut Vec<Value>) {
+    let mut blocks = Vec::with_capacity(a.tool_calls.len() + 1);
+    if !a.text.is_empty() {
+        blocks.push(json!({
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": a.text}],
+        }));
+    }
+    for call in &a.tool_calls {
+        blocks.push(json!({
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            // Invalid arguments go back as `{}` (the tool result says they were invalid).
+            "arguments": replayed_arguments_text(&call.arguments),
+        }));
+    }
+    let mut parts = reasoning_parts_for(PROVIDER, a).peekable();
+    for (at, block) in blocks.into_iter().enumerate() {
+        while let Some(part) = parts.next_if(|p| p.position as usize <= at) {
+            push_reasoning(&part.data, input);
+        }
+        input.push(block);
+    }
+    // Parts after every block (or at positions past the end) come last, in order.
+    for part in parts {
+        push_reasoning(&part.data, input);
+    }
+}
+
+/// A stored reasoning item, as the same JSON value it arrived as. One that is not JSON (it
+/// cannot be: it was stored from the provider's answer) is dropped with a warning rather
+/// than failing every later turn.
+fn push_reasoning(data: &str, input: &mut Vec<Value>) {
+    match serde_json::from_str::<Value>(data) {
+        Ok(item) => input.push(item),
+        Err(e) => tracing::warn!(
+            provider = PROVIDER,
+            error = %e,
+            "a stored reasoning item is not JSON; it is not sent back"
+        ),
+    }
+}
+
+/// The Responses request body, streaming or not.
+pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
+    let model = request.model.clone().unwrap_or_default();
+    let mut input = Vec::with_capacity(request.conversation.len());
+    for entry in &request.conversation {
+        match &entry.kind {
+            Some(item::Kind::User(u)) => input.push(json!({"role": "user", "content": u.text})),
+            Some(item::Kind::Assistant(a)) => assistant_items(a, &mut input),
+            Some(item::Kind::ToolResult(r)) => {
+                let output = if r.is_error {
+                    format!("ERROR: {}", r.content)
+                } else {
+                    r.content.clone()
+                };
+                input.push(json!({
+                    "type": "function_call_output",
+                    "call_id": r.call_id,
+                    "output": output,
+                }));
+            }
+            // Stubs never reach a provider (the activity loads real items).
+            Some(item::Kind::Stub(_)) | None => {}
+        }
+    }
+    let name = if model.model.is_empty() {
+        DEFAULT_MODEL.to_owned()
+    } else {
+        model.model.clone()
+    };
+    let mut body = json!({
+        "model": name,
+        "input": input,
+        "store": false,
+        "include": ["reasoning.encrypted_content"],
+        "stream": stream,
+    });
+    if !request.system_prompt.is_empty() {
+        body["instructions"] = json!(request.system_prompt);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                let parameters: Value = serde_json::from_str(&t.parameters)
+                    .unwrap_or_else(|_| json!({"type": "object"}));
+                json!({
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": parameters,
+                    // The API defaults to strict schemas, which require every property
+                    // and no others; baton's tool schemas have optional ones.
+                    "strict": false,
+                })
+            })
+            .collect();
+    }
+    if model.max_output_tokens > 0 {
+        body["max_output_tokens"] = json!(model.max_output_tokens);
+    }
+    if !model.reasoning_effort.is_empty() {
+        body["reasoning"] = json!({"effort": model.reasoning_effort});
+    }
+    if let Some(t) = model.temperature {
+        body["temperature"] = json!(t);
+    }
+    if !request.cache_key.is_empty() {
+        body["prompt_cache_key"] = json!(request.cache_key);
+    }
+    body
+}
