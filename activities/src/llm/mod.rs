@@ -8,6 +8,7 @@
 //! - [`openai`]: OpenAI-compatible Chat Completions (`request.rs` builds the body,
 //!   `response.rs` parses whole and streamed answers).
 //! - [`anthropic`]: Anthropic Messages (the same split).
+//! - [`models`]: the model table (context windows, output limits, prices) and a call's cost.
 //! - [`scripted`]: replays a script carried in the run's model config (demo, tests).
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
@@ -17,6 +18,7 @@ pub mod activity;
 pub mod anthropic;
 pub mod compact;
 pub mod error;
+pub mod models;
 pub mod openai;
 pub mod provider;
 pub mod scripted;
@@ -27,4 +29,5 @@ mod transport;
 
 pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderSettings, Providers};
 pub use error::LlmError;
+pub use models::{ModelInfo, ModelSettings, ModelTable, ModelTableError};
 pub use provider::Provider;
