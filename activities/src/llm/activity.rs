@@ -173,11 +173,6 @@ impl LlmService {
     }
 }
 
-/// The model name of a request's config.
-fn model_name(model: Option<&baton_proto::ModelConfig>) -> &str {
-    model.map(|m| m.model.as_str()).unwrap_or_default()
-}
-
 /// A blob store failure, as an activity failure: retried (the store may be back, or another
 /// worker may reach it), with a message saying what to check.
 fn store_failure(e: ConversationError) -> ActivityError {
@@ -228,7 +223,7 @@ impl LlmService {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
                 self.models
-                    .annotate(model_name(resolved.request.model.as_ref()), &mut response);
+                    .annotate(resolved.request.model.as_ref(), &mut response);
                 self.conversations
                     .complete(&resolved, &mut response)
                     .await
@@ -282,7 +277,7 @@ impl LlmService {
         match with_heartbeat(&ctx, HEARTBEAT_EVERY, self.providers.generate(&llm_request)).await? {
             Ok(mut response) => {
                 self.models
-                    .annotate(model_name(llm_request.model.as_ref()), &mut response);
+                    .annotate(llm_request.model.as_ref(), &mut response);
                 Ok(compact::response(response))
             }
             Err(e) => {

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_proto::{LlmResponse, Usage};
+use baton_proto::{LlmResponse, ModelConfig, Usage};
 use serde::Deserialize;
 
 /// What the worker knows of one model. Prices in USD per million tokens; 0 = unknown / free.
@@ -143,8 +143,8 @@ type Row = (&'static str, u32, u32, f64, f64, f64, f64);
 // Prices change and newer models appear: check them against the pages and override in
 // `[models."<name>"]` (README "Worker settings"). Uncertain: gpt-5-pro's output limit;
 // OpenAI publishes no cache-write price (caching is automatic and free: the input price is
-// used, never billed); Anthropic's 1-hour cache writes bill 2x input, above the 5-minute
-// price shipped here, so `--cache-ttl 1h` runs are estimated low on the written part.
+// used, never billed); the write price is Anthropic's 5-minute one, scaled for 1-hour
+// writes by [`ONE_HOUR_WRITE_FACTOR`].
 const SHIPPED: &[Row] = &[
     // OpenAI
     ("gpt-5", 400_000, 128_000, 1.25, 0.125, 1.25, 10.0),
@@ -176,6 +176,10 @@ const SHIPPED: &[Row] = &[
     ("claude-3-5-haiku", 200_000, 8_192, 0.8, 0.08, 1.0, 4.0),
     ("claude-3-haiku", 200_000, 4_096, 0.25, 0.03, 0.3, 1.25),
 ];
+
+/// Anthropic bills 1-hour cache writes at 2x the input price, 5-minute ones at 1.25x: the
+/// table's write price is the 5-minute one, so a `1h` run's writes cost 2 / 1.25 times it.
+pub const ONE_HOUR_WRITE_FACTOR: f64 = 2.0 / 1.25;
 
 impl ModelTable {
     /// The shipped table (see the dated note on its figures in this module's source).
@@ -245,12 +249,20 @@ impl ModelTable {
             .map(|(_, info)| *info)
     }
 
-    /// Fills in what the table knows of `model` on a provider's `response`: the usage's
-    /// `cost_usd` (left 0 for a model without a price) and `context_window` (0 = unknown).
-    pub fn annotate(&self, model: &str, response: &mut LlmResponse) {
-        let Some(info) = self.lookup(model) else {
+    /// Fills in what the table knows of the run's `model` on a provider's `response`: the
+    /// usage's `cost_usd` (left 0 for a model without a price) and `context_window` (0 =
+    /// unknown). With `cache_ttl = "1h"` cache writes cost [`ONE_HOUR_WRITE_FACTOR`] times
+    /// the (5-minute) write price.
+    pub fn annotate(&self, model: Option<&ModelConfig>, response: &mut LlmResponse) {
+        let Some(config) = model else {
             return;
         };
+        let Some(mut info) = self.lookup(&config.model) else {
+            return;
+        };
+        if config.cache_ttl == "1h" {
+            info.cache_write_usd_per_mtok *= ONE_HOUR_WRITE_FACTOR;
+        }
         response.context_window = info.context_window;
         if let Some(usage) = response.usage.as_mut() {
             usage.cost_usd = info.cost_usd(usage);
@@ -350,13 +362,31 @@ mod tests {
             usage: Some(usage(10_000, 6_144, 0, 500)),
             ..Default::default()
         };
+        let config = |model: &str, ttl: &str| ModelConfig {
+            model: model.into(),
+            cache_ttl: ttl.into(),
+            ..Default::default()
+        };
         let mut known = reply();
-        t.annotate("gpt-4o-2024-08-06", &mut known);
+        t.annotate(Some(&config("gpt-4o-2024-08-06", "")), &mut known);
         assert_eq!(known.context_window, 128_000);
         assert_eq!(rounded(known.usage.unwrap().cost_usd), rounded(0.02232));
         let mut unknown = reply();
-        t.annotate("my-local-model", &mut unknown);
+        t.annotate(Some(&config("my-local-model", "")), &mut unknown);
         assert_eq!(unknown, reply());
+        t.annotate(None, &mut unknown);
+        assert_eq!(unknown, reply());
+        // claude-haiku-4-5, 10k written to a 1-hour cache, nothing else: 10k x $2 (2x input).
+        let written = || LlmResponse {
+            usage: Some(usage(10_000, 0, 10_000, 0)),
+            ..Default::default()
+        };
+        let mut hour = written();
+        t.annotate(Some(&config("claude-haiku-4-5", "1h")), &mut hour);
+        assert_eq!(rounded(hour.usage.unwrap().cost_usd), rounded(0.02));
+        let mut minutes = written();
+        t.annotate(Some(&config("claude-haiku-4-5", "5m")), &mut minutes);
+        assert_eq!(rounded(minutes.usage.unwrap().cost_usd), rounded(0.0125));
     }
 
     #[test]
