@@ -231,31 +231,32 @@ impl BatonMetrics {
                 .add(1, &self.labels([("provider", provider), ("model", model)]));
         }
         if let Some(usage) = usage {
-            for (direction, tokens) in [
-                ("input", usage.input_tokens),
-                ("output", usage.output_tokens),
-            ] {
-                self.llm_tokens.add(
+            let counts = [
+                (&self.llm_tokens, ("direction", "input"), usage.input_tokens),
+                (
+                    &self.llm_tokens,
+                    ("direction", "output"),
+                    usage.output_tokens,
+                ),
+                (
+                    &self.llm_cache_tokens,
+                    ("cache", "read"),
+                    usage.cache_read_tokens,
+                ),
+                (
+                    &self.llm_cache_tokens,
+                    ("cache", "write"),
+                    usage.cache_write_tokens,
+                ),
+            ];
+            for (counter, label, tokens) in counts {
+                counter.add(
                     u64::from(tokens),
                     &self.labels([
                         ("provider", provider),
                         ("model", model),
                         ("kind", kind),
-                        ("direction", direction),
-                    ]),
-                );
-            }
-            for (cache, tokens) in [
-                ("read", usage.cache_read_tokens),
-                ("write", usage.cache_write_tokens),
-            ] {
-                self.llm_cache_tokens.add(
-                    u64::from(tokens),
-                    &self.labels([
-                        ("provider", provider),
-                        ("model", model),
-                        ("kind", kind),
-                        ("cache", cache),
+                        label,
                     ]),
                 );
             }

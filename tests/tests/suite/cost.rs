@@ -19,28 +19,63 @@ const INPUT: f64 = 100.0;
 const CACHED: f64 = 10.0;
 const OUTPUT: f64 = 400.0;
 
-/// A worker pointed at `llm`, with the price of [`MODEL`] in its settings file.
-fn priced_worker(server: &DevServer, llm: &MockOpenAi, queue: &str) -> (Worker, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let settings = dir.path().join("baton.toml");
-    std::fs::write(
-        &settings,
-        format!(
-            "[models.\"{MODEL}\"]\ncontext_window = 64000\ninput_usd_per_mtok = {INPUT:?}\n\
-             cached_input_usd_per_mtok = {CACHED:?}\noutput_usd_per_mtok = {OUTPUT:?}\n"
-        ),
-    )
-    .unwrap();
-    let base = llm.base_url();
-    let w = worker(
-        server,
-        queue,
-        &[
-            ("OPENAI_BASE_URL", base.as_str()),
-            ("BATON_CONFIG", settings.to_str().unwrap()),
-        ],
-    );
-    (w, dir)
+/// A dev server, MockOpenAi billing as prompt caching does with a three-tool-turn script
+/// queued, and a worker pointed at it with the price of [`MODEL`] in its settings file.
+struct Priced {
+    server: DevServer,
+    llm: MockOpenAi,
+    queue: String,
+    _worker: Worker,
+    _settings: tempfile::TempDir,
+}
+
+impl Priced {
+    fn start(name: &str) -> Self {
+        let server = DevServer::start().unwrap();
+        let queue = unique(name);
+        let llm = MockOpenAi::start().unwrap();
+        llm.enable_prompt_caching();
+        script_turns(&llm);
+        let settings = tempfile::tempdir().unwrap();
+        let file = settings.path().join("baton.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[models.\"{MODEL}\"]\ncontext_window = 64000\ninput_usd_per_mtok = {INPUT:?}\n\
+                 cached_input_usd_per_mtok = {CACHED:?}\noutput_usd_per_mtok = {OUTPUT:?}\n"
+            ),
+        )
+        .unwrap();
+        let base = llm.base_url();
+        let worker = worker(
+            &server,
+            &queue,
+            &[
+                ("OPENAI_BASE_URL", base.as_str()),
+                ("BATON_CONFIG", file.to_str().unwrap()),
+            ],
+        );
+        Self {
+            server,
+            llm,
+            queue,
+            _worker: worker,
+            _settings: settings,
+        }
+    }
+
+    /// Submits [`long_task`] to [`MODEL`] without approvals, with `extra` flags.
+    fn submit(&self, name: &str, extra: &[&str]) -> String {
+        let mut args = vec!["--provider", "openai", "--model", MODEL, "--no-approval"];
+        args.extend_from_slice(extra);
+        submit(
+            &self.server,
+            &self.queue,
+            &unique(name),
+            &args,
+            &long_task(),
+        )
+    }
 }
 
 /// A task long enough (with the system prompt and tools) to pass the 1024-token minimum of
@@ -80,20 +115,10 @@ fn cents(usd: f64) -> i64 {
 
 #[test]
 fn cached_prompt_tokens_and_the_cost_of_a_run_match_the_price_table() {
-    let server = DevServer::start().unwrap();
-    let queue = unique("cost");
-    let llm = MockOpenAi::start().unwrap();
-    llm.enable_prompt_caching();
-    let (_w, _settings) = priced_worker(&server, &llm, &queue);
-    script_turns(&llm);
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-cost"),
-        &["--provider", "openai", "--model", MODEL, "--no-approval"],
-        &long_task(),
-    );
-    let done = result(&server, &run, 0);
+    let priced = Priced::start("cost");
+    let (server, llm) = (&priced.server, &priced.llm);
+    let run = priced.submit("run-cost", &[]);
+    let done = result(server, &run, 0);
     assert_eq!(done["reason"], "completed", "{done}");
     assert_eq!(done["turns"], 4, "{done}");
     assert_eq!(llm.violations(), Vec::<String>::new());
@@ -138,12 +163,12 @@ fn cached_prompt_tokens_and_the_cost_of_a_run_match_the_price_table() {
     assert!((cost - expected).abs() < 1e-5, "{cost} vs {expected}");
 
     // status shows the same, in JSON and for people.
-    let status = baton(&server, &["status", &run, "--json"])
+    let status = baton(server, &["status", &run, "--json"])
         .unwrap()
         .json()
         .unwrap();
     assert_eq!(status["usage"]["cost_usd"], usage["cost_usd"], "{status}");
-    let human = baton(&server, &["status", &run]).unwrap();
+    let human = baton(server, &["status", &run]).unwrap();
     let share = cached.iter().sum::<u64>() * 100 / prompt;
     assert!(
         human
@@ -158,28 +183,10 @@ fn cached_prompt_tokens_and_the_cost_of_a_run_match_the_price_table() {
 
 #[test]
 fn max_cost_ends_a_run_as_budget_exceeded() {
-    let server = DevServer::start().unwrap();
-    let queue = unique("cost-budget");
-    let llm = MockOpenAi::start().unwrap();
-    llm.enable_prompt_caching();
-    let (_w, _settings) = priced_worker(&server, &llm, &queue);
-    script_turns(&llm);
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-cost-budget"),
-        &[
-            "--provider",
-            "openai",
-            "--model",
-            MODEL,
-            "--no-approval",
-            "--max-cost",
-            "0.05",
-        ],
-        &long_task(),
-    );
-    let ended = result(&server, &run, 1);
+    let priced = Priced::start("cost-budget");
+    let (server, llm) = (&priced.server, &priced.llm);
+    let run = priced.submit("run-cost-budget", &["--max-cost", "0.05"]);
+    let ended = result(server, &run, 1);
     assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
     // The first call alone costs more than $0.05 (its ~1100+ prompt tokens at $100 per
     // million): the guard before the second call ends the run.
