@@ -73,6 +73,30 @@ pub(crate) enum Exhausted {
     Ask,
 }
 
+/// `--reasoning-effort`: OpenAI's `reasoning_effort` / Responses `reasoning.effort`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ReasoningEffort {
+    /// Very few reasoning tokens (gpt-5 models).
+    Minimal,
+    /// Faster, cheaper answers.
+    Low,
+    /// The models' default.
+    Medium,
+    /// More thorough reasoning.
+    High,
+}
+
+/// `--cache-ttl`: how long the provider keeps the run's cached prompt prefix.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum CacheTtl {
+    /// Five minutes (the default; refreshed by every call that reads it).
+    #[value(name = "5m")]
+    FiveMinutes,
+    /// One hour, for runs that wait on humans between calls (writes bill at 2x input).
+    #[value(name = "1h")]
+    OneHour,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum TimeoutAction {
     /// Deny the undecided calls; the run goes on.
@@ -146,6 +170,17 @@ pub(crate) struct SubmitArgs {
     /// Maximum output tokens per model call.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_output_tokens: Option<u32>,
+    /// How hard an OpenAI reasoning model thinks (openai and openai-responses providers).
+    #[arg(long, value_enum)]
+    pub(crate) reasoning_effort: Option<ReasoningEffort>,
+    /// Turn on Anthropic extended thinking with this token budget (at least 1024, and under
+    /// --max-output-tokens when that is given).
+    #[arg(long, value_name = "TOKENS", value_parser = parse_thinking_budget)]
+    pub(crate) thinking_budget: Option<u32>,
+    /// How long the provider keeps the run's cached prompt prefix: 5m (default) or 1h for
+    /// runs that wait on humans longer than five minutes between calls (Anthropic).
+    #[arg(long, value_enum)]
+    pub(crate) cache_ttl: Option<CacheTtl>,
     /// JSON script of assistant turns for the scripted provider.
     #[arg(long, value_name = "FILE")]
     pub(crate) script: Option<PathBuf>,
@@ -225,6 +260,10 @@ pub(crate) struct SubmitArgs {
     /// Stop after this many tokens in total.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_tokens: Option<u32>,
+    /// Stop once the run's estimated cost reaches this many US dollars, e.g. 2.50 (under the
+    /// workers' price table, `[models]`; a model without a price there costs nothing).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub(crate) max_cost: Option<f64>,
     /// Continue the run as new (same run id) once a segment's history has this many events
     /// (default 5000; the server may suggest it earlier).
     #[arg(long, value_name = "EVENTS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -236,7 +275,7 @@ pub(crate) struct SubmitArgs {
     /// it stops work in flight; with ask, the question comes once the current step ends).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) deadline: Option<std::time::Duration>,
-    /// When a limit (turns, tokens, deadline) is reached: end the run (stop) or pause for a
+    /// When a limit (turns, tokens, cost, deadline) is reached: end the run (stop) or pause for a
     /// human to extend it (ask).
     #[arg(long, value_enum, default_value = "stop")]
     pub(crate) on_exhausted: Exhausted,
@@ -475,6 +514,39 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' is not a positive size"));
     }
     Ok(bytes as u64)
+}
+
+/// A positive amount of US dollars: `2.50`, `$0.75`.
+pub(crate) fn parse_usd(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let number = t.strip_prefix('$').unwrap_or(t);
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!(
+            "'{s}' is not a budget; give a positive amount of US dollars, e.g. 2.50"
+        )),
+        Err(_) => Err(format!(
+            "'{s}' is not an amount of US dollars; give a number such as 2.50"
+        )),
+    }
+}
+
+/// Anthropic's smallest thinking budget, in tokens.
+pub(crate) const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// A thinking budget: a whole number of tokens, at least [`MIN_THINKING_BUDGET`].
+fn parse_thinking_budget(s: &str) -> Result<u32, String> {
+    let tokens: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of tokens; give e.g. 8000"))?;
+    if tokens < MIN_THINKING_BUDGET {
+        return Err(format!(
+            "a thinking budget of {tokens} tokens is below Anthropic's minimum of \
+             {MIN_THINKING_BUDGET}; give at least {MIN_THINKING_BUDGET}"
+        ));
+    }
+    Ok(tokens)
 }
 
 /// [`parse_duration`], above zero (a zero limit would mean no time at all).

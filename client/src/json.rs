@@ -69,13 +69,19 @@ impl<'a> Submitted<'a> {
     }
 }
 
-/// A run's token use.
+/// A run's token use and estimated cost. `input_tokens` counts every prompt token (cache
+/// reads and writes are parts of it), `output_tokens` the reasoning ones; `cost_usd` is the
+/// workers' estimate under their price table (0 for a model without a price).
 #[derive(Debug, Serialize)]
 pub(crate) struct Tokens {
     pub(crate) input_tokens: u32,
     pub(crate) output_tokens: u32,
     pub(crate) total_tokens: u32,
     pub(crate) llm_calls: u32,
+    pub(crate) cache_read_tokens: u32,
+    pub(crate) cache_write_tokens: u32,
+    pub(crate) reasoning_tokens: u32,
+    pub(crate) cost_usd: f64,
 }
 
 impl From<&Usage> for Tokens {
@@ -85,6 +91,11 @@ impl From<&Usage> for Tokens {
             output_tokens: u.output_tokens,
             total_tokens: u.total_tokens,
             llm_calls: u.llm_calls,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            // A sum of many small floats: shown to a millionth of a dollar.
+            cost_usd: (u.cost_usd * 1e6).round() / 1e6,
         }
     }
 }

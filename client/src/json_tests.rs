@@ -77,7 +77,8 @@ fn failed() -> RunResult {
 }
 
 fn usage_json(input: u32, output: u32, llm_calls: u32) -> Value {
-    json!({"input_tokens": input, "output_tokens": output, "total_tokens": input + output, "llm_calls": llm_calls})
+    json!({"input_tokens": input, "output_tokens": output, "total_tokens": input + output, "llm_calls": llm_calls,
+           "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0, "cost_usd": 0.0})
 }
 
 #[test]
@@ -110,6 +111,9 @@ fn a_result() {
             output_tokens: 64,
             total_tokens: 876,
             llm_calls: 4,
+            cache_read_tokens: 768,
+            reasoning_tokens: 16,
+            cost_usd: 0.000_865_4,
             ..Default::default()
         }),
         detail: String::new(),
@@ -117,7 +121,7 @@ fn a_result() {
     };
     assert_eq!(
         line(&Ended::result(&completed)).unwrap(),
-        r#"{"run_id":"r1","status":"COMPLETED","reason":"completed","answer":"There are 3 files.","turns":4,"usage":{"input_tokens":812,"output_tokens":64,"total_tokens":876,"llm_calls":4},"detail":""}"#
+        r#"{"run_id":"r1","status":"COMPLETED","reason":"completed","answer":"There are 3 files.","turns":4,"usage":{"input_tokens":812,"output_tokens":64,"total_tokens":876,"llm_calls":4,"cache_read_tokens":768,"cache_write_tokens":0,"reasoning_tokens":16,"cost_usd":0.000865},"detail":""}"#
     );
     assert_eq!(
         value(&Ended::result(&failed())),
@@ -334,6 +338,8 @@ fn watch_lines_are_the_documented_ones() {
             output_tokens: 64,
             total_tokens: 876,
             llm_calls: 2,
+            cache_read_tokens: 768,
+            cost_usd: 0.000_984,
             ..Default::default()
         }),
         detail: String::new(),

@@ -28,7 +28,7 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
             "the agent used all its turns without a final answer; raise --max-turns or narrow the task"
         }
         TerminationReason::BudgetExceeded => {
-            "the run hit its token budget or deadline; raise --max-tokens / the deadline or narrow the task"
+            "the run hit its token or cost budget or its deadline; raise --max-tokens / --max-cost / the deadline or narrow the task"
         }
         TerminationReason::ContextOverflow => {
             "the conversation no longer fits the model's context window, even after trimming old tool outputs"
@@ -71,6 +71,9 @@ pub(crate) fn result_human(result: &RunResult) -> String {
         if result.turns == 1 { "" } else { "s" },
         usage.total_tokens
     );
+    if let Some(cost) = cost_human(&usage) {
+        out.push_str(&format!("cost {cost}\n"));
+    }
     if result.reason() != TerminationReason::Completed {
         out.push_str(&format!("why:    {}\n", explain(result.reason())));
     }
@@ -130,6 +133,45 @@ fn outputs_human(result: &RunResult) -> String {
     out
 }
 
+/// An amount of US dollars: to the cent, or to a hundredth of a cent below one cent.
+fn usd(amount: f64) -> String {
+    if amount >= 0.01 {
+        format!("${amount:.2}")
+    } else {
+        format!("${amount:.4}")
+    }
+}
+
+/// What a run cost, for people: `~$0.42 (cache read 81%, reasoning 1200 tokens)`; `None`
+/// when there is nothing to say (no price and no cache use).
+pub(crate) fn cost_human(usage: &Usage) -> Option<String> {
+    let mut parts = Vec::new();
+    if usage.cache_read_tokens > 0 && usage.input_tokens > 0 {
+        let share = f64::from(usage.cache_read_tokens) * 100.0 / f64::from(usage.input_tokens);
+        parts.push(format!("cache read {share:.0}%"));
+    }
+    if usage.cache_write_tokens > 0 {
+        parts.push(format!("cache write {} tokens", usage.cache_write_tokens));
+    }
+    if usage.reasoning_tokens > 0 {
+        parts.push(format!("reasoning {} tokens", usage.reasoning_tokens));
+    }
+    let detail = if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    };
+    if usage.cost_usd > 0.0 {
+        Some(format!("~{}{detail}", usd(usage.cost_usd)))
+    } else if !parts.is_empty() {
+        Some(format!(
+            "unknown: no price for the model in the workers' [models] table{detail}"
+        ))
+    } else {
+        None
+    }
+}
+
 /// Multi-line status, with the commands to decide pending calls.
 pub(crate) fn status_human(
     run: &str,
@@ -152,6 +194,9 @@ pub(crate) fn status_human(
         usage.output_tokens,
         status.last_event,
     );
+    if let Some(cost) = cost_human(&usage) {
+        out.push_str(&format!("cost:    {cost}\n"));
+    }
     let ended = matches!(
         status.state(),
         RunState::Completed | RunState::Failed | RunState::Cancelled
@@ -194,8 +239,13 @@ pub(crate) fn event_human(
             let header = format!("── turn {} ──", e.turn);
             let mut out = style.bold(&header);
             if let Some(u) = tokens {
+                let cost = if u.cost_usd > 0.0 {
+                    format!(", ~{}", usd(u.cost_usd))
+                } else {
+                    String::new()
+                };
                 out.push_str(&style.dim(&format!(
-                    " {} tokens so far (in {}, out {})",
+                    " {} tokens so far (in {}, out {}){cost}",
                     u.total_tokens, u.input_tokens, u.output_tokens
                 )));
             }
@@ -458,5 +508,64 @@ mod tests {
             event_human("r1", &turn, &Style::plain(), Some(&usage)),
             "── turn 3 ── 120 tokens so far (in 100, out 20)\nHi.\n"
         );
+        let priced = Usage {
+            cost_usd: 0.4217,
+            ..usage
+        };
+        assert_eq!(
+            event_human("r1", &turn, &Style::plain(), Some(&priced)),
+            "── turn 3 ── 120 tokens so far (in 100, out 20), ~$0.42\nHi.\n"
+        );
+    }
+
+    #[test]
+    fn the_cost_line_shows_the_estimate_and_the_cache_share() {
+        let usage = Usage {
+            input_tokens: 10_000,
+            output_tokens: 500,
+            total_tokens: 10_500,
+            cache_read_tokens: 8_100,
+            cost_usd: 0.4249,
+            ..Default::default()
+        };
+        assert_eq!(
+            cost_human(&usage).as_deref(),
+            Some("~$0.42 (cache read 81%)")
+        );
+        let cheap = Usage {
+            cache_read_tokens: 0,
+            cache_write_tokens: 2_000,
+            reasoning_tokens: 64,
+            cost_usd: 0.00123,
+            ..usage
+        };
+        assert_eq!(
+            cost_human(&cheap).as_deref(),
+            Some("~$0.0012 (cache write 2000 tokens, reasoning 64 tokens)")
+        );
+        let unpriced = Usage {
+            cost_usd: 0.0,
+            ..usage
+        };
+        assert_eq!(
+            cost_human(&unpriced).as_deref(),
+            Some("unknown: no price for the model in the workers' [models] table (cache read 81%)")
+        );
+        assert_eq!(cost_human(&Usage::default()), None);
+        let mut result = RunResult {
+            run_id: "r1".to_owned(),
+            status: RunState::Completed as i32,
+            reason: TerminationReason::Completed as i32,
+            turns: 3,
+            usage: Some(usage),
+            ..Default::default()
+        };
+        let shown = result_human(&result);
+        assert!(
+            shown.contains("after 3 turns, 10500 tokens\ncost ~$0.42 (cache read 81%)\n"),
+            "{shown}"
+        );
+        result.usage = None;
+        assert!(!result_human(&result).contains("cost"));
     }
 }

@@ -216,6 +216,9 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             context_window: args.context_window.unwrap_or(0),
             max_output_tokens: args.max_output_tokens.unwrap_or(0),
             script,
+            reasoning_effort: flag_name(args.reasoning_effort),
+            thinking_budget_tokens: thinking_budget(args)?,
+            cache_ttl: flag_name(args.cache_ttl),
             ..Default::default()
         }),
         tools: args.tools.clone(),
@@ -223,6 +226,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         limits: Some(Limits {
             max_turns: args.max_turns.unwrap_or(0),
             max_total_tokens: args.max_tokens.unwrap_or(0),
+            max_cost_usd: args.max_cost.unwrap_or(0.0),
             deadline_seconds: args
                 .deadline
                 .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
@@ -255,6 +259,26 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         },
         ..Default::default()
     })
+}
+
+/// The value a `ValueEnum` flag was given as (`"high"`, `"1h"`), "" when absent.
+fn flag_name(value: Option<impl clap::ValueEnum>) -> String {
+    value
+        .and_then(|v| v.to_possible_value())
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// `--thinking-budget`, checked against `--max-output-tokens` (Anthropic counts thinking in
+/// the output, so the budget must leave room for the answer).
+fn thinking_budget(args: &SubmitArgs) -> Result<u32, Exit> {
+    match (args.thinking_budget, args.max_output_tokens) {
+        (Some(budget), Some(max)) if budget >= max => Err(Exit::usage(format!(
+            "--thinking-budget {budget} must be under --max-output-tokens {max} (thinking \
+             counts as output); raise --max-output-tokens or lower the budget"
+        ))),
+        (budget, _) => Ok(budget.unwrap_or(0)),
+    }
 }
 
 /// The `--output-schema` file as compact JSON text, checked to be a JSON Schema.
@@ -604,6 +628,92 @@ mod tests {
                 "{}",
                 e.message
             );
+        }
+    }
+
+    fn spec_of(args: &[&str]) -> Result<RunSpec, String> {
+        let mut argv = vec!["baton", "submit"];
+        argv.extend_from_slice(args);
+        argv.push("x");
+        let Command::Submit(submit) = Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        else {
+            unreachable!()
+        };
+        build_spec(&submit).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn cost_and_reasoning_flags_reach_the_spec() {
+        let spec = spec_of(&[
+            "--max-cost",
+            "$2.50",
+            "--reasoning-effort",
+            "minimal",
+            "--thinking-budget",
+            "4096",
+            "--max-output-tokens",
+            "8192",
+            "--cache-ttl",
+            "1h",
+        ])
+        .unwrap();
+        assert_eq!(spec.limits.unwrap().max_cost_usd, 2.5);
+        let model = spec.model.unwrap();
+        assert_eq!(
+            (
+                model.reasoning_effort.as_str(),
+                model.thinking_budget_tokens,
+                model.cache_ttl.as_str()
+            ),
+            ("minimal", 4096, "1h")
+        );
+        let plain = spec_of(&[]).unwrap();
+        assert_eq!(plain.limits.unwrap().max_cost_usd, 0.0);
+        let model = plain.model.unwrap();
+        assert_eq!(
+            (
+                model.reasoning_effort,
+                model.thinking_budget_tokens,
+                model.cache_ttl
+            ),
+            (String::new(), 0, String::new())
+        );
+    }
+
+    #[test]
+    fn bad_cost_and_reasoning_flags_say_what_to_give() {
+        for (args, said) in [
+            (
+                &["--max-cost", "0"][..],
+                "give a positive amount of US dollars",
+            ),
+            (
+                &["--max-cost", "lots"][..],
+                "is not an amount of US dollars",
+            ),
+            (&["--max-cost=-1"][..], "give a positive amount"),
+            (
+                &["--thinking-budget", "500"][..],
+                "below Anthropic's minimum of 1024",
+            ),
+            (
+                &["--thinking-budget", "many"][..],
+                "is not a number of tokens",
+            ),
+            (
+                &["--reasoning-effort", "extreme"][..],
+                "possible values: minimal, low, medium, high",
+            ),
+            (&["--cache-ttl", "10m"][..], "possible values: 5m, 1h"),
+            (
+                &["--thinking-budget", "8192", "--max-output-tokens", "8192"][..],
+                "--thinking-budget 8192 must be under --max-output-tokens 8192",
+            ),
+        ] {
+            let e = spec_of(args).unwrap_err();
+            assert!(e.contains(said), "{args:?}: {e}");
         }
     }
 }

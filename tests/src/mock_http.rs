@@ -316,6 +316,9 @@ struct MockState {
     violations: Vec<String>,
     /// The reasoning items a Responses mock answered with, by `encrypted_content`.
     issued: BTreeMap<String, Value>,
+    /// Bill successful answers as OpenAI's automatic prompt caching does (None: the fixed
+    /// usage of the scripted bodies).
+    prompt_cache: Option<crate::mock_openai::PromptCache>,
 }
 
 struct Inner {
@@ -370,6 +373,22 @@ impl MockServer {
     /// Queues an error answer with `status` and `body`.
     pub fn push_error(&self, status: u16, body: Value) {
         self.push_response(MockResponse::error(status, body));
+    }
+
+    /// From now on, successful answers report usage as OpenAI's automatic prompt caching
+    /// would for each request (see `mock_openai::PromptCache`; OpenAI flavor only).
+    pub fn enable_prompt_caching(&self) {
+        self.inner.lock().prompt_cache = Some(Default::default());
+    }
+
+    /// The usage objects sent since [`MockServer::enable_prompt_caching`], in order.
+    pub fn reported_usage(&self) -> Vec<Value> {
+        self.inner
+            .lock()
+            .prompt_cache
+            .as_ref()
+            .map(|c| c.reported())
+            .unwrap_or_default()
     }
 
     /// Number of scripted answers not yet consumed.
@@ -515,7 +534,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             eprintln!("{}: request #{number} refused: {reason}", flavor.name());
             st.violations.push(format!("request #{number}: {reason}"));
         }
-        let scripted = if !is_endpoint || !broken.is_empty() {
+        let mut scripted = if !is_endpoint || !broken.is_empty() {
             None
         } else if let Some(next) = st.queue.pop_front() {
             Some(next)
@@ -526,6 +545,13 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             && flavor == Flavor::Responses
         {
             crate::mock_responses::issue(&reply.body, &mut st.issued);
+        }
+        if let (Some(resp), Some(cache), Flavor::OpenAi) =
+            (scripted.as_mut(), st.prompt_cache.as_mut(), flavor)
+            && (200..300).contains(&resp.status)
+            && resp.body.get("choices").is_some()
+        {
+            cache.bill(&request_body, &mut resp.body);
         }
         if !st.count_only {
             st.requests.push(captured);

@@ -159,6 +159,88 @@ fn completion(message: Value, finish_reason: &str, completion_tokens: usize) -> 
     })
 }
 
+/// The smallest prompt OpenAI's automatic prompt caching caches, in tokens.
+pub(crate) const CACHE_MIN_PROMPT_TOKENS: u64 = 1024;
+/// Cache hits come in whole blocks of this many tokens.
+pub(crate) const CACHE_BLOCK_TOKENS: u64 = 128;
+
+/// OpenAI's automatic prompt caching as its "Prompt caching" guide documents it, for
+/// [`MockServer::enable_prompt_caching`](crate::MockServer::enable_prompt_caching): a prompt of
+/// at least [`CACHE_MIN_PROMPT_TOKENS`] tokens reads from the cache the longest prefix it
+/// shares with an earlier request, in whole [`CACHE_BLOCK_TOKENS`]-token blocks, reported as
+/// `usage.prompt_tokens_details.cached_tokens` (part of `prompt_tokens`). The prompt is what
+/// the model is shown in the order the API builds it (tools, then the messages), each part
+/// as its request JSON; a token is ~4 bytes of it.
+#[derive(Default)]
+pub(crate) struct PromptCache {
+    prompts: Vec<String>,
+    reported: Vec<Value>,
+}
+
+impl PromptCache {
+    /// Sets `completion`'s `usage` for `request` (its completion tokens kept) and remembers
+    /// the prompt for later requests.
+    pub(crate) fn bill(&mut self, request: &Value, completion: &mut Value) {
+        let mut prompt = request
+            .get("tools")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        for message in request
+            .get("messages")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            prompt.push_str(&message.to_string());
+        }
+        let tokens = |bytes: usize| (bytes as u64).div_ceil(4);
+        let prompt_tokens = tokens(prompt.len()).max(1);
+        let shared = self
+            .prompts
+            .iter()
+            .map(|earlier| common_prefix(earlier, &prompt))
+            .max()
+            .unwrap_or(0);
+        let shared_tokens = (shared as u64) / 4;
+        let cached_tokens = if prompt_tokens >= CACHE_MIN_PROMPT_TOKENS
+            && shared_tokens >= CACHE_MIN_PROMPT_TOKENS
+        {
+            (shared_tokens / CACHE_BLOCK_TOKENS * CACHE_BLOCK_TOKENS).min(prompt_tokens)
+        } else {
+            0
+        };
+        self.prompts.push(prompt);
+        let completion_tokens = completion
+            .pointer("/usage/completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let usage = json!({
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0
+            }
+        });
+        self.reported.push(usage.clone());
+        completion["usage"] = usage;
+    }
+
+    /// The usage objects sent so far, in order.
+    pub(crate) fn reported(&self) -> Vec<Value> {
+        self.reported.clone()
+    }
+}
+
+/// Bytes `a` and `b` share from their start.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
 /// Converts a `chat.completion` body into the equivalent SSE records of
 /// `chat.completion.chunk`s, ending in `data: [DONE]`. `request` is the
 /// request body (for `stream_options.include_usage`).
@@ -248,5 +330,38 @@ pub(crate) fn sse_transcript(completion: &Value, request: &Value) -> Transcript 
     Transcript {
         cut_at: cut_at.unwrap_or(0),
         records,
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn request(messages: &[&str]) -> Value {
+        json!({"tools": [], "messages": messages.iter().map(|m| json!({"role": "user", "content": m})).collect::<Vec<_>>()})
+    }
+
+    fn cached(usage: &Value) -> u64 {
+        usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+    }
+
+    #[test]
+    fn prefixes_of_1024_tokens_or_more_are_read_in_128_token_blocks() {
+        let mut cache = PromptCache::default();
+        let long = "a".repeat(4 * 1100);
+        let mut body = MockOpenAi::text_reply("ok");
+        cache.bill(&request(&[&long]), &mut body);
+        assert_eq!(cached(&body["usage"]), 0, "nothing earlier");
+        cache.bill(&request(&[&long, "next"]), &mut body);
+        // ~1104 shared tokens (the long message's JSON) -> 8 blocks of 128 = 1024.
+        assert_eq!(cached(&body["usage"]), 1024);
+        assert!(body["usage"]["prompt_tokens"].as_u64().unwrap() > 1024);
+        // A short prompt is never cached, however much it shares.
+        cache.bill(&request(&["short"]), &mut body);
+        cache.bill(&request(&["short"]), &mut body);
+        assert_eq!(cached(&body["usage"]), 0);
+        assert_eq!(cache.reported().len(), 4);
     }
 }

@@ -9,6 +9,7 @@ mod suite {
     mod agent_loop;
     mod approvals;
     mod cli;
+    mod cost;
     mod failover;
     mod git_harness;
     mod handoff;

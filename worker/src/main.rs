@@ -284,6 +284,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .collect();
     let providers =
         Providers::new(&settings.providers()).misconfigured("cannot set up the model providers")?;
+    let models = settings.models().misconfigured("[models]")?;
 
     let metrics = metrics::start(&settings).misconfigured("metrics_addr / otel_endpoint")?;
     let mut telemetry = TelemetryOptions::builder().build();
@@ -313,7 +314,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
-        .register_activities(LlmService::new(providers, store.clone()))
+        .register_activities(LlmService::new(providers, store.clone()).with_models(models))
         .register_activities(tools.clone())
         .register_activities(WorkspaceService::new(tools, settings.git.clone()))
         .max_cached_workflows(settings.max_cached_workflows)

@@ -33,7 +33,7 @@ use std::{
     cell::Cell,
     collections::HashMap,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
     task::Poll,
@@ -47,7 +47,7 @@ use baton_proto::{
 use baton_workflows::workflow::{SA_AWAITING_APPROVAL, WORKFLOW_TYPE};
 use futures::FutureExt;
 use temporalio_common::telemetry::metrics::{
-    CoreMeter, Counter, Gauge, HistogramDuration, MetricAttributes, MetricKeyValue,
+    CoreMeter, Counter, Gauge, GaugeF64, HistogramDuration, MetricAttributes, MetricKeyValue,
     MetricParameters, NewAttributes,
 };
 use temporalio_sdk::{
@@ -78,6 +78,14 @@ pub(crate) const TURNS: &str = "baton_turns";
 pub(crate) const LLM_CALLS: &str = "baton_llm_calls";
 /// Counter: LLM tokens, labels `provider`, `model`, `kind`, `direction` (`input` | `output`).
 pub(crate) const LLM_TOKENS: &str = "baton_llm_tokens";
+/// Counter: prompt tokens read from / written to the provider's prompt cache (parts of the
+/// `input` tokens above), labels `provider`, `model`, `kind`, `cache` (`read` | `write`).
+pub(crate) const LLM_CACHE_TOKENS: &str = "baton_llm_cache_tokens";
+/// Estimated cost in USD under the worker's model table (`[models]`), labels `provider`,
+/// `model`, `kind`. Exported as a gauge that only grows (Temporal's meter has no float
+/// counter): read it with `increase()`/`rate()` like a counter; it restarts at 0 with the
+/// worker.
+pub(crate) const LLM_COST: &str = "baton_llm_cost_usd_total";
 /// Histogram (seconds): duration of an LLM call attempt, labels `provider`, `kind`, `outcome`.
 pub(crate) const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
 /// Counter: tool calls (every attempt), labels `tool`, `outcome` (`ok` | `error` | `cancelled`
@@ -121,6 +129,10 @@ pub(crate) struct BatonMetrics {
     turns: Counter,
     llm_calls: Counter,
     llm_tokens: Counter,
+    llm_cache_tokens: Counter,
+    llm_cost: GaugeF64,
+    /// The running totals behind `llm_cost`, by (provider, model, kind).
+    llm_cost_totals: Mutex<HashMap<(String, String, &'static str), f64>>,
     llm_duration: HistogramDuration,
     tool_calls: Counter,
     tool_duration: HistogramDuration,
@@ -157,6 +169,15 @@ impl BatonMetrics {
             turns: meter.counter(params(TURNS, "Turns: successful llm_generate calls")),
             llm_calls: meter.counter(params(LLM_CALLS, "LLM call attempts, by outcome")),
             llm_tokens: meter.counter(params(LLM_TOKENS, "LLM tokens, input and output")),
+            llm_cache_tokens: meter.counter(params(
+                LLM_CACHE_TOKENS,
+                "Prompt tokens read from or written to the provider's prompt cache",
+            )),
+            llm_cost: meter.gauge_f64(params(
+                LLM_COST,
+                "Estimated LLM cost in USD under the worker's model table (only grows)",
+            )),
+            llm_cost_totals: Mutex::new(HashMap::new()),
             llm_duration: meter
                 .histogram_duration(params(LLM_CALL_DURATION, "Duration of LLM call attempts")),
             tool_calls: meter.counter(params(TOOL_CALLS, "Tool call attempts, by outcome")),
@@ -210,21 +231,63 @@ impl BatonMetrics {
                 .add(1, &self.labels([("provider", provider), ("model", model)]));
         }
         if let Some(usage) = usage {
-            for (direction, tokens) in [
-                ("input", usage.input_tokens),
-                ("output", usage.output_tokens),
-            ] {
-                self.llm_tokens.add(
+            let counts = [
+                (&self.llm_tokens, ("direction", "input"), usage.input_tokens),
+                (
+                    &self.llm_tokens,
+                    ("direction", "output"),
+                    usage.output_tokens,
+                ),
+                (
+                    &self.llm_cache_tokens,
+                    ("cache", "read"),
+                    usage.cache_read_tokens,
+                ),
+                (
+                    &self.llm_cache_tokens,
+                    ("cache", "write"),
+                    usage.cache_write_tokens,
+                ),
+            ];
+            for (counter, label, tokens) in counts {
+                counter.add(
                     u64::from(tokens),
                     &self.labels([
                         ("provider", provider),
                         ("model", model),
                         ("kind", kind),
-                        ("direction", direction),
+                        label,
                     ]),
                 );
             }
+            self.add_cost(call, usage.cost_usd);
         }
+    }
+
+    /// Adds one call's estimated cost to the running total of its provider/model/kind.
+    fn add_cost(&self, call: &LlmCall, usd: f64) {
+        if !(usd.is_finite() && usd > 0.0) {
+            return;
+        }
+        let total = {
+            let mut totals = self
+                .llm_cost_totals
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let total = totals
+                .entry((call.provider.clone(), call.model.clone(), call.kind))
+                .or_insert(0.0);
+            *total += usd;
+            *total
+        };
+        self.llm_cost.record(
+            total,
+            &self.labels([
+                ("provider", call.provider.as_str()),
+                ("model", call.model.as_str()),
+                ("kind", call.kind),
+            ]),
+        );
     }
 
     /// Records one tool call attempt.

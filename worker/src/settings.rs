@@ -2,7 +2,7 @@
 //! `BATON_*` environment variables. The Temporal connection itself follows Temporal's own
 //! conventions (`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, profiles) and is not part of this.
 
-use std::{path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -72,6 +72,10 @@ pub(crate) struct Settings {
     pub(crate) anthropic: ProviderSection,
     /// OpenAI Responses provider (`openai-responses`).
     pub(crate) openai_responses: ProviderSection,
+    /// The model table (`[models."<name>"]`): context windows, output limits and prices (USD
+    /// per million tokens) that override or extend the shipped ones
+    /// (`baton_activities::llm::ModelTable::defaults`).
+    pub(crate) models: BTreeMap<String, baton_activities::llm::ModelSettings>,
     /// `BATON_*` variables that name no setting (e.g. the `BATON_*_SERVICE_HOST` variables
     /// Kubernetes injects for a Service named `baton-...`): ignored, and logged once.
     #[serde(skip)]
@@ -79,7 +83,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 22] = [
+const SETTING_KEYS: [&str; 23] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -102,6 +106,7 @@ const SETTING_KEYS: [&str; 22] = [
     "openai",
     "anthropic",
     "openai_responses",
+    "models",
 ];
 
 /// `BATON_*` variables that are read elsewhere, not settings: the payload encryption keys
@@ -309,6 +314,7 @@ impl Default for Settings {
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
             openai_responses: ProviderSection::default(),
+            models: BTreeMap::new(),
             ignored_env: Vec::new(),
         }
     }
@@ -373,6 +379,13 @@ impl Settings {
                     .max(self.openai_responses.timeout()),
             ),
         }
+    }
+
+    /// The model table: the shipped one with `[models]` applied.
+    pub(crate) fn models(
+        &self,
+    ) -> Result<baton_activities::llm::ModelTable, baton_activities::llm::ModelTableError> {
+        baton_activities::llm::ModelTable::defaults().with_settings(&self.models)
     }
 
     /// Sandbox settings for the tool activity.
@@ -485,5 +498,44 @@ mod env_tests {
                 .into_iter(),
         );
         assert!(kept.contains_key("BATON_OPENAI_RESPONSES__STREAM"));
+    }
+
+    #[test]
+    fn model_tables_override_and_extend_the_shipped_ones() {
+        let toml = r#"
+[models."gpt-4.1"]
+input_usd_per_mtok = 1.5
+
+[models."my-org/Local-Coder"]
+context_window = 32768
+output_usd_per_mtok = 0.25
+"#;
+        let settings: Settings = config::Config::builder()
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let table = settings.models().unwrap();
+        let gpt41 = table.lookup("gpt-4.1-2025-04-14").unwrap();
+        assert_eq!(
+            (gpt41.input_usd_per_mtok, gpt41.output_usd_per_mtok),
+            (1.5, 8.0)
+        );
+        let local = table.lookup("my-org/Local-Coder").unwrap();
+        assert_eq!(
+            (local.context_window, local.output_usd_per_mtok),
+            (32_768, 0.25)
+        );
+        let typo = config::Config::builder()
+            .add_source(config::File::from_str(
+                "[models.\"gpt-4o\"]\ninput_usd = 1.0\n",
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .unwrap()
+            .try_deserialize::<Settings>()
+            .unwrap_err();
+        assert!(typo.to_string().contains("input_usd"), "{typo}");
     }
 }

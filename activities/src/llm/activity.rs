@@ -11,7 +11,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
-use super::{LlmError, Provider, anthropic, compact, openai, responses, scripted};
+use super::{LlmError, ModelTable, Provider, anthropic, compact, openai, responses, scripted};
 use crate::heartbeat::with_heartbeat;
 use baton_store::{
     SharedStore,
@@ -174,15 +174,25 @@ impl Providers {
 pub struct LlmService {
     providers: Providers,
     conversations: Conversations,
+    models: ModelTable,
 }
 
 impl LlmService {
-    /// A service over these providers, keeping conversations in `store`.
+    /// A service over these providers, keeping conversations in `store`, with the shipped
+    /// model table.
     pub fn new(providers: Providers, store: SharedStore) -> Self {
         Self {
             providers,
             conversations: Conversations::new(store),
+            models: ModelTable::defaults(),
         }
+    }
+
+    /// The model table that prices calls and gives context windows (the worker's
+    /// `[models]` applied).
+    pub fn with_models(mut self, models: ModelTable) -> Self {
+        self.models = models;
+        self
     }
 }
 
@@ -207,10 +217,13 @@ impl LlmService {
     pub async fn llm_generate(
         self: Arc<Self>,
         ctx: ActivityContext,
-        request: LlmRequest,
+        mut request: LlmRequest,
     ) -> Result<LlmResponse, ActivityError> {
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
+        // Stable over the run (continue-as-new keeps the workflow id): the providers' prompt
+        // cache routing key.
+        request.cache_key.clone_from(&run_id);
         let attempt = info.attempt;
         let provider = request
             .model
@@ -232,6 +245,8 @@ impl LlmService {
         {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
+                self.models
+                    .annotate(resolved.request.model.as_ref(), &mut response);
                 self.conversations
                     .complete(&resolved, &mut response)
                     .await
@@ -283,7 +298,11 @@ impl LlmService {
         }
         let llm_request = compact::summary_request(&request);
         match with_heartbeat(&ctx, HEARTBEAT_EVERY, self.providers.generate(&llm_request)).await? {
-            Ok(response) => Ok(compact::response(response)),
+            Ok(mut response) => {
+                self.models
+                    .annotate(llm_request.model.as_ref(), &mut response);
+                Ok(compact::response(response))
+            }
             Err(e) => {
                 warn!(run_id, provider, cause = %e, "compaction call failed");
                 Err(e.into_activity_error())

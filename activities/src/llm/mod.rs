@@ -10,6 +10,7 @@
 //! - [`anthropic`]: Anthropic Messages (the same split).
 //! - [`responses`]: OpenAI Responses (`openai-responses`; the same split), encrypted
 //!   reasoning items carried turn to turn.
+//! - [`models`]: the model table (context windows, output limits, prices) and a call's cost.
 //! - [`scripted`]: replays a script carried in the run's model config (demo, tests).
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
@@ -19,6 +20,7 @@ pub mod activity;
 pub mod anthropic;
 pub mod compact;
 pub mod error;
+pub mod models;
 pub mod openai;
 pub mod provider;
 pub mod responses;
@@ -30,4 +32,5 @@ mod transport;
 
 pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderSettings, Providers};
 pub use error::LlmError;
+pub use models::{ModelInfo, ModelSettings, ModelTable, ModelTableError};
 pub use provider::Provider;

@@ -108,18 +108,14 @@ fn scrape_until(
 
 /// A ready worker on `queue` serving /metrics (visibility polled every second) with one more
 /// setting; returns it and the metrics address.
-fn metrics_worker(server: &DevServer, queue: &str, extra: (&str, &str)) -> (Worker, String) {
+fn metrics_worker(server: &DevServer, queue: &str, extra: &[(&str, &str)]) -> (Worker, String) {
     let addr = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut w = Worker::spawn(
-        server,
-        queue,
-        &[
-            ("BATON_METRICS_ADDR", addr.as_str()),
-            ("BATON_METRICS_POLL_SECS", "1"),
-            extra,
-        ],
-    )
-    .unwrap();
+    let mut env = vec![
+        ("BATON_METRICS_ADDR", addr.as_str()),
+        ("BATON_METRICS_POLL_SECS", "1"),
+    ];
+    env.extend_from_slice(extra);
+    let mut w = Worker::spawn(server, queue, &env).unwrap();
     w.wait_ready_blocking(T).unwrap();
     (w, addr)
 }
@@ -128,7 +124,23 @@ fn metrics_worker(server: &DevServer, queue: &str, extra: (&str, &str)) -> (Work
 fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
     let server = DevServer::start().unwrap();
     let queue = unique("metrics");
-    let (mut w, addr) = metrics_worker(&server, &queue, ("BATON_LOG_FORMAT", "json"));
+    // A price for the scripted model ($1 per input token, $2 per output token): the cost
+    // gauge must then equal input + 2 x output tokens.
+    let settings = tempfile::tempdir().unwrap();
+    let toml = settings.path().join("baton.toml");
+    std::fs::write(
+        &toml,
+        "[models.\"scripted-priced\"]\ninput_usd_per_mtok = 1000000.0\noutput_usd_per_mtok = 2000000.0\n",
+    )
+    .unwrap();
+    let (mut w, addr) = metrics_worker(
+        &server,
+        &queue,
+        &[
+            ("BATON_LOG_FORMAT", "json"),
+            ("BATON_CONFIG", toml.to_str().unwrap()),
+        ],
+    );
 
     // Temporal core's worker metrics are served before any run.
     let (text, _) = scrape(&addr).unwrap();
@@ -151,7 +163,13 @@ fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
     .display()
     .to_string();
     let run = unique("run-metrics");
-    submit(&server, &queue, &run, &["--script", &s], "metrics");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--script", &s, "--model", "scripted-priced"],
+        "metrics",
+    );
 
     // The shell call waits for approval (default policy): the visibility gauges see it. The
     // two gauges come from separate visibility queries, so wait for both rather than assert
@@ -217,14 +235,33 @@ fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
         ),
         2.0
     );
+    let mut tokens = Vec::new();
     for direction in ["input", "output"] {
-        let tokens = value(
+        let counted = value(
             &samples,
             "baton_llm_tokens_total",
             &[scripted, ("direction", direction)],
         );
-        assert!(tokens > 0.0, "{direction} tokens: {text}");
+        assert!(counted > 0.0, "{direction} tokens: {text}");
+        tokens.push(counted);
     }
+    // The cost under the worker's [models] price, by provider/model/kind.
+    let cost = value(
+        &samples,
+        "baton_llm_cost_usd_total",
+        &[scripted, ("model", "scripted-priced"), ("kind", "generate")],
+    );
+    assert_eq!(cost, tokens[0] + 2.0 * tokens[1], "{text}");
+    // The scripted model has no prompt cache: its cache counters count nothing.
+    assert_eq!(
+        value(
+            &samples,
+            "baton_llm_cache_tokens_total",
+            &[scripted, ("cache", "read")]
+        ),
+        0.0,
+        "{text}"
+    );
     assert_eq!(value(&samples, "baton_runs_started_total", &[]), 1.0);
     assert_eq!(
         value(&samples, "baton_approval_wait_seconds_count", &[]),
@@ -286,7 +323,7 @@ fn evicted_and_finished_runs_leave_the_workers_memory() {
     const RUNS: usize = 6;
     let server = DevServer::start().unwrap();
     let queue = unique("resident");
-    let (mut w, addr) = metrics_worker(&server, &queue, ("BATON_MAX_CACHED_WORKFLOWS", "2"));
+    let (mut w, addr) = metrics_worker(&server, &queue, &[("BATON_MAX_CACHED_WORKFLOWS", "2")]);
 
     let dir = tempfile::tempdir().unwrap();
     let s = script(

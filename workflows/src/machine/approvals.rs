@@ -311,6 +311,7 @@ impl RunState {
         let base = self.base_limits.clone().unwrap_or_default();
         let turn = self.turn;
         let used = self.usage.total_tokens;
+        let cost = self.usage.cost_usd;
         let elapsed_s = ((now_ms - self.started_at_ms).max(0) / 1000) as u32;
         let limits = self.spec.limits.get_or_insert_with(Default::default);
         let what = match reason {
@@ -321,6 +322,15 @@ impl RunState {
             _ if limits.max_total_tokens > 0 && used >= limits.max_total_tokens => {
                 limits.max_total_tokens = used.saturating_add(base.max_total_tokens.max(1));
                 format!("token budget extended to {}", limits.max_total_tokens)
+            }
+            _ if limits.max_cost_usd > 0.0 && cost >= limits.max_cost_usd => {
+                let step = if base.max_cost_usd > 0.0 {
+                    base.max_cost_usd
+                } else {
+                    limits.max_cost_usd
+                };
+                limits.max_cost_usd = cost + step;
+                format!("cost budget extended to ${:.2}", limits.max_cost_usd)
             }
             _ => {
                 limits.deadline_seconds = elapsed_s.saturating_add(base.deadline_seconds.max(60));

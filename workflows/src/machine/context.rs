@@ -89,9 +89,16 @@ impl RunState {
         estimate.min(u64::from(u32::MAX)) as u32
     }
 
-    /// The token count above which the context is compacted (`None`: window unknown).
+    /// The token count above which the context is compacted (`None`: window unknown): the
+    /// run's `ModelConfig.context_window`, else the one the worker's model table reported.
     pub fn compaction_threshold(&self) -> Option<u32> {
-        let window = self.spec.model.as_ref().map(|m| m.context_window)?;
+        let window = self
+            .spec
+            .model
+            .as_ref()
+            .map(|m| m.context_window)
+            .filter(|w| *w > 0)
+            .unwrap_or(self.model_context_window);
         if window == 0 {
             return None;
         }

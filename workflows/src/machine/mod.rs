@@ -337,6 +337,12 @@ pub struct RunState {
     /// The workspace source's start, the change set and delivery.
     #[serde(default)]
     pub outputs: Outputs,
+    /// The model's context window as the worker's model table gives it (the latest reply's
+    /// `LlmResponse.context_window`; 0 = unknown): compaction uses it when the run's
+    /// `ModelConfig.context_window` is 0. Kept apart from the spec, which status shows as
+    /// submitted.
+    #[serde(default)]
+    pub model_context_window: u32,
 }
 
 /// A compaction summary.
@@ -435,10 +441,11 @@ impl RunState {
             instructions: None,
             base_limits: None,
             outputs: Outputs::default(),
+            model_context_window: 0,
         }
     }
 
-    /// What to do next. Applies the turn guards (max turns, token budget, deadline) before an
+    /// What to do next. Applies the turn guards (max turns, token and cost budgets, deadline) before an
     /// LLM call, which may end the run.
     pub fn next_step(&mut self, now_ms: i64) -> Step {
         match &self.phase {
@@ -525,6 +532,14 @@ fn assistant_item(message: AssistantMessage) -> Item {
 fn add_usage(total: &mut Usage, u: &Usage) {
     total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
     total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
+    total.cache_read_tokens = total.cache_read_tokens.saturating_add(u.cache_read_tokens);
+    total.cache_write_tokens = total
+        .cache_write_tokens
+        .saturating_add(u.cache_write_tokens);
+    total.reasoning_tokens = total.reasoning_tokens.saturating_add(u.reasoning_tokens);
+    if u.cost_usd.is_finite() && u.cost_usd > 0.0 {
+        total.cost_usd += u.cost_usd;
+    }
     let t = if u.total_tokens > 0 {
         u.total_tokens
     } else {

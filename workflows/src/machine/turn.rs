@@ -141,6 +141,9 @@ impl RunState {
         if !response.context.is_empty() {
             self.context_ref = Some(response.context.clone());
         }
+        if response.context_window > 0 {
+            self.model_context_window = response.context_window;
+        }
         self.turn += 1;
         self.overflow_retried = false;
         if let Some(u) = &response.usage {
@@ -250,7 +253,7 @@ impl RunState {
         }
     }
 
-    /// The turn guards: max turns, token budget, deadline.
+    /// The turn guards: max turns, token budget, cost budget, deadline.
     pub(super) fn guard(&self, now_ms: i64) -> Option<(TerminationReason, String)> {
         let limits = self.limits();
         if self.turn >= limits.max_turns {
@@ -268,6 +271,15 @@ impl RunState {
                 format!(
                     "the run used {} tokens, its budget is {}",
                     self.usage.total_tokens, limits.max_total_tokens
+                ),
+            ));
+        }
+        if limits.max_cost_usd > 0.0 && self.usage.cost_usd >= limits.max_cost_usd {
+            return Some((
+                TerminationReason::BudgetExceeded,
+                format!(
+                    "the run cost ${:.2}, its budget is ${:.2}",
+                    self.usage.cost_usd, limits.max_cost_usd
                 ),
             ));
         }

@@ -56,6 +56,9 @@ struct ChatFunction {
     arguments: Option<Value>,
 }
 
+/// Chat Completions `usage`: `prompt_tokens` counts every prompt token (the cached ones in
+/// `prompt_tokens_details.cached_tokens` included), `completion_tokens` the reasoning ones in
+/// `completion_tokens_details.reasoning_tokens` included: baton's convention already.
 #[derive(Deserialize, Clone, Copy)]
 struct ChatUsage {
     #[serde(default)]
@@ -64,6 +67,22 @@ struct ChatUsage {
     completion_tokens: Option<u32>,
     #[serde(default)]
     total_tokens: Option<u32>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct CompletionTokensDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u32>,
 }
 
 impl ChatUsage {
@@ -78,6 +97,14 @@ impl ChatUsage {
                 .filter(|t| *t > 0)
                 .unwrap_or(input + output),
             llm_calls: 0,
+            cache_read_tokens: self
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
             ..Default::default()
         }
     }

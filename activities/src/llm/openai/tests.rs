@@ -261,6 +261,7 @@ fn expected_stream_response() -> LlmResponse {
             output_tokens: 45,
             total_tokens: 165,
             llm_calls: 0,
+            reasoning_tokens: 9,
             ..Default::default()
         }),
         ..Default::default()
@@ -796,5 +797,26 @@ async fn the_provider_sends_its_reasoning_models_list() {
     assert_eq!(
         (sent.get("max_tokens"), sent.get("temperature")),
         (None, None)
+    );
+}
+
+/// The usage object of OpenAI's prompt-caching guide (`prompt_tokens_details.cached_tokens`,
+/// `completion_tokens_details.reasoning_tokens`): cached and reasoning tokens are parts of the
+/// prompt and completion counts, as in baton's `Usage`.
+#[tokio::test]
+async fn cached_and_reasoning_tokens_are_read_from_the_usage_details() {
+    let body = include_str!("fixtures/chat_cached_usage.json");
+    let (base, _server) = serve_once(Reply::json(200, body)).await;
+    let r = provider(&base).generate(&sample_request()).await.unwrap();
+    assert_eq!(
+        r.usage.unwrap(),
+        Usage {
+            input_tokens: 2006,
+            output_tokens: 300,
+            total_tokens: 2306,
+            cache_read_tokens: 1920,
+            reasoning_tokens: 64,
+            ..Default::default()
+        }
     );
 }

@@ -401,7 +401,7 @@ fn an_invalid_policy_is_refused_at_start() {
     assert!(text.contains("unknown action 'perhaps'"), "{text}");
 }
 
-fn decide(s: &mut RunState, approved: bool) {
+pub(super) fn decide(s: &mut RunState, approved: bool) {
     let id = s.status().pending[0].call_id.clone();
     s.on_decision(
         ApprovalDecision {

@@ -18,6 +18,7 @@ mod approvals;
 mod batch;
 mod checkpoint;
 mod context;
+mod cost;
 mod outputs;
 mod phases;
 mod turn;
