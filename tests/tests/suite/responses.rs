@@ -78,6 +78,8 @@ fn a_tool_loop_carries_the_encrypted_reasoning_of_every_turn() {
         assert_eq!(req.body["include"], json!(["reasoning.encrypted_content"]));
         assert_eq!(req.body["stream"], true);
         assert!(req.body["instructions"].as_str().unwrap().contains("baton"));
+        // The activity keys the provider's prompt cache by the run.
+        assert_eq!(req.body["prompt_cache_key"], run.as_str());
     }
     // Turn N sends back the reasoning items of turns 1..N-1, exactly as issued, each right
     // before the call it led to.
