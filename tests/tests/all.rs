@@ -14,6 +14,7 @@ mod suite {
     mod handoff;
     mod harness;
     mod history_budget;
+    mod openai_wire;
     mod providers;
     mod replay;
     mod security;
