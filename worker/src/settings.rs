@@ -448,5 +448,8 @@ mod env_tests {
             mine.providers().openai_reasoning_models,
             ["o3", "my-deployment"]
         );
+        assert!(read("").providers().openai_prompt_cache_key);
+        let off = read("[openai]\nprompt_cache_key = false\n");
+        assert!(!off.providers().openai_prompt_cache_key);
     }
 }

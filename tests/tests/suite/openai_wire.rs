@@ -23,6 +23,25 @@ fn quirky_calls(reasoning: &str, calls: &[(&str, &str, &str)]) -> Value {
     reply
 }
 
+/// Runs `prompt` with `--provider openai --no-approval` (and `extra`) on a worker of its own
+/// against `llm`, waits for its result (exit code `code`); the run id and the result.
+fn run_openai(
+    server: &DevServer,
+    llm: &MockOpenAi,
+    extra: &[&str],
+    prompt: &str,
+    code: i32,
+) -> (String, Value) {
+    let queue = unique("openai-wire");
+    let base = llm.base_url();
+    let _w = worker(server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let mut args = vec!["--provider", "openai", "--no-approval"];
+    args.extend_from_slice(extra);
+    let run = submit(server, &queue, &unique("run-openai-wire"), &args, prompt);
+    let result = result(server, &run, code);
+    (run, result)
+}
+
 /// The assistant messages (with tool calls) of a request, in order.
 fn assistant_calls(req: &CapturedRequest) -> Vec<Value> {
     req.messages()
@@ -57,23 +76,13 @@ fn reasoning_content_and_thought_signatures_round_trip_a_three_turn_tool_loop() 
         llm.push(reply.clone());
     }
     llm.push_text("The workspace is empty.");
-    let queue = unique("openai-wire");
-    let base = llm.base_url();
-    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
-    let run = submit(
+    let (run, r) = run_openai(
         &server,
-        &queue,
-        &unique("run-quirks"),
-        &[
-            "--provider",
-            "openai",
-            "--model",
-            "deepseek-reasoner",
-            "--no-approval",
-        ],
+        &llm,
+        &["--model", "deepseek-reasoner"],
         "What is in the workspace?",
+        0,
     );
-    let r = result(&server, &run, 0);
     assert_eq!(r["answer"], "The workspace is empty.", "{r}");
 
     let reqs = llm.requests();
@@ -170,18 +179,19 @@ fn a_refusal_ends_the_run_as_content_filtered_with_the_refusal_text() {
     llm.push(MockOpenAi::refusal_reply(
         "I'm sorry, I cannot assist with that request.",
     ));
-    let queue = unique("openai-refusal");
-    let base = llm.base_url();
-    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-refusal"),
-        &["--provider", "openai", "--no-approval"],
-        "Something the model refuses.",
-    );
-    let r = result(&server, &run, 1);
+    let (run, r) = run_openai(&server, &llm, &[], "Something the model refuses.", 1);
     assert_eq!(r["reason"], "content_filtered", "{r}");
+    // What a user sees: the run failed as content_filtered, the refusal as its last text.
+    assert_eq!(r["status"], "FAILED");
+    assert_eq!(
+        r["detail"],
+        "the provider's content filter stopped the reply"
+    );
+    assert_eq!(
+        r["last_text"],
+        "I'm sorry, I cannot assist with that request."
+    );
+    assert_eq!(r["answer"], "");
     let text = history_text(&server, &run);
     assert!(
         text.contains("I'm sorry, I cannot assist with that request."),
