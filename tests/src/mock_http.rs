@@ -304,11 +304,16 @@ pub(crate) fn fragments(text: &str) -> Vec<String> {
 /// Answers a request when the queue is empty (see [`MockServer::set_responder`]).
 pub type Responder = Arc<dyn Fn(&CapturedRequest) -> Option<MockResponse> + Send + Sync>;
 
+/// More rules a mock's requests must keep (see [`MockServer::set_check`]): what `body`
+/// breaks, one reason each; empty when it is fine.
+pub(crate) type Check = Arc<dyn Fn(&Value) -> Vec<String> + Send + Sync>;
+
 #[derive(Default)]
 struct MockState {
     queue: VecDeque<MockResponse>,
     requests: Vec<CapturedRequest>,
     responder: Option<Responder>,
+    check: Option<Check>,
     /// Keep only the count of requests, not the requests (long benchmarks).
     count_only: bool,
     count: usize,
@@ -401,6 +406,13 @@ impl MockServer {
     /// conversation calls for, which one FIFO cannot do.
     pub fn set_responder(&self, responder: Responder) {
         self.inner.lock().responder = Some(responder);
+    }
+
+    /// Refuses endpoint requests that break `check` as well as `mock_checks.rs`'s rules (400
+    /// with the reasons, kept as violations): a server's own rules (e.g. the OpenAI quirks
+    /// mode, [`crate::MockOpenAi::start_quirks`]).
+    pub(crate) fn set_check(&self, check: Check) {
+        self.inner.lock().check = Some(check);
     }
 
     /// Stops keeping the requests received (only their count): for benchmarks that send
@@ -506,7 +518,10 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     };
     let is_endpoint = method == Method::POST && path == flavor.endpoint();
     let mut broken = if is_endpoint {
-        crate::mock_checks::violations(flavor, &headers, &bytes, &body)
+        let mut broken = crate::mock_checks::violations(flavor, &headers, &bytes, &body);
+        let check = inner.lock().check.clone();
+        broken.extend(check.map(|c| c(&body)).unwrap_or_default());
+        broken
     } else {
         Vec::new()
     };

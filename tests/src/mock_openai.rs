@@ -1,10 +1,17 @@
-//! A scripted mock of the OpenAI Chat Completions HTTP API.
+//! A scripted mock of the OpenAI Chat Completions HTTP API, and (quirks mode) of the
+//! OpenAI-compatible servers that refuse a tool loop that drops their reasoning state
+//! (`quirks.rs`).
 
+mod quirks;
+
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::mock_http::{Flavor, MockServer, Transcript, fragments, sse_data, text_pieces};
+use crate::mock_http::{
+    Flavor, MockResponse, MockServer, Transcript, fragments, sse_data, text_pieces,
+};
 
 /// The endpoint the mock scripts.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
@@ -19,9 +26,9 @@ pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 ///
 /// If the request has `"stream": true` and the scripted answer is a 2xx
 /// `chat.completion`, it is sent as the equivalent `text/event-stream`, the
-/// way OpenAI does it: a role chunk; the content in word-sized `content`
-/// deltas; per tool call a first chunk with `index`, `id`, `type`,
-/// `function.name` and `arguments: ""`, then >= 2 chunks with only `index` +
+/// way OpenAI does it: a role chunk; any `reasoning_content` (DeepSeek) in
+/// word-sized deltas; the content (or a `refusal`) in word-sized deltas; per tool call a first chunk with `index`, `id`, `type`,
+/// `function.name`, `arguments: ""` (and the call's `extra_content`, if any), then >= 2 chunks with only `index` +
 /// `function.arguments` fragments; a chunk with `delta: {}` and the
 /// `finish_reason`; a usage chunk (`choices: []`) when
 /// `stream_options.include_usage` is true; then `data: [DONE]`.
@@ -34,6 +41,8 @@ pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// anywhere. Drop stops it.
 pub struct MockOpenAi {
     server: MockServer,
+    /// Quirks mode: the reasoning state the queued answers give, checked on every request.
+    quirks: Option<quirks::Shared>,
 }
 
 impl std::ops::Deref for MockOpenAi {
@@ -49,7 +58,61 @@ impl MockOpenAi {
     pub fn start() -> anyhow::Result<MockOpenAi> {
         Ok(MockOpenAi {
             server: MockServer::start(Flavor::OpenAi)?,
+            quirks: None,
         })
+    }
+
+    /// Starts the server in quirks mode: it also refuses (400, a violation) what DeepSeek,
+    /// Gemini and vLLM refuse (see `mock_openai/quirks.rs`): an assistant tool-call message
+    /// without the `reasoning_content` its answer carried, a tool call without the
+    /// `extra_content` it carried, `arguments` that are not the JSON text of an object. It
+    /// knows what it gave from the answers queued with [`MockOpenAi::push`] /
+    /// [`MockOpenAi::push_response`] (not from a responder's).
+    pub fn start_quirks() -> anyhow::Result<MockOpenAi> {
+        let mut mock = Self::start()?;
+        let given = quirks::Shared::default();
+        let check = Arc::clone(&given);
+        mock.server
+            .set_check(Arc::new(move |body| quirks::violations(&check, body)));
+        mock.quirks = Some(given);
+        Ok(mock)
+    }
+
+    /// Queues a 200 answer with `body` (remembering its reasoning state in quirks mode).
+    pub fn push(&self, body: Value) {
+        self.push_response(MockResponse::ok(body));
+    }
+
+    /// Queues `response` (remembering its reasoning state in quirks mode).
+    pub fn push_response(&self, response: MockResponse) {
+        if let Some(given) = &self.quirks {
+            quirks::remember(given, &response.body);
+        }
+        self.server.push_response(response);
+    }
+
+    /// `reply` whose message also carries DeepSeek's `reasoning_content` `text`.
+    pub fn with_reasoning_content(mut reply: Value, text: &str) -> Value {
+        reply["choices"][0]["message"]["reasoning_content"] = json!(text);
+        reply
+    }
+
+    /// `reply` whose tool call number `call` also carries Gemini's thought signature:
+    /// `extra_content: {"google": {"thought_signature": signature}}`.
+    pub fn with_thought_signature(mut reply: Value, call: usize, signature: &str) -> Value {
+        reply["choices"][0]["message"]["tool_calls"][call]["extra_content"] =
+            json!({"google": {"thought_signature": signature}});
+        reply
+    }
+
+    /// A `chat.completion` body whose message is a `refusal` (structured outputs), as the
+    /// OpenAI docs show it: `content: null`, `finish_reason: "stop"`.
+    pub fn refusal_reply(refusal: &str) -> Value {
+        completion(
+            json!({"role": "assistant", "content": null, "refusal": refusal}),
+            "stop",
+            refusal.split_whitespace().count().max(1),
+        )
     }
 
     /// `http://127.0.0.1:<port>/v1` (an OpenAI-compatible base URL).
@@ -286,19 +349,29 @@ pub(crate) fn sse_transcript(completion: &Value, request: &Value) -> Transcript 
             "content": if text.is_some() { json!("") } else { Value::Null },
             "refusal": null
         })));
+        let reasoning = message.get("reasoning_content").and_then(Value::as_str);
+        for piece in text_pieces(reasoning.unwrap_or_default()) {
+            records.push(delta(json!({ "reasoning_content": piece })));
+        }
         for piece in text_pieces(text.unwrap_or_default()) {
             records.push(delta(json!({ "content": piece })));
         }
+        let refusal = message.get("refusal").and_then(Value::as_str);
+        for piece in text_pieces(refusal.unwrap_or_default()) {
+            records.push(delta(json!({ "refusal": piece })));
+        }
         if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
             for (ci, call) in calls.iter().enumerate() {
-                records.push(delta(json!({
-                    "tool_calls": [{
-                        "index": ci,
-                        "id": call.get("id"),
-                        "type": "function",
-                        "function": { "name": call.pointer("/function/name"), "arguments": "" }
-                    }]
-                })));
+                let mut first = json!({
+                    "index": ci,
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": { "name": call.pointer("/function/name"), "arguments": "" }
+                });
+                if let Some(extra) = call.get("extra_content") {
+                    first["extra_content"] = extra.clone();
+                }
+                records.push(delta(json!({ "tool_calls": [first] })));
                 let arguments = call
                     .pointer("/function/arguments")
                     .and_then(Value::as_str)

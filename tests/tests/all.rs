@@ -15,6 +15,7 @@ mod suite {
     mod handoff;
     mod harness;
     mod history_budget;
+    mod openai_wire;
     mod providers;
     mod replay;
     mod responses;

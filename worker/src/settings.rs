@@ -221,6 +221,9 @@ pub(crate) struct ProviderSection {
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` instead of
     /// `max_tokens` and no `temperature` (OpenAI only; default `o1`, `o3`, `o4`, `gpt-5`).
     pub(crate) reasoning_models: Option<Vec<String>>,
+    /// Send the run id as `prompt_cache_key` (OpenAI only; default true; turn off for an
+    /// OpenAI-compatible server that rejects unknown fields).
+    pub(crate) prompt_cache_key: Option<bool>,
 }
 
 impl std::fmt::Debug for ProviderSection {
@@ -233,6 +236,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("version", &self.version)
             .field("reasoning_models", &self.reasoning_models)
+            .field("prompt_cache_key", &self.prompt_cache_key)
             .finish()
     }
 }
@@ -361,6 +365,7 @@ impl Settings {
                 .reasoning_models
                 .clone()
                 .unwrap_or_else(baton_activities::llm::openai::default_reasoning_models),
+            openai_prompt_cache_key: self.openai.prompt_cache_key.unwrap_or(true),
             anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
             anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
             anthropic_version: self
@@ -476,6 +481,9 @@ mod env_tests {
             mine.providers().openai_reasoning_models,
             ["o3", "my-deployment"]
         );
+        assert!(read("").providers().openai_prompt_cache_key);
+        let off = read("[openai]\nprompt_cache_key = false\n");
+        assert!(!off.providers().openai_prompt_cache_key);
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct ProviderSettings {
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` and no
     /// `temperature` (default [`openai::DEFAULT_REASONING_MODELS`]).
     pub openai_reasoning_models: Vec<String>,
+    /// Whether to send the run's `prompt_cache_key` (default true; off for servers that
+    /// reject unknown fields).
+    pub openai_prompt_cache_key: bool,
     /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
     pub anthropic_base_url: String,
     /// Its API key (`x-api-key`); without one the header is not sent.
@@ -60,6 +63,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("openai_api_key", &key(&self.openai_api_key))
             .field("openai_stream", &self.openai_stream)
             .field("openai_reasoning_models", &self.openai_reasoning_models)
+            .field("openai_prompt_cache_key", &self.openai_prompt_cache_key)
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
@@ -82,6 +86,7 @@ impl Default for ProviderSettings {
             openai_api_key: None,
             openai_stream: true,
             openai_reasoning_models: openai::default_reasoning_models(),
+            openai_prompt_cache_key: true,
             anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
@@ -110,7 +115,8 @@ impl Providers {
             settings.request_timeout,
         )?
         .streaming(settings.openai_stream)
-        .reasoning_models(settings.openai_reasoning_models.clone());
+        .reasoning_models(settings.openai_reasoning_models.clone())
+        .prompt_cache_key(settings.openai_prompt_cache_key);
         let anthropic = anthropic::Anthropic::new(
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),

@@ -7,7 +7,8 @@
 //! classified ([`LlmError`]) and Temporal's retry policy decides.
 
 //!
-//! - [`request`]: baton's request as a Chat Completions body.
+//! - [`request`]: baton's request as a Chat Completions body (`prompt_cache_key`,
+//!   `reasoning_effort`, reasoning state sent back).
 //! - [`response`]: a whole body or a chunk stream as baton's response.
 //! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
 
@@ -21,8 +22,9 @@ use reqwest::RequestBuilder;
 use serde_json::Value;
 
 pub use request::{
-    DEFAULT_REASONING_MODELS, default_reasoning_models, is_reasoning_model, request_body,
-    request_body_for, request_body_with,
+    DEFAULT_REASONING_MODELS, KIND_EXTRA_CONTENT, KIND_REASONING_CONTENT, REASONING_EFFORTS,
+    default_reasoning_models, is_reasoning_model, reasoning_effort, request_body, request_body_for,
+    request_body_with,
 };
 pub use response::parse_response;
 
@@ -64,18 +66,29 @@ impl OpenAi {
         self.wire_mut().reasoning_models = prefixes;
         self
     }
+
+    /// Whether to send the run's `prompt_cache_key` (default true): OpenAI routes requests
+    /// with the same key to the same prompt cache; some OpenAI-compatible servers reject
+    /// fields they do not know, so a worker can turn it off (`[openai] prompt_cache_key`).
+    pub fn prompt_cache_key(mut self, send: bool) -> Self {
+        self.wire_mut().prompt_cache_key = send;
+        self
+    }
 }
 
-/// The Chat Completions wire format: the key as a bearer token; the reasoning models' names.
+/// The Chat Completions wire format: the key as a bearer token; the reasoning models' names;
+/// whether `prompt_cache_key` is sent.
 #[derive(Clone, Debug)]
 pub struct ChatCompletions {
     reasoning_models: Vec<String>,
+    prompt_cache_key: bool,
 }
 
 impl Default for ChatCompletions {
     fn default() -> Self {
         Self {
             reasoning_models: default_reasoning_models(),
+            prompt_cache_key: true,
         }
     }
 }
@@ -89,8 +102,21 @@ impl WireFormat for ChatCompletions {
     const END: StreamEnd = StreamEnd::TerminalOrFinishReason;
     type Response = response::StreamState;
 
+    /// A `reasoning_effort` Chat Completions does not take is a configuration error.
+    fn check(&self, request: &LlmRequest) -> Result<(), LlmError> {
+        request
+            .model
+            .as_ref()
+            .map_or(Ok(None), reasoning_effort)
+            .map(|_| ())
+    }
+
     fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        request_body_with(request, stream, &self.reasoning_models)
+        let options = request::BodyOptions {
+            reasoning_models: &self.reasoning_models,
+            prompt_cache_key: self.prompt_cache_key,
+        };
+        request::build_body(request, stream, &options)
     }
 
     fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
@@ -108,3 +134,5 @@ pub fn classify(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wire_tests;

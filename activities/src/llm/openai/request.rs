@@ -1,11 +1,57 @@
 //! The Chat Completions request: baton's conversation as `messages` (system prompt, user
-//! text, assistant text and `tool_calls`, `tool` results), tool schemas as `functions`.
+//! text, assistant text and `tool_calls`, `tool` results), tool schemas as `functions`; the
+//! run's `prompt_cache_key` and `reasoning_effort`; the reasoning state this provider gave
+//! back on assistant turns (DeepSeek `reasoning_content`, Gemini `tool_calls[].extra_content`).
+//!
+//! The body is stable across turns: `model`, the system message and `tools` come from the
+//! run's settings only, so everything before the first conversation message is the same on
+//! every call (prompt caching keys on that prefix).
 
-use baton_proto::{LlmRequest, item};
+use baton_proto::{AssistantMessage, LlmRequest, ModelConfig, item};
 use serde_json::{Value, json};
 
-use super::DEFAULT_MODEL;
-use crate::llm::provider::replayed_arguments_text;
+use super::{DEFAULT_MODEL, PROVIDER};
+use crate::llm::{
+    LlmError,
+    provider::{reasoning_parts_for, replayed_arguments_text},
+};
+
+/// The `reasoning_effort` values Chat Completions takes (`ModelConfig.reasoning_effort`).
+pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+
+/// `ReasoningPart.kind` of DeepSeek's `reasoning_content` (data: the JSON string).
+pub const KIND_REASONING_CONTENT: &str = "reasoning_content";
+/// `ReasoningPart.kind` of a tool call's `extra_content` (Gemini thought signatures; data: the
+/// JSON object, `call_id`: the call).
+pub const KIND_EXTRA_CONTENT: &str = "extra_content";
+
+/// What a Chat Completions body is built with besides the request: the worker's settings.
+#[derive(Clone, Debug)]
+pub(super) struct BodyOptions<'a> {
+    /// Model-name prefixes of reasoning models (see [`is_reasoning_model`]).
+    pub(super) reasoning_models: &'a [String],
+    /// Whether to send `prompt_cache_key` (worker `[openai] prompt_cache_key`, default on;
+    /// off for OpenAI-compatible servers that reject unknown fields).
+    pub(super) prompt_cache_key: bool,
+}
+
+/// The run's `reasoning_effort`, if it set one: `Err` (a configuration error naming the
+/// allowed values) for a value Chat Completions does not take, checked before anything is
+/// sent.
+pub fn reasoning_effort(model: &ModelConfig) -> Result<Option<&str>, LlmError> {
+    let effort = model.reasoning_effort.trim();
+    if effort.is_empty() {
+        return Ok(None);
+    }
+    if REASONING_EFFORTS.contains(&effort) {
+        return Ok(Some(effort));
+    }
+    Err(LlmError::Config(format!(
+        "reasoning effort {:?} is not one the openai provider accepts: use one of {} (or none)",
+        model.reasoning_effort,
+        REASONING_EFFORTS.join(", ")
+    )))
+}
 
 /// Model-name prefixes of the reasoning models by default (worker `[openai]
 /// reasoning_models`): the o-series and gpt-5.
@@ -44,6 +90,59 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
 /// `reasoning_models` (prefixes, see [`is_reasoning_model`]) gets the output limit as
 /// `max_completion_tokens` and no `temperature`, any other `max_tokens` and `temperature`.
 pub fn request_body_with(request: &LlmRequest, stream: bool, reasoning_models: &[String]) -> Value {
+    let options = BodyOptions {
+        reasoning_models,
+        prompt_cache_key: true,
+    };
+    build_body(request, stream, &options)
+}
+
+/// The assistant message of a turn: text (or `null`), its tool calls (each with the
+/// `extra_content` it came with) and the `reasoning_content` it came with.
+fn assistant_message(a: &AssistantMessage) -> Value {
+    let mut m = json!({
+        "role": "assistant",
+        "content": if a.text.is_empty() { Value::Null } else { Value::String(a.text.clone()) },
+    });
+    let parts: Vec<_> = reasoning_parts_for(PROVIDER, a).collect();
+    // The value as it arrived (a JSON string; an object): DeepSeek and Gemini compare it.
+    let value = |kind: &str, call_id: &str| {
+        parts
+            .iter()
+            .find(|p| p.kind == kind && p.call_id == call_id)
+            .and_then(|p| serde_json::from_str::<Value>(&p.data).ok())
+    };
+    if let Some(reasoning) = value(KIND_REASONING_CONTENT, "") {
+        m["reasoning_content"] = reasoning;
+    }
+    if !a.tool_calls.is_empty() {
+        m["tool_calls"] = a
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let mut call = json!({
+                    "id": c.id,
+                    "type": "function",
+                    // Invalid arguments go back as `{}`: vLLM answers 400 to
+                    // the raw text (the tool result says it was invalid).
+                    "function": {
+                        "name": c.name,
+                        "arguments": replayed_arguments_text(&c.arguments),
+                    },
+                });
+                if let Some(extra) = value(KIND_EXTRA_CONTENT, &c.id) {
+                    call["extra_content"] = extra;
+                }
+                call
+            })
+            .collect();
+    }
+    m
+}
+
+/// The body of `request` under `options`; see [`request_body_with`].
+pub(super) fn build_body(request: &LlmRequest, stream: bool, options: &BodyOptions<'_>) -> Value {
+    let reasoning_models = options.reasoning_models;
     let model = request.model.clone().unwrap_or_default();
     let mut messages = Vec::with_capacity(request.conversation.len() + 1);
     if !request.system_prompt.is_empty() {
@@ -52,31 +151,7 @@ pub fn request_body_with(request: &LlmRequest, stream: bool, reasoning_models: &
     for entry in &request.conversation {
         match &entry.kind {
             Some(item::Kind::User(u)) => messages.push(json!({"role": "user", "content": u.text})),
-            Some(item::Kind::Assistant(a)) => {
-                let mut m = json!({
-                    "role": "assistant",
-                    "content": if a.text.is_empty() { Value::Null } else { Value::String(a.text.clone()) },
-                });
-                if !a.tool_calls.is_empty() {
-                    m["tool_calls"] = a
-                        .tool_calls
-                        .iter()
-                        .map(|c| {
-                            json!({
-                                "id": c.id,
-                                "type": "function",
-                                // Invalid arguments go back as `{}`: vLLM answers 400 to
-                                // the raw text (the tool result says it was invalid).
-                                "function": {
-                                    "name": c.name,
-                                    "arguments": replayed_arguments_text(&c.arguments),
-                                },
-                            })
-                        })
-                        .collect();
-                }
-                messages.push(m);
-            }
+            Some(item::Kind::Assistant(a)) => messages.push(assistant_message(a)),
             Some(item::Kind::ToolResult(r)) => {
                 let content = if r.is_error {
                     format!("ERROR: {}", r.content)
@@ -124,6 +199,13 @@ pub fn request_body_with(request: &LlmRequest, stream: bool, reasoning_models: &
         && !reasoning
     {
         body["temperature"] = json!(t);
+    }
+    // Checked before sending (`ChatCompletions::check`); an invalid value is never sent.
+    if let Ok(Some(effort)) = reasoning_effort(&model) {
+        body["reasoning_effort"] = json!(effort);
+    }
+    if options.prompt_cache_key && !request.cache_key.is_empty() {
+        body["prompt_cache_key"] = json!(request.cache_key);
     }
     if stream {
         body["stream"] = json!(true);

@@ -1,11 +1,16 @@
 //! The Chat Completions answer: a whole `chat.completion` body ([`parse_response`]) or a
 //! stream of `chat.completion.chunk` events ([`StreamState`]), as baton's [`LlmResponse`].
+//!
+//! Reasoning state the server wants back is kept as `ReasoningPart`s: DeepSeek's
+//! `reasoning_content` (also the message's `reasoning` text) and each tool call's
+//! `extra_content` (Gemini's `google.thought_signature`). A `refusal` (structured outputs)
+//! is the answer's text with finish `ContentFilter`.
 
-use baton_proto::{FinishReason, LlmResponse, ToolCall, Usage};
+use baton_proto::{FinishReason, LlmResponse, ReasoningPart, ToolCall, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::PROVIDER;
+use super::{KIND_EXTRA_CONTENT, KIND_REASONING_CONTENT, PROVIDER};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
@@ -38,6 +43,8 @@ struct ChatMessage {
     #[serde(default)]
     reasoning: Option<String>,
     #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
     tool_calls: Option<Vec<ChatToolCall>>,
 }
 
@@ -46,6 +53,9 @@ struct ChatToolCall {
     #[serde(default)]
     id: Option<String>,
     function: ChatFunction,
+    /// Gemini: `{"google": {"thought_signature": ..}}`, to be sent back on this call.
+    #[serde(default)]
+    extra_content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +135,76 @@ fn reasoning_of(reasoning_content: Option<String>, reasoning: Option<String>) ->
         .filter(|r| !r.is_empty())
 }
 
+/// The reasoning parts of a message: its `reasoning_content` (before any other block), then
+/// each call's `extra_content` (`calls` = id and `extra_content`, in order; position = the
+/// blocks before that call: the text, if any, and the earlier calls).
+fn reasoning_parts(
+    reasoning_content: &str,
+    has_text: bool,
+    calls: &[(&str, Option<&Value>)],
+) -> Vec<ReasoningPart> {
+    let part = |kind: &str, data: String, position: usize, call_id: &str| ReasoningPart {
+        provider: PROVIDER.to_owned(),
+        kind: kind.to_owned(),
+        data,
+        position: u32::try_from(position).unwrap_or(u32::MAX),
+        call_id: call_id.to_owned(),
+        ..Default::default()
+    };
+    let mut parts = Vec::new();
+    if !reasoning_content.is_empty() {
+        let data = Value::String(reasoning_content.to_owned()).to_string();
+        parts.push(part(KIND_REASONING_CONTENT, data, 0, ""));
+    }
+    for (i, (id, extra)) in calls.iter().enumerate() {
+        if let Some(extra) = extra.filter(|e| !e.is_null()) {
+            let position = usize::from(has_text) + i;
+            parts.push(part(KIND_EXTRA_CONTENT, extra.to_string(), position, id));
+        }
+    }
+    parts
+}
+
+/// The answer once any `refusal` is taken in: the refusal is the text (after any content)
+/// and the finish reason `ContentFilter`, so the run ends saying why instead of answering
+/// nothing.
+fn with_refusal(text: String, refusal: &str, finish: FinishReason) -> (String, FinishReason) {
+    if refusal.is_empty() {
+        return (text, finish);
+    }
+    let text = if text.is_empty() {
+        refusal.to_owned()
+    } else {
+        format!("{text}\n{refusal}")
+    };
+    (text, FinishReason::ContentFilter)
+}
+
+/// Baton's response with the reasoning parts and refusal of the message.
+fn response(
+    text: String,
+    refusal: &str,
+    reasoning: (String, String),
+    tool_calls: Vec<ToolCall>,
+    extra: &[Option<Value>],
+    finish: FinishReason,
+    usage: Option<Usage>,
+) -> LlmResponse {
+    let (reasoning_text, reasoning_content) = reasoning;
+    let calls: Vec<(&str, Option<&Value>)> = tool_calls
+        .iter()
+        .zip(extra)
+        .map(|(c, e)| (c.id.as_str(), e.as_ref()))
+        .collect();
+    let parts = reasoning_parts(&reasoning_content, !text.is_empty(), &calls);
+    let (text, finish) = with_refusal(text, refusal, finish);
+    let mut response = assistant_response(text, reasoning_text, tool_calls, finish, usage);
+    if let Some(message) = response.message.as_mut() {
+        message.reasoning_parts = parts;
+    }
+    response
+}
+
 fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
     match reason {
         Some("length") => FinishReason::Length,
@@ -165,24 +245,30 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
             snippet(body)
         )));
     };
-    let tool_calls: Vec<ToolCall> = choice
-        .message
+    let message = choice.message;
+    let (tool_calls, extra): (Vec<ToolCall>, Vec<Option<Value>>) = message
         .tool_calls
         .unwrap_or_default()
         .into_iter()
-        .map(|c| ToolCall {
-            id: c.id.unwrap_or_default(),
-            name: c.function.name,
-            arguments: arguments_text(arguments_fragment(c.function.arguments)),
-            ..Default::default()
+        .map(|c| {
+            let call = ToolCall {
+                id: c.id.unwrap_or_default(),
+                name: c.function.name,
+                arguments: arguments_text(arguments_fragment(c.function.arguments)),
+                ..Default::default()
+            };
+            (call, c.extra_content)
         })
-        .collect();
+        .unzip();
     let finish = finish_reason(choice.finish_reason.as_deref(), !tool_calls.is_empty());
-    let reasoning = reasoning_of(choice.message.reasoning_content, choice.message.reasoning);
-    Ok(assistant_response(
-        choice.message.content.unwrap_or_default(),
-        reasoning.unwrap_or_default(),
+    let reasoning_content = message.reasoning_content.unwrap_or_default();
+    let reasoning = reasoning_of(Some(reasoning_content.clone()), message.reasoning);
+    Ok(response(
+        message.content.unwrap_or_default(),
+        message.refusal.as_deref().unwrap_or_default(),
+        (reasoning.unwrap_or_default(), reasoning_content),
         tool_calls,
+        &extra,
         finish,
         parsed.usage.map(ChatUsage::to_usage),
     ))
@@ -218,6 +304,8 @@ struct Delta {
     #[serde(default)]
     reasoning: Option<String>,
     #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
     tool_calls: Option<Vec<DeltaToolCall>>,
 }
 
@@ -229,6 +317,9 @@ struct DeltaToolCall {
     id: Option<String>,
     #[serde(default)]
     function: Option<DeltaFunction>,
+    /// Gemini sends it on the call's (one) delta.
+    #[serde(default)]
+    extra_content: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -247,6 +338,8 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    /// Its `extra_content`; the keys of later fragments (if a server splits it) added.
+    extra_content: Option<Value>,
 }
 
 /// The message being assembled from a stream's chunks.
@@ -254,6 +347,9 @@ struct PartialCall {
 pub(crate) struct StreamState {
     text: String,
     reasoning: String,
+    /// DeepSeek's `reasoning_content` alone (sent back), apart from `reasoning`.
+    reasoning_content: String,
+    refusal: String,
     /// Tool calls in the order they started.
     calls: Vec<PartialCall>,
     finish: Option<String>,
@@ -306,6 +402,11 @@ impl StreamState {
             }
             entry.arguments.push_str(&arguments_fragment(f.arguments));
         }
+        match (call.extra_content, &mut entry.extra_content) {
+            (None | Some(Value::Null), _) => {}
+            (Some(Value::Object(more)), Some(Value::Object(have))) => have.extend(more),
+            (Some(extra), slot) => *slot = Some(extra),
+        }
     }
 }
 
@@ -349,6 +450,12 @@ impl ResponseParser for StreamState {
             if let Some(text) = delta.content {
                 self.text.push_str(&text);
             }
+            if let Some(refusal) = delta.refusal {
+                self.refusal.push_str(&refusal);
+            }
+            if let Some(r) = &delta.reasoning_content {
+                self.reasoning_content.push_str(r);
+            }
             if let Some(r) = reasoning_of(delta.reasoning_content, delta.reasoning) {
                 self.reasoning.push_str(&r);
             }
@@ -370,17 +477,28 @@ impl ResponseParser for StreamState {
         // By index, then (calls that shared one) in the order they started.
         let mut calls = self.calls;
         calls.sort_by_key(|c| c.index);
-        let tool_calls: Vec<ToolCall> = calls
+        let (tool_calls, extra): (Vec<ToolCall>, Vec<Option<Value>>) = calls
             .into_iter()
-            .map(|c| ToolCall {
-                id: c.id,
-                name: c.name,
-                arguments: arguments_text(c.arguments),
-                ..Default::default()
+            .map(|c| {
+                let call = ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: arguments_text(c.arguments),
+                    ..Default::default()
+                };
+                (call, c.extra_content)
             })
-            .collect();
+            .unzip();
         let finish = finish_reason(self.finish.as_deref(), !tool_calls.is_empty());
         let usage = self.usage.map(ChatUsage::to_usage);
-        assistant_response(self.text, self.reasoning, tool_calls, finish, usage)
+        response(
+            self.text,
+            &self.refusal,
+            (self.reasoning, self.reasoning_content),
+            tool_calls,
+            &extra,
+            finish,
+            usage,
+        )
     }
 }

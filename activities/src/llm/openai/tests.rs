@@ -1,7 +1,7 @@
 //! The OpenAI provider against a local HTTP server: request bodies, whole and streamed
 //! answers (cut streams, in-stream errors), HTTP error classification.
 
-use super::*;
+use super::{wire_tests::reasoning_content_part, *};
 use crate::llm::{
     Provider,
     test_server::{Reply, serve_once},
@@ -142,7 +142,7 @@ fn parses_tool_calls_usage_and_reasoning() {
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "hmm".into(),
-                ..Default::default()
+                reasoning_parts: vec![reasoning_content_part("hmm")],
             }),
             usage: Some(Usage {
                 input_tokens: 12,
@@ -254,7 +254,7 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "The user wants two files.".into(),
-            ..Default::default()
+            reasoning_parts: vec![reasoning_content_part("The user wants two files.")],
         }),
         usage: Some(Usage {
             input_tokens: 120,
