@@ -16,6 +16,8 @@
 pub mod activity;
 pub mod anthropic;
 pub mod compact;
+#[cfg(test)]
+mod conformance;
 pub mod error;
 pub mod openai;
 pub mod provider;
