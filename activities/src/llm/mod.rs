@@ -19,6 +19,8 @@
 pub mod activity;
 pub mod anthropic;
 pub mod compact;
+#[cfg(test)]
+mod conformance;
 pub mod error;
 pub mod models;
 pub mod openai;
