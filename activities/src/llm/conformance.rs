@@ -23,7 +23,7 @@ use baton_workflows::view;
 use serde_json::{Value, json};
 
 use super::{
-    Provider, anthropic, openai,
+    Provider, anthropic, openai, responses,
     test_server::{Reply, serve_once},
 };
 
@@ -53,6 +53,8 @@ const ANTHROPIC_TEXT: &str = include_str!("conformance/anthropic_text.sse");
 const OPENAI_REASONING: &str = include_str!("conformance/openai_tool_call.sse");
 const OPENAI_TEXT: &str = include_str!("conformance/openai_text.sse");
 const QUIRKS_REASONING: &str = include_str!("conformance/quirks_reasoning.sse");
+const RESPONSES_REASONING: &str = include_str!("conformance/responses_reasoning.sse");
+const RESPONSES_TEXT: &str = include_str!("conformance/responses_text.sse");
 
 fn cases() -> Vec<Case> {
     vec![
@@ -78,6 +80,34 @@ fn cases() -> Vec<Case> {
         },
         openai_case("openai", OPENAI_REASONING, 0),
         openai_case("openai-compatible quirks", QUIRKS_REASONING, 2),
+        Case {
+            name: "openai-responses",
+            provider: responses::PROVIDER,
+            model: "gpt-5",
+            make: |base| {
+                Box::new(
+                    responses::OpenAiResponses::new(
+                        format!("{base}/v1"),
+                        None,
+                        Duration::from_secs(10),
+                    )
+                    .expect("provider"),
+                )
+            },
+            reasoning_stream: RESPONSES_REASONING,
+            reasoning_parts: 1,
+            text_stream: RESPONSES_TEXT,
+            prefix: |body| json!({"tools": body["tools"], "instructions": body["instructions"]}),
+            asks_for_caching: |body| body["prompt_cache_key"] == "run-conformance",
+            sent_arguments: |body, id| {
+                find_object(body, &|v| v["type"] == "function_call" && v["call_id"] == id).map(
+                    |call| {
+                        let text = call["arguments"].as_str().unwrap_or("<not text>");
+                        serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()))
+                    },
+                )
+            },
+        },
     ]
 }
 

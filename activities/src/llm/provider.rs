@@ -86,7 +86,6 @@ pub(crate) fn replayed_arguments_text(arguments: &str) -> &str {
 /// The reasoning parts of `message` that `provider` produced, in order: the only ones it may
 /// be sent back. Parts of another provider (a run that switched provider) are dropped; the
 /// text and tool calls of the message still go.
-#[allow(dead_code)] // used by the providers as they learn to send reasoning back (issue 16)
 pub(crate) fn reasoning_parts_for<'a>(
     provider: &'a str,
     message: &'a baton_proto::AssistantMessage,
