@@ -11,7 +11,7 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
-use super::{LlmError, Provider, anthropic, compact, openai, scripted};
+use super::{LlmError, Provider, RetryBudget, anthropic, compact, openai, scripted};
 use crate::heartbeat::with_heartbeat;
 use baton_store::{
     SharedStore,
@@ -42,8 +42,16 @@ pub struct ProviderSettings {
     pub anthropic_version: String,
     /// Whether to stream Messages (default true).
     pub anthropic_stream: bool,
-    /// Timeout of one HTTP request to a provider (a streamed answer included).
-    pub request_timeout: Duration,
+    /// Request timeout and retry budget by provider name (`openai`, `anthropic`, ...); a
+    /// provider without an entry gets [`RetryBudget::default`].
+    pub budgets: BTreeMap<String, RetryBudget>,
+}
+
+impl ProviderSettings {
+    /// The request timeout and retry budget of `provider`.
+    pub fn budget(&self, provider: &str) -> RetryBudget {
+        self.budgets.get(provider).copied().unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -58,7 +66,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
             .field("anthropic_stream", &self.anthropic_stream)
-            .field("request_timeout", &self.request_timeout)
+            .field("budgets", &self.budgets)
             .finish()
     }
 }
@@ -74,7 +82,7 @@ impl Default for ProviderSettings {
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
             anthropic_stream: true,
-            request_timeout: Duration::from_secs(280),
+            budgets: BTreeMap::new(),
         }
     }
 }
@@ -83,6 +91,7 @@ impl Default for ProviderSettings {
 #[derive(Debug)]
 pub struct Providers {
     by_name: BTreeMap<&'static str, Box<dyn Provider>>,
+    budgets: BTreeMap<String, RetryBudget>,
 }
 
 impl Providers {
@@ -91,7 +100,7 @@ impl Providers {
         let openai = openai::OpenAi::new(
             settings.openai_base_url.clone(),
             settings.openai_api_key.clone(),
-            settings.request_timeout,
+            settings.budget(openai::PROVIDER).request_timeout,
         )?
         .streaming(settings.openai_stream)
         .reasoning_models(settings.openai_reasoning_models.clone());
@@ -99,20 +108,33 @@ impl Providers {
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),
             settings.anthropic_version.clone(),
-            settings.request_timeout,
+            settings.budget(anthropic::PROVIDER).request_timeout,
         )?
         .streaming(settings.anthropic_stream);
         Ok(Self::empty()
             .with(openai)
             .with(anthropic)
-            .with(scripted::Scripted))
+            .with(scripted::Scripted)
+            .with_budgets(settings.budgets.clone()))
     }
 
     /// No providers at all.
     pub fn empty() -> Self {
         Self {
             by_name: BTreeMap::new(),
+            budgets: BTreeMap::new(),
         }
+    }
+
+    /// Sets the retry budgets by provider name (a provider without one gets the default).
+    pub fn with_budgets(mut self, budgets: BTreeMap<String, RetryBudget>) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The retry budget of `provider`.
+    pub fn budget(&self, provider: &str) -> RetryBudget {
+        self.budgets.get(provider).copied().unwrap_or_default()
     }
 
     /// Adds (or replaces) the provider serving `provider.name()`.
@@ -217,7 +239,7 @@ impl LlmService {
             }
             Err(e) => {
                 warn!(run_id, provider, attempt, retryable = e.is_retryable(), cause = %e, "llm call failed");
-                Err(e.into_activity_error())
+                Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }
     }
@@ -243,6 +265,7 @@ impl LlmService {
             );
         }
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
+        let attempt = ctx.info().attempt;
         let provider = request
             .model
             .as_ref()
@@ -262,8 +285,8 @@ impl LlmService {
         match with_heartbeat(&ctx, HEARTBEAT_EVERY, self.providers.generate(&llm_request)).await? {
             Ok(response) => Ok(compact::response(response)),
             Err(e) => {
-                warn!(run_id, provider, cause = %e, "compaction call failed");
-                Err(e.into_activity_error())
+                warn!(run_id, provider, attempt, cause = %e, "compaction call failed");
+                Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }
     }

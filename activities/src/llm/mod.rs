@@ -12,6 +12,8 @@
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
 //! - [`error`]: the failure taxonomy and its mapping to Temporal failures.
+//! - [`retry`]: a provider's request timeout and retry budget ([`RetryBudget`]): the last
+//!   attempt, the delay before the next one.
 
 pub mod activity;
 pub mod anthropic;
@@ -19,6 +21,7 @@ pub mod compact;
 pub mod error;
 pub mod openai;
 pub mod provider;
+pub mod retry;
 pub mod scripted;
 pub mod sse;
 #[cfg(test)]
@@ -28,3 +31,4 @@ mod transport;
 pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderSettings, Providers};
 pub use error::LlmError;
 pub use provider::Provider;
+pub use retry::RetryBudget;
