@@ -16,6 +16,7 @@ mod suite {
     mod history_budget;
     mod providers;
     mod replay;
+    mod retry_budget;
     mod security;
     mod store;
     mod tls;

@@ -20,7 +20,12 @@ fn openai_worker(server: &DevServer, llm: &MockOpenAi, queue: &str) -> Worker {
 }
 
 /// Submits with the openai provider and waits for the result with the given exit code.
-fn run_openai(server: &DevServer, queue: &str, name: &str, code: i32) -> (String, Value) {
+pub(super) fn run_openai(
+    server: &DevServer,
+    queue: &str,
+    name: &str,
+    code: i32,
+) -> (String, Value) {
     let run = unique(name);
     let out = baton_with_timeout(
         server,
@@ -47,7 +52,7 @@ fn run_openai(server: &DevServer, queue: &str, name: &str, code: i32) -> (String
 }
 
 /// Attempts of the `llm_generate` activity recorded in a run's history.
-fn llm_attempts(server: &DevServer, run: &str) -> Vec<u64> {
+pub(super) fn llm_attempts(server: &DevServer, run: &str) -> Vec<u64> {
     let history = server.workflow_history_json(run, None).unwrap();
     let events = history["events"].as_array().cloned().unwrap_or_default();
     let llm_ids: Vec<String> = events
