@@ -128,10 +128,17 @@ impl LlmError {
         } else {
             NextAttempt::GiveUp { attempts: attempt }
         };
+        let section = self.provider().unwrap_or_default().to_owned();
         let delay = match next {
-            NextAttempt::After(delay) => Some(delay),
+            NextAttempt::After(delay) => {
+                // The workflow's attempt limit is only an envelope: say which one counts.
+                message.push_str(&format!(
+                    "; attempt {attempt} of {} (worker setting [{section}] max_attempts)",
+                    budget.max_attempts
+                ));
+                Some(delay)
+            }
             NextAttempt::GiveUp { attempts } if self.is_retryable() => {
-                let section = self.provider().unwrap_or_default();
                 message.push_str(&format!(
                     "; gave up after {attempts} attempts (worker setting [{section}] max_attempts)"
                 ));
@@ -535,6 +542,11 @@ mod tests {
         assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(2)));
         let f = failure(unavailable(None), 2);
         assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(4)));
+        assert_eq!(
+            f.source_error().to_string(),
+            "openai is unavailable (HTTP 503): down; attempt 2 of 3 \
+             (worker setting [openai] max_attempts)"
+        );
         let f = failure(unavailable(Some(Duration::from_secs(30))), 2);
         assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(30)));
         let f = failure(unavailable(None), 3);
