@@ -538,4 +538,11 @@ mod env_tests {
             ),
         );
     }
+
+    #[test]
+    fn the_kubernetes_settings_file_is_valid() {
+        let s = read(include_str!("../../deploy/k8s/base/baton.toml"));
+        s.check().unwrap();
+        assert_eq!(s.providers().budget("anthropic"), RetryBudget::default());
+    }
 }
