@@ -185,16 +185,27 @@ impl LlmService {
     }
 }
 
-/// A blob store failure, as an activity failure: retried (the store may be back, or another
-/// worker may reach it), with a message saying what to check.
-fn store_failure(e: ConversationError) -> ActivityError {
-    let message = format!(
+/// Attempts of a model call whose blob store fails (the workflow's retry policy paces them:
+/// 1 s doubling to 60 s, about 2 min in all). The provider budgets do not apply: it is not
+/// the provider that failed.
+pub const STORE_MAX_ATTEMPTS: u32 = 8;
+
+/// A blob store failure on `attempt`, as an activity failure: retried (the store may be back,
+/// or another worker may reach it) until [`STORE_MAX_ATTEMPTS`], with a message saying what to
+/// check.
+fn store_failure(e: ConversationError, attempt: u32) -> ActivityError {
+    let mut message = format!(
         "{e} (check the workers' [store] settings: every worker must use the same blob store)"
     );
+    let last = attempt >= STORE_MAX_ATTEMPTS;
+    if last {
+        message.push_str(&format!("; gave up after {attempt} attempts"));
+    }
     warn!(error = %message, "the blob store failed during a model call");
     ActivityError::application(
         ApplicationFailure::builder(message)
             .type_name(FailureType::StoreUnavailable.as_str().to_owned())
+            .non_retryable(last)
             .build(),
     )
 }
@@ -221,7 +232,7 @@ impl LlmService {
             .conversations
             .resolve(request)
             .await
-            .map_err(store_failure)?;
+            .map_err(|e| store_failure(e, attempt))?;
         match with_heartbeat(
             &ctx,
             HEARTBEAT_EVERY,
@@ -234,7 +245,7 @@ impl LlmService {
                 self.conversations
                     .complete(&resolved, &mut response)
                     .await
-                    .map_err(store_failure)?;
+                    .map_err(|e| store_failure(e, attempt))?;
                 Ok(response)
             }
             Err(e) => {
@@ -251,12 +262,13 @@ impl LlmService {
         ctx: ActivityContext,
         mut request: CompactRequest,
     ) -> Result<CompactResponse, ActivityError> {
+        let attempt = ctx.info().attempt;
         if let Some(history) = request.history.take() {
             let (_, items) = self
                 .conversations
                 .materialize(&history)
                 .await
-                .map_err(store_failure)?;
+                .map_err(|e| store_failure(e, attempt))?;
             request.items = view::compaction_input(
                 &items,
                 &request.view.clone().unwrap_or_default(),
@@ -265,7 +277,6 @@ impl LlmService {
             );
         }
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
-        let attempt = ctx.info().attempt;
         let provider = request
             .model
             .as_ref()
@@ -348,5 +359,32 @@ mod tests {
         assert_eq!(s.openai_base_url, "https://api.openai.com/v1");
         let shown = format!("{s:?} {:?}", Providers::new(&s).unwrap());
         assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
+    fn a_failing_store_is_retried_until_its_own_attempt_limit() {
+        let failure = |attempt: u32| {
+            let e = ConversationError::Mismatch {
+                head: "h".into(),
+                expected: 3,
+                found: 1,
+            };
+            match store_failure(e, attempt) {
+                ActivityError::Application(f) => f,
+                _ => panic!("not an application failure"),
+            }
+        };
+        let f = failure(STORE_MAX_ATTEMPTS - 1);
+        assert!(!f.is_non_retryable());
+        assert_eq!(f.type_name(), Some(FailureType::StoreUnavailable.as_str()));
+        let f = failure(STORE_MAX_ATTEMPTS);
+        assert!(f.is_non_retryable());
+        assert!(
+            f.source_error()
+                .to_string()
+                .ends_with("same blob store); gave up after 8 attempts"),
+            "{}",
+            f.source_error()
+        );
     }
 }
