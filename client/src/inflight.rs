@@ -93,10 +93,13 @@ fn what(activity: &str) -> &str {
     }
 }
 
-/// One line for `status`, e.g. `model call: attempt 3 of 10 in 12s (retrying); last error: ...`.
+/// One line for `status`, e.g. `tool call call_1: retrying: attempt 3 of 5 in 12s; last error: ...`.
 pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
     let since = |at: i64| render::duration(((now_ms - at).max(0) / 1000) as u64);
-    let attempt = if a.maximum_attempts > 0 {
+    // A model call's attempt limit in the workflow is only an envelope: the worker's budget of
+    // the provider ends it sooner, and its last error says which attempt of how many it was.
+    let model_call = matches!(a.activity.as_str(), "llm_generate" | "compact_context");
+    let attempt = if a.maximum_attempts > 0 && !model_call {
         format!("attempt {} of {}", a.attempt, a.maximum_attempts)
     } else {
         format!("attempt {}", a.attempt)
@@ -175,8 +178,17 @@ mod tests {
         };
         assert_eq!(
             human(&a, NOW),
-            "model call: retrying: attempt 3 of 10 in 12s; last error: openai rate limited the \
+            "model call: retrying: attempt 3 in 12s; last error: openai rate limited the \
              request (429): slow down"
+        );
+        let tool = InFlight {
+            activity: "run_tool".into(),
+            ..a
+        };
+        assert!(
+            human(&tool, NOW).starts_with("tool call call_2_1: retrying: attempt 3 of 10 in 12s"),
+            "{}",
+            human(&tool, NOW)
         );
     }
 

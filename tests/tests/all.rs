@@ -19,6 +19,7 @@ mod suite {
     mod providers;
     mod replay;
     mod responses;
+    mod retry_budget;
     mod security;
     mod store;
     mod tls;

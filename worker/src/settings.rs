@@ -5,6 +5,7 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use anyhow::Context;
+use baton_activities::llm::RetryBudget;
 use serde::Deserialize;
 
 /// Everything a worker can be told.
@@ -214,8 +215,14 @@ pub(crate) struct ProviderSection {
     pub(crate) api_key: Option<String>,
     /// Stream responses over SSE (default true).
     pub(crate) stream: Option<bool>,
-    /// Timeout of one HTTP request, in seconds (default 280).
+    /// Timeout of one HTTP request, in seconds (default 600, for long reasoning calls).
     pub(crate) request_timeout_secs: Option<u64>,
+    /// Attempts of one model call before the run ends with `provider_error` (default 8).
+    pub(crate) max_attempts: Option<u32>,
+    /// Wait before the first retry, in seconds; it doubles with each attempt (default 1).
+    pub(crate) backoff_initial_secs: Option<u64>,
+    /// Cap of the doubling wait, in seconds (default 60).
+    pub(crate) backoff_max_secs: Option<u64>,
     /// `anthropic-version` header (Anthropic only; default `2023-06-01`).
     pub(crate) version: Option<String>,
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` instead of
@@ -234,6 +241,9 @@ impl std::fmt::Debug for ProviderSection {
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .field("stream", &self.stream)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("max_attempts", &self.max_attempts)
+            .field("backoff_initial_secs", &self.backoff_initial_secs)
+            .field("backoff_max_secs", &self.backoff_max_secs)
             .field("version", &self.version)
             .field("reasoning_models", &self.reasoning_models)
             .field("prompt_cache_key", &self.prompt_cache_key)
@@ -287,8 +297,16 @@ impl ProviderSection {
             .or_else(|| self.api_key.clone().filter(|k| !k.is_empty()))
     }
 
-    fn timeout(&self) -> u64 {
-        self.request_timeout_secs.unwrap_or(280)
+    /// The request timeout and retry budget: the keys set, else the defaults.
+    fn budget(&self) -> RetryBudget {
+        let d = RetryBudget::default();
+        let secs = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_secs);
+        RetryBudget {
+            request_timeout: secs(self.request_timeout_secs, d.request_timeout),
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            backoff_initial: secs(self.backoff_initial_secs, d.backoff_initial),
+            backoff_max: secs(self.backoff_max_secs, d.backoff_max),
+        }
     }
 }
 
@@ -351,7 +369,36 @@ impl Settings {
             )
         })?;
         settings.ignored_env = ignored_env;
+        settings.check().with_context(|| {
+            format!(
+                "invalid settings (from {} and BATON_* variables); see README \"Configuration\"",
+                file.display()
+            )
+        })?;
         Ok(settings)
+    }
+
+    /// The provider sections: the provider's name, the section's key in the settings, the
+    /// section.
+    fn provider_sections(&self) -> [(&'static str, &'static str, &ProviderSection); 3] {
+        use baton_activities::llm::{anthropic, openai, responses};
+        [
+            (openai::PROVIDER, "openai", &self.openai),
+            (anthropic::PROVIDER, "anthropic", &self.anthropic),
+            (
+                responses::PROVIDER,
+                "openai_responses",
+                &self.openai_responses,
+            ),
+        ]
+    }
+
+    /// Refuses values the worker must not start with (each error names its key).
+    fn check(&self) -> anyhow::Result<()> {
+        for (_, key, section) in self.provider_sections() {
+            section.budget().check(key)?;
+        }
+        Ok(())
     }
 
     /// Provider settings for the activities.
@@ -377,12 +424,11 @@ impl Settings {
             openai_responses_base_url: self.openai_responses.base_url(&OPENAI_RESPONSES),
             openai_responses_api_key: self.openai_responses.api_key(&OPENAI_RESPONSES),
             openai_responses_stream: self.openai_responses.stream.unwrap_or(true),
-            request_timeout: Duration::from_secs(
-                self.openai
-                    .timeout()
-                    .max(self.anthropic.timeout())
-                    .max(self.openai_responses.timeout()),
-            ),
+            budgets: self
+                .provider_sections()
+                .into_iter()
+                .map(|(name, _, section)| (name.to_owned(), section.budget()))
+                .collect(),
         }
     }
 
@@ -464,14 +510,6 @@ mod env_tests {
 
     #[test]
     fn reasoning_models_default_and_are_replaced_by_the_file() {
-        let read = |toml: &str| -> Settings {
-            config::Config::builder()
-                .add_source(config::File::from_str(toml, config::FileFormat::Toml))
-                .build()
-                .unwrap()
-                .try_deserialize()
-                .unwrap()
-        };
         assert_eq!(
             read("").providers().openai_reasoning_models,
             ["o1", "o3", "o4", "gpt-5"]
@@ -545,5 +583,72 @@ output_usd_per_mtok = 0.25
             .try_deserialize::<Settings>()
             .unwrap_err();
         assert!(typo.to_string().contains("input_usd"), "{typo}");
+    }
+
+    fn read(toml: &str) -> Settings {
+        config::Config::builder()
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap()
+    }
+
+    #[test]
+    fn retry_budgets_are_per_provider_section() {
+        let defaults = read("").providers();
+        assert_eq!(defaults.budget("openai"), RetryBudget::default());
+        assert_eq!(
+            RetryBudget::default().request_timeout,
+            Duration::from_secs(600)
+        );
+        let s = read(
+            "[openai]\nmax_attempts = 2\nbackoff_initial_secs = 3\n\
+             [anthropic]\nrequest_timeout_secs = 1800\nbackoff_max_secs = 300\n",
+        );
+        s.check().unwrap();
+        let p = s.providers();
+        assert_eq!(
+            p.budget("openai"),
+            RetryBudget {
+                max_attempts: 2,
+                backoff_initial: Duration::from_secs(3),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            p.budget("anthropic"),
+            RetryBudget {
+                request_timeout: Duration::from_secs(1800),
+                backoff_max: Duration::from_secs(300),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn an_absurd_retry_budget_is_refused_naming_the_key() {
+        let refused = |toml: &str| format!("{:#}", read(toml).check().unwrap_err());
+        assert_eq!(
+            refused("[openai]\nmax_attempts = 0\n"),
+            "openai.max_attempts = 0 is out of range: between 1 and 100 \
+             (the workflow's attempt limit of the model activities)"
+        );
+        assert!(
+            refused("[anthropic]\nbackoff_initial_secs = 30\nbackoff_max_secs = 10\n")
+                .starts_with("anthropic.backoff_max_secs = 10 is out of range"),
+        );
+        assert!(
+            refused("[openai]\nrequest_timeout_secs = 7200\n").starts_with(
+                "openai.request_timeout_secs = 7200 is out of range: between 1 and 3300"
+            ),
+        );
+    }
+
+    #[test]
+    fn the_kubernetes_settings_file_is_valid() {
+        let s = read(include_str!("../../deploy/k8s/base/baton.toml"));
+        s.check().unwrap();
+        assert_eq!(s.providers().budget("anthropic"), RetryBudget::default());
     }
 }

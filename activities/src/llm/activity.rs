@@ -11,7 +11,9 @@ use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
-use super::{LlmError, ModelTable, Provider, anthropic, compact, openai, responses, scripted};
+use super::{
+    LlmError, ModelTable, Provider, RetryBudget, anthropic, compact, openai, responses, scripted,
+};
 use crate::heartbeat::with_heartbeat;
 use baton_store::{
     SharedStore,
@@ -51,8 +53,16 @@ pub struct ProviderSettings {
     pub openai_responses_api_key: Option<String>,
     /// Whether to stream Responses (default true).
     pub openai_responses_stream: bool,
-    /// Timeout of one HTTP request to a provider (a streamed answer included).
-    pub request_timeout: Duration,
+    /// Request timeout and retry budget by provider name (`openai`, `anthropic`, ...); a
+    /// provider without an entry gets [`RetryBudget::default`].
+    pub budgets: BTreeMap<String, RetryBudget>,
+}
+
+impl ProviderSettings {
+    /// The request timeout and retry budget of `provider`.
+    pub fn budget(&self, provider: &str) -> RetryBudget {
+        self.budgets.get(provider).copied().unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -74,7 +84,7 @@ impl std::fmt::Debug for ProviderSettings {
                 &key(&self.openai_responses_api_key),
             )
             .field("openai_responses_stream", &self.openai_responses_stream)
-            .field("request_timeout", &self.request_timeout)
+            .field("budgets", &self.budgets)
             .finish()
     }
 }
@@ -94,7 +104,7 @@ impl Default for ProviderSettings {
             openai_responses_base_url: responses::DEFAULT_BASE_URL.to_owned(),
             openai_responses_api_key: None,
             openai_responses_stream: true,
-            request_timeout: Duration::from_secs(280),
+            budgets: BTreeMap::new(),
         }
     }
 }
@@ -103,6 +113,7 @@ impl Default for ProviderSettings {
 #[derive(Debug)]
 pub struct Providers {
     by_name: BTreeMap<&'static str, Box<dyn Provider>>,
+    budgets: BTreeMap<String, RetryBudget>,
 }
 
 impl Providers {
@@ -112,7 +123,7 @@ impl Providers {
         let openai = openai::OpenAi::new(
             settings.openai_base_url.clone(),
             settings.openai_api_key.clone(),
-            settings.request_timeout,
+            settings.budget(openai::PROVIDER).request_timeout,
         )?
         .streaming(settings.openai_stream)
         .reasoning_models(settings.openai_reasoning_models.clone())
@@ -121,27 +132,40 @@ impl Providers {
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),
             settings.anthropic_version.clone(),
-            settings.request_timeout,
+            settings.budget(anthropic::PROVIDER).request_timeout,
         )?
         .streaming(settings.anthropic_stream);
         let responses = responses::OpenAiResponses::new(
             settings.openai_responses_base_url.clone(),
             settings.openai_responses_api_key.clone(),
-            settings.request_timeout,
+            settings.budget(responses::PROVIDER).request_timeout,
         )?
         .streaming(settings.openai_responses_stream);
         Ok(Self::empty()
             .with(openai)
             .with(anthropic)
             .with(responses)
-            .with(scripted::Scripted))
+            .with(scripted::Scripted)
+            .with_budgets(settings.budgets.clone()))
     }
 
     /// No providers at all.
     pub fn empty() -> Self {
         Self {
             by_name: BTreeMap::new(),
+            budgets: BTreeMap::new(),
         }
+    }
+
+    /// Sets the retry budgets by provider name (a provider without one gets the default).
+    pub fn with_budgets(mut self, budgets: BTreeMap<String, RetryBudget>) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// The retry budget of `provider`.
+    pub fn budget(&self, provider: &str) -> RetryBudget {
+        self.budgets.get(provider).copied().unwrap_or_default()
     }
 
     /// Adds (or replaces) the provider serving `provider.name()`.
@@ -202,16 +226,27 @@ impl LlmService {
     }
 }
 
-/// A blob store failure, as an activity failure: retried (the store may be back, or another
-/// worker may reach it), with a message saying what to check.
-fn store_failure(e: ConversationError) -> ActivityError {
-    let message = format!(
+/// Attempts of a model call whose blob store fails (the workflow's retry policy paces them:
+/// 1 s doubling to 60 s, about 2 min in all). The provider budgets do not apply: it is not
+/// the provider that failed.
+pub const STORE_MAX_ATTEMPTS: u32 = 8;
+
+/// A blob store failure on `attempt`, as an activity failure: retried (the store may be back,
+/// or another worker may reach it) until [`STORE_MAX_ATTEMPTS`], with a message saying what to
+/// check.
+fn store_failure(e: ConversationError, attempt: u32) -> ActivityError {
+    let mut message = format!(
         "{e} (check the workers' [store] settings: every worker must use the same blob store)"
     );
+    let last = attempt >= STORE_MAX_ATTEMPTS;
+    if last {
+        message.push_str(&format!("; gave up after {attempt} attempts"));
+    }
     warn!(error = %message, "the blob store failed during a model call");
     ActivityError::application(
         ApplicationFailure::builder(message)
             .type_name(FailureType::StoreUnavailable.as_str().to_owned())
+            .non_retryable(last)
             .build(),
     )
 }
@@ -241,7 +276,7 @@ impl LlmService {
             .conversations
             .resolve(request)
             .await
-            .map_err(store_failure)?;
+            .map_err(|e| store_failure(e, attempt))?;
         match with_heartbeat(
             &ctx,
             HEARTBEAT_EVERY,
@@ -256,12 +291,12 @@ impl LlmService {
                 self.conversations
                     .complete(&resolved, &mut response)
                     .await
-                    .map_err(store_failure)?;
+                    .map_err(|e| store_failure(e, attempt))?;
                 Ok(response)
             }
             Err(e) => {
                 warn!(run_id, provider, attempt, retryable = e.is_retryable(), cause = %e, "llm call failed");
-                Err(e.into_activity_error())
+                Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }
     }
@@ -273,12 +308,13 @@ impl LlmService {
         ctx: ActivityContext,
         mut request: CompactRequest,
     ) -> Result<CompactResponse, ActivityError> {
+        let attempt = ctx.info().attempt;
         if let Some(history) = request.history.take() {
             let (_, items) = self
                 .conversations
                 .materialize(&history)
                 .await
-                .map_err(store_failure)?;
+                .map_err(|e| store_failure(e, attempt))?;
             request.items = view::compaction_input(
                 &items,
                 &request.view.clone().unwrap_or_default(),
@@ -310,8 +346,8 @@ impl LlmService {
                 Ok(compact::response(response))
             }
             Err(e) => {
-                warn!(run_id, provider, cause = %e, "compaction call failed");
-                Err(e.into_activity_error())
+                warn!(run_id, provider, attempt, cause = %e, "compaction call failed");
+                Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }
     }
@@ -378,5 +414,32 @@ mod tests {
         assert_eq!(s.openai_base_url, "https://api.openai.com/v1");
         let shown = format!("{s:?} {:?}", Providers::new(&s).unwrap());
         assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
+    fn a_failing_store_is_retried_until_its_own_attempt_limit() {
+        let failure = |attempt: u32| {
+            let e = ConversationError::Mismatch {
+                head: "h".into(),
+                expected: 3,
+                found: 1,
+            };
+            match store_failure(e, attempt) {
+                ActivityError::Application(f) => f,
+                _ => panic!("not an application failure"),
+            }
+        };
+        let f = failure(STORE_MAX_ATTEMPTS - 1);
+        assert!(!f.is_non_retryable());
+        assert_eq!(f.type_name(), Some(FailureType::StoreUnavailable.as_str()));
+        let f = failure(STORE_MAX_ATTEMPTS);
+        assert!(f.is_non_retryable());
+        assert!(
+            f.source_error()
+                .to_string()
+                .ends_with("same blob store); gave up after 8 attempts"),
+            "{}",
+            f.source_error()
+        );
     }
 }

@@ -100,12 +100,13 @@ fn cases() -> Vec<Case> {
             prefix: |body| json!({"tools": body["tools"], "instructions": body["instructions"]}),
             asks_for_caching: |body| body["prompt_cache_key"] == "run-conformance",
             sent_arguments: |body, id| {
-                find_object(body, &|v| v["type"] == "function_call" && v["call_id"] == id).map(
-                    |call| {
-                        let text = call["arguments"].as_str().unwrap_or("<not text>");
-                        serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()))
-                    },
-                )
+                find_object(body, &|v| {
+                    v["type"] == "function_call" && v["call_id"] == id
+                })
+                .map(|call| {
+                    let text = call["arguments"].as_str().unwrap_or("<not text>");
+                    serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()))
+                })
             },
         },
     ]
@@ -130,7 +131,9 @@ fn openai_case(name: &'static str, reasoning_stream: &'static str, parts: usize)
         asks_for_caching: |body| body["prompt_cache_key"] == "run-conformance",
         sent_arguments: |body, id| {
             find_object(body, &|v| v["type"] == "function" && v["id"] == id).map(|call| {
-                let text = call["function"]["arguments"].as_str().unwrap_or("<not text>");
+                let text = call["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or("<not text>");
                 serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()))
             })
         },

@@ -1,8 +1,10 @@
 //! The provider error taxonomy (DESIGN.md §5) and its mapping to Temporal failures: whether a
-//! retry can help is decided here, once, and Temporal's retry policy does the retrying.
+//! retry can help, and when the next attempt comes (under the provider's [`RetryBudget`]), is
+//! decided here, once; Temporal does the retrying.
 
 use std::time::{Duration, SystemTime};
 
+use super::retry::{NextAttempt, RetryBudget};
 use baton_workflows::activities::FailureType;
 use temporalio_common::{ActivityError, error::ApplicationFailure};
 use thiserror::Error;
@@ -85,9 +87,30 @@ impl LlmError {
         )
     }
 
-    /// The Temporal failure for this error: typed, retryable or not, with the provider's
-    /// requested delay as the next retry delay.
+    /// The provider named by a retryable error.
+    fn provider(&self) -> Option<&str> {
+        match self {
+            Self::RateLimited { provider, .. }
+            | Self::Unavailable { provider, .. }
+            | Self::Transport { provider, .. }
+            | Self::BadResponse { provider, .. }
+            | Self::Rejected { provider, .. } => Some(provider),
+            Self::ContextOverflow { .. } | Self::Config(_) => None,
+        }
+    }
+
+    /// The Temporal failure of this error on a first attempt under the default budget (what a
+    /// provider's own tests look at); the activity uses [`LlmError::into_failure`].
     pub fn into_activity_error(self) -> ActivityError {
+        self.into_failure(1, &RetryBudget::default())
+    }
+
+    /// The Temporal failure for this error on attempt `attempt` (1-based) of a call under
+    /// `budget`: typed; non-retryable when no retry can help or `attempt` was the budget's
+    /// last (the message then says so and names the setting); otherwise with the next retry
+    /// delay the budget decides ([`RetryBudget::next`]: backoff, or the provider's
+    /// `Retry-After`).
+    pub fn into_failure(self, attempt: u32, budget: &RetryBudget) -> ActivityError {
         let (type_name, retry_after) = match &self {
             Self::RateLimited { retry_after, .. } => (FailureType::RateLimited, *retry_after),
             Self::Unavailable { retry_after, .. } => {
@@ -99,13 +122,36 @@ impl LlmError {
             Self::Rejected { .. } => (FailureType::ProviderFatal, None),
             Self::Config(_) => (FailureType::BadInput, None),
         };
-        let non_retryable = !self.is_retryable();
-        let message = self.to_string();
+        let mut message = self.to_string();
+        let next = if self.is_retryable() {
+            budget.next(attempt, retry_after)
+        } else {
+            NextAttempt::GiveUp { attempts: attempt }
+        };
+        // The worker's settings section of the provider (`openai-responses` -> `[openai_responses]`).
+        let section = self.provider().unwrap_or_default().replace('-', "_");
+        let delay = match next {
+            NextAttempt::After(delay) => {
+                // The workflow's attempt limit is only an envelope: say which one counts.
+                message.push_str(&format!(
+                    "; attempt {attempt} of {} (worker setting [{section}] max_attempts)",
+                    budget.max_attempts
+                ));
+                Some(delay)
+            }
+            NextAttempt::GiveUp { attempts } if self.is_retryable() => {
+                message.push_str(&format!(
+                    "; gave up after {attempts} attempts (worker setting [{section}] max_attempts)"
+                ));
+                None
+            }
+            NextAttempt::GiveUp { .. } => None,
+        };
         ActivityError::application(
             ApplicationFailure::builder(message)
                 .type_name(type_name.as_str().to_owned())
-                .non_retryable(non_retryable)
-                .maybe_next_retry_delay(retry_after)
+                .non_retryable(delay.is_none())
+                .maybe_next_retry_delay(delay)
                 .build(),
         )
     }
@@ -607,5 +653,60 @@ mod tests {
         let f = failure(LlmError::cut_stream("p", "http://u", 42, None));
         assert!(!f.is_non_retryable());
         assert_eq!(f.type_name(), Some("ProviderUnreachable"));
+    }
+
+    #[test]
+    fn the_budget_sets_the_delay_and_ends_the_call_on_its_last_attempt() {
+        let budget = RetryBudget {
+            max_attempts: 3,
+            backoff_initial: Duration::from_secs(2),
+            ..Default::default()
+        };
+        let unavailable = |retry_after: Option<Duration>| LlmError::Unavailable {
+            provider: "openai".into(),
+            status: 503,
+            message: "down".into(),
+            retry_after,
+        };
+        let failure = |e: LlmError, attempt: u32| match e.into_failure(attempt, &budget) {
+            ActivityError::Application(f) => f,
+            _ => panic!("not an application failure"),
+        };
+        let f = failure(unavailable(None), 1);
+        assert!(!f.is_non_retryable());
+        assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(2)));
+        let f = failure(unavailable(None), 2);
+        assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(4)));
+        assert_eq!(
+            f.source_error().to_string(),
+            "openai is unavailable (HTTP 503): down; attempt 2 of 3 \
+             (worker setting [openai] max_attempts)"
+        );
+        let f = failure(unavailable(Some(Duration::from_secs(30))), 2);
+        assert_eq!(f.next_retry_delay(), Some(Duration::from_secs(30)));
+        let f = failure(unavailable(None), 3);
+        assert!(f.is_non_retryable());
+        assert_eq!(f.next_retry_delay(), None);
+        assert_eq!(
+            f.type_name(),
+            Some(FailureType::ProviderUnavailable.as_str())
+        );
+        assert_eq!(
+            f.source_error().to_string(),
+            "openai is unavailable (HTTP 503): down; gave up after 3 attempts \
+             (worker setting [openai] max_attempts)"
+        );
+        // Not retryable at all: the message does not blame the budget.
+        let rejected = LlmError::Rejected {
+            provider: "anthropic".into(),
+            status: 401,
+            message: "bad key".into(),
+        };
+        let f = failure(rejected, 1);
+        assert!(f.is_non_retryable());
+        assert_eq!(
+            f.source_error().to_string(),
+            "anthropic rejected the request (HTTP 401): bad key"
+        );
     }
 }

@@ -15,6 +15,8 @@
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
 //! - [`error`]: the failure taxonomy and its mapping to Temporal failures.
+//! - [`retry`]: a provider's request timeout and retry budget ([`RetryBudget`]): the last
+//!   attempt, the delay before the next one.
 
 pub mod activity;
 pub mod anthropic;
@@ -26,6 +28,7 @@ pub mod models;
 pub mod openai;
 pub mod provider;
 pub mod responses;
+pub mod retry;
 pub mod scripted;
 pub mod sse;
 #[cfg(test)]
@@ -36,3 +39,4 @@ pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderSettings, Providers};
 pub use error::LlmError;
 pub use models::{ModelInfo, ModelSettings, ModelTable, ModelTableError};
 pub use provider::Provider;
+pub use retry::RetryBudget;

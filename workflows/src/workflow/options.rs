@@ -13,12 +13,14 @@ use temporalio_workflow::{
 use super::AgentRun;
 use crate::activities::FailureType;
 
-/// LLM activity: start-to-close timeout.
-pub const LLM_START_TO_CLOSE: Duration = Duration::from_secs(5 * 60);
+/// LLM activity: start-to-close timeout of one attempt. An envelope: the worker's
+/// `request_timeout_secs` of each provider (checked against it at start-up) bounds the request.
+pub const LLM_START_TO_CLOSE: Duration = Duration::from_secs(60 * 60);
 /// LLM activity: heartbeat timeout (the activity heartbeats while it waits on the provider).
 pub const LLM_HEARTBEAT: Duration = Duration::from_secs(30);
-/// LLM activity: attempts before the run ends with `provider_error`.
-pub const LLM_MAX_ATTEMPTS: u32 = 8;
+/// LLM activity: the most attempts of one call. An envelope: the activity gives up sooner, on
+/// the worker's `max_attempts` of the provider, and sets each retry's delay itself.
+pub const LLM_MAX_ATTEMPTS: u32 = 100;
 /// Tool activity: heartbeat timeout, so a dead worker's call moves on within seconds.
 pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
 /// Tool activity: attempts (infrastructure failures only; ordinary failures are results).
@@ -45,7 +47,10 @@ pub(super) fn timer_options(duration: Duration, token: &WorkflowCancellationToke
 }
 
 /// Options of the model activities (`llm_generate`, `compact_context`): `summary` names the
-/// activity in the UI.
+/// activity in the UI. The retry policy is an envelope: the activity applies the worker's
+/// budget of the provider (last attempt non-retryable, next retry delay on every failure), so
+/// the backoff here only paces failures that never reach it (a worker that died, a blob store
+/// failure).
 pub(super) fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> ActivityOptions {
     let non_retryable = [
         FailureType::ProviderFatal,
