@@ -63,6 +63,12 @@ pub(crate) trait WireFormat: Send + Sync + std::fmt::Debug {
     /// The answer's parser.
     type Response: ResponseParser;
 
+    /// Refuses a request the provider would refuse for its configuration (a
+    /// [`LlmError::Config`]), before anything is sent; [`body`](Self::body) cannot fail.
+    fn check(&self, _request: &LlmRequest) -> Result<(), LlmError> {
+        Ok(())
+    }
+
     /// The JSON request body, asking for a stream or not.
     fn body(&self, request: &LlmRequest, stream: bool) -> serde_json::Value;
 
@@ -152,6 +158,7 @@ async fn call<W: WireFormat>(
     request: &LlmRequest,
 ) -> Result<LlmResponse, LlmError> {
     let url = provider.url.as_str();
+    provider.wire.check(request)?;
     let http = provider
         .http
         .post(url)
