@@ -253,13 +253,13 @@ pub(crate) fn sse_transcript(message: &Value) -> Transcript {
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     start["stop_sequence"] = Value::Null;
-    start["usage"] = json!({
-        "input_tokens": message
-            .pointer("/usage/input_tokens")
-            .cloned()
-            .unwrap_or(json!(INPUT_TOKENS)),
-        "output_tokens": 1
-    });
+    // The reply's usage (input and cache counts) as the API sends it first, output 1.
+    let mut usage = message.get("usage").cloned().unwrap_or(json!({}));
+    if usage.get("input_tokens").is_none() {
+        usage["input_tokens"] = json!(INPUT_TOKENS);
+    }
+    usage["output_tokens"] = json!(1);
+    start["usage"] = usage;
     let mut records = vec![sse_event(
         "message_start",
         &json!({"type": "message_start", "message": start}),
