@@ -19,19 +19,18 @@ use temporalio_client::{
 use crate::common;
 
 /// Starts `AgentRun` with `spec` on `queue` as run `id` (what `baton submit` does).
-async fn start_run(server: &DevServer, queue: &str, id: &str, spec: RunSpec) {
-    let url = server.url().parse::<temporalio_client::Url>().unwrap();
-    let conn = Connection::connect(ConnectionOptions::new(url).build())
-        .await
-        .unwrap();
-    let client = Client::new(conn, ClientOptions::new("default").build()).unwrap();
+async fn start_run(server: &DevServer, queue: &str, id: &str, spec: RunSpec) -> anyhow::Result<()> {
+    let url = server.url().parse::<temporalio_client::Url>()?;
+    let conn = Connection::connect(ConnectionOptions::new(url).build()).await?;
+    let client = Client::new(conn, ClientOptions::new("default").build())?;
     let options = WorkflowStartOptions::new(queue.to_owned(), id.to_owned())
         .task_timeout(Duration::from_secs(5))
         .build();
     client
         .start_workflow(AgentRun::run, spec, options)
         .await
-        .unwrap();
+        .map_err(|e| anyhow::anyhow!("cannot start {id}: {e}"))?;
+    Ok(())
 }
 
 /// The assistant message `i` of a captured request.
@@ -99,7 +98,8 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
     };
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(start_run(&server, &queue, &run, spec));
+        .block_on(start_run(&server, &queue, &run, spec))
+        .unwrap();
     let r = result(&server, &run, 0);
     assert_eq!(r["answer"], "The workspace is empty.");
 

@@ -271,7 +271,6 @@ fn parses_a_message() {
                         3
                     ),
                 ],
-                ..Default::default()
             }),
             usage: Some(usage(125, 30, 5, 20)),
             ..Default::default()
@@ -431,7 +430,6 @@ fn expected_stream_response() -> LlmResponse {
                 r#"{"type":"thinking","thinking":"Two files; read both.","signature":"EqQBCgIYAhIM"}"#,
                 0,
             )],
-            ..Default::default()
         }),
         usage: Some(usage(500, 89, 28, 0)),
         ..Default::default()
