@@ -195,6 +195,23 @@ impl MockAnthropic {
         self.push(Self::thinking_text_reply(thinking, text));
     }
 
+    /// How many `cache_control` breakpoints a request body carries (the API takes at most 4).
+    pub fn count_breakpoints(body: &Value) -> usize {
+        let mut n = 0;
+        let mut pending = vec![body];
+        while let Some(v) = pending.pop() {
+            match v {
+                Value::Object(map) => {
+                    n += usize::from(map.contains_key("cache_control"));
+                    pending.extend(map.values());
+                }
+                Value::Array(items) => pending.extend(items),
+                _ => {}
+            }
+        }
+        n
+    }
+
     /// An Anthropic error body:
     /// `{"type":"error","error":{"type":…,"message":…}}`.
     pub fn error_body(error_type: &str, message: &str) -> Value {

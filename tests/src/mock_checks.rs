@@ -221,18 +221,7 @@ fn anthropic_pairing(messages: &[Value], found: &mut Vec<String>) {
 const MAX_BREAKPOINTS: usize = 4;
 
 fn anthropic_breakpoints(body: &Value, found: &mut Vec<String>) {
-    let mut n = 0;
-    let mut pending = vec![body];
-    while let Some(v) = pending.pop() {
-        match v {
-            Value::Object(map) => {
-                n += usize::from(map.contains_key("cache_control"));
-                pending.extend(map.values());
-            }
-            Value::Array(items) => pending.extend(items),
-            _ => {}
-        }
-    }
+    let n = crate::MockAnthropic::count_breakpoints(body);
     if n > MAX_BREAKPOINTS {
         found.push(format!(
             "A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {n}."

@@ -38,22 +38,6 @@ fn message(req: &CapturedRequest, i: usize) -> &Value {
     &req.body["messages"][i]
 }
 
-fn count_breakpoints(v: &Value) -> usize {
-    let mut n = 0;
-    let mut pending = vec![v];
-    while let Some(v) = pending.pop() {
-        match v {
-            Value::Object(map) => {
-                n += usize::from(map.contains_key("cache_control"));
-                pending.extend(map.values());
-            }
-            Value::Array(items) => pending.extend(items),
-            _ => {}
-        }
-    }
-    n
-}
-
 #[test]
 fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
     let server = DevServer::start().unwrap();
@@ -131,7 +115,10 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
             last.last().unwrap().get("cache_control").is_some(),
             "request {i}"
         );
-        assert!(count_breakpoints(&req.body) <= 4, "request {i}");
+        assert!(
+            MockAnthropic::count_breakpoints(&req.body) <= 4,
+            "request {i}"
+        );
         assert_eq!(
             format!("{}{}", req.body["tools"], req.body["system"]),
             format!("{}{}", reqs[0].body["tools"], reqs[0].body["system"]),

@@ -73,6 +73,13 @@ fn the_thinking_parameter_and_max_tokens() {
     assert_eq!(body["temperature"], json!(0.5));
 }
 
+/// The message of `sse`, served in `piece`-byte chunks.
+async fn streamed(sse: &str, piece: usize) -> AssistantMessage {
+    let (base, _server) = serve_once(Reply::sse_chunked(sse, piece, true)).await;
+    let r = provider(&base).generate(&sample_request()).await.unwrap();
+    r.message.unwrap()
+}
+
 fn fixture_blocks() -> Vec<Value> {
     let v: Value = serde_json::from_str(TOOL_USE).unwrap();
     v["content"].as_array().unwrap().clone()
@@ -113,9 +120,7 @@ fn whole_thinking_and_redacted_blocks_become_reasoning_parts() {
 
 #[tokio::test]
 async fn the_docs_thinking_stream() {
-    let (base, _server) = serve_once(Reply::sse_chunked(STREAM, 9, true)).await;
-    let r = provider(&base).generate(&sample_request()).await.unwrap();
-    let m = r.message.unwrap();
+    let m = streamed(STREAM, 9).await;
     let thinking = "I need to find the GCD of 1071 and 462 using the Euclidean algorithm.\n\n\
                     1071 = 2 × 462 + 147\n462 = 3 × 147 + 21\n147 = 7 × 21 + 0\n\nSo GCD(1071, 462) = 21";
     assert_eq!(m.reasoning, thinking);
@@ -162,13 +167,7 @@ async fn a_streamed_redacted_block_and_interleaved_positions() {
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
         .collect();
-    let (base, _server) = serve_once(Reply::sse_chunked(&sse, 11, true)).await;
-    let m = provider(&base)
-        .generate(&sample_request())
-        .await
-        .unwrap()
-        .message
-        .unwrap();
+    let m = streamed(&sse, 11).await;
     assert_eq!(
         m.reasoning_parts,
         vec![
@@ -264,12 +263,6 @@ async fn context_window_exceeded_is_an_overflow_and_refusal_a_content_filter() {
         .await
         .unwrap_err();
     assert!(matches!(err, LlmError::ContextOverflow { .. }), "{err}");
-    let (base, _s) = serve_once(Reply::sse_chunked(&stream("refusal"), 64, true)).await;
-    let m = provider(&base)
-        .generate(&sample_request())
-        .await
-        .unwrap()
-        .message
-        .unwrap();
+    let m = streamed(&stream("refusal"), 64).await;
     assert_eq!(m.finish_reason, FinishReason::ContentFilter as i32);
 }
