@@ -27,12 +27,18 @@
 //! [`first_call`]: that tree submitted with the real CLI, submit to the first model call,
 //! cold and warm.
 //!
+//! Prompt caching (`baton-bench caching`, [`caching`], issue 16): billed input tokens of a
+//! 50-turn conversation behind a 40k-token prefix, with the Anthropic provider's
+//! `cache_control` breakpoints and with them stripped, against a local server that accounts
+//! like Anthropic's cache.
+//!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
 //! directory to keep the event histories the numbers were read from.
 
 mod agent;
 mod bare;
+mod caching;
 mod density;
 mod first_call;
 mod handoff;
@@ -79,6 +85,9 @@ enum Command {
     /// the same tree with its largest file changed; then submit to the first model call with
     /// that tree, cold and warm.
     Upload(UploadArgs),
+    /// Prompt caching: billed input tokens of a 50-turn Anthropic conversation behind a
+    /// 40k-token prefix, with and without `cache_control` breakpoints.
+    Caching(CachingArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
@@ -169,6 +178,16 @@ struct UploadArgs {
     /// The CI smoke size (2,000 files, 10 MiB) instead of --files and --mib.
     #[arg(long, conflicts_with_all = ["files", "mib"])]
     short: bool,
+}
+
+#[derive(Debug, Args)]
+struct CachingArgs {
+    /// Turns (requests) of the conversation.
+    #[arg(long, default_value_t = caching::Settings::FULL.turns)]
+    turns: u32,
+    /// Approximate tokens of the system prompt + tools.
+    #[arg(long, default_value_t = caching::Settings::FULL.prefix_tokens)]
+    prefix_tokens: usize,
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +292,15 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::Caching(args) => {
+            let report = caching::run(caching::Settings {
+                turns: args.turns,
+                prefix_tokens: args.prefix_tokens,
+                ..caching::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::All(args) => {
             // The whole table of BENCHMARKS.md in under 10 minutes on 2 cores: per-turn on both
             // dev-server settings (the headline), every other scenario on the fast one.
@@ -342,6 +370,10 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
             lap("upload");
+            // A few seconds at full size: the same in short mode.
+            let report = caching::run(caching::Settings::FULL).await?;
+            println!("{}", report.render());
+            lap("caching");
             // Scenario 6 needs a venv from PyPI: when it cannot be set up (PyPI slow or
             // unreachable), say why and go on, so that CI does not fail for it.
             match peer::prepare().await {

@@ -24,14 +24,22 @@ const INPUT_TOKENS: u64 = 42;
 /// `message`, it is sent as the real SSE event sequence (each record
 /// `event: <type>\ndata: <json>\n\n`): `message_start` (empty `content`,
 /// `usage.input_tokens`); per content block `content_block_start` (text with
-/// `text: ""` / tool_use with `id`, `name`, `input: {}`), its deltas
-/// (word-sized `text_delta`s / >= 2 `input_json_delta` `partial_json`
-/// fragments of the input) and `content_block_stop`; one `ping` (after the
+/// `text: ""` / tool_use with `id`, `name`, `input: {}` / thinking with
+/// `thinking: ""`; redacted_thinking whole), its deltas (word-sized
+/// `text_delta`s / >= 2 `input_json_delta` `partial_json` fragments of the
+/// input / word-sized `thinking_delta`s then one `signature_delta`) and
+/// `content_block_stop`; one `ping` (after the
 /// first `content_block_start`); `message_delta` (`stop_reason`,
 /// `stop_sequence: null`, `usage.output_tokens`); `message_stop`.
 /// [`MockResponse::cut_stream`], [`MockResponse::slow_stream`] and
 /// [`MockResponse::stream_error`] (e.g. [`MockAnthropic::overloaded_stream`])
 /// alter the delivery (see [`crate::ResponseMode`]).
+///
+/// Like the API, it refuses (400, `invalid_request_error`, see `mock_checks.rs`) a request
+/// with thinking on whose last assistant `tool_use` message does not start with a thinking
+/// block, a thinking block whose signature is not one it issued for that text
+/// ([`MockAnthropic::sign`]), `temperature` with thinking, `max_tokens` at or under the
+/// budget, and more than 4 `cache_control` breakpoints.
 ///
 /// Runs on its own thread and tokio runtime like [`crate::MockOpenAi`]; drop
 /// stops it.
@@ -110,6 +118,100 @@ impl MockAnthropic {
         message(content, "tool_use", 10 * calls.len().max(1))
     }
 
+    /// The signature the mock gives a thinking block of `thinking` (the real API's is
+    /// opaque; this one is a keyed hash, so an altered text or signature fails
+    /// [`MockAnthropic::verify`]).
+    pub fn sign(thinking: &str) -> String {
+        format!("mocksig1{:016x}", keyed_hash(b"thinking", thinking))
+    }
+
+    /// Whether `signature` is the mock's for `thinking`.
+    pub fn verify(thinking: &str, signature: &str) -> bool {
+        signature == Self::sign(thinking)
+    }
+
+    /// The `data` of a redacted thinking block hiding `secret`: opaque text with a check the
+    /// mock verifies ([`MockAnthropic::verify_redacted`]).
+    pub fn redacted_data(secret: &str) -> String {
+        let hex: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+        format!("{hex}.{:016x}", keyed_hash(b"redacted", &hex))
+    }
+
+    /// Whether `data` is a redacted block's data the mock issued, unaltered.
+    pub fn verify_redacted(data: &str) -> bool {
+        data.rsplit_once('.')
+            .is_some_and(|(hex, check)| check == format!("{:016x}", keyed_hash(b"redacted", hex)))
+    }
+
+    /// A signed `thinking` block.
+    pub fn thinking_block(thinking: &str) -> Value {
+        json!({"type": "thinking", "thinking": thinking, "signature": Self::sign(thinking)})
+    }
+
+    /// A `redacted_thinking` block hiding `secret`.
+    pub fn redacted_block(secret: &str) -> Value {
+        json!({"type": "redacted_thinking", "data": Self::redacted_data(secret)})
+    }
+
+    /// A `message` body calling tools after its thinking: `thinking` (a signed thinking
+    /// block), a redacted block when `redacted` is `Some`, then the `tool_use` blocks.
+    ///
+    /// # Panics
+    /// If an `input_json_text` is not valid JSON.
+    pub fn thinking_tool_use_reply(
+        thinking: &str,
+        redacted: Option<&str>,
+        calls: &[(&str, &str, &str)],
+    ) -> Value {
+        let mut reply = Self::tool_use_reply(calls);
+        let mut content = vec![Self::thinking_block(thinking)];
+        content.extend(redacted.map(Self::redacted_block));
+        if let Some(blocks) = reply["content"].as_array() {
+            content.extend(blocks.iter().cloned());
+        }
+        reply["content"] = Value::Array(content);
+        reply
+    }
+
+    /// A final text `message` after a signed thinking block.
+    pub fn thinking_text_reply(thinking: &str, text: &str) -> Value {
+        let mut reply = Self::text_reply(text);
+        reply["content"] = json!([Self::thinking_block(thinking), {"type": "text", "text": text}]);
+        reply
+    }
+
+    /// Queues [`MockAnthropic::thinking_tool_use_reply`].
+    pub fn push_thinking_tool_use(
+        &self,
+        thinking: &str,
+        redacted: Option<&str>,
+        calls: &[(&str, &str, &str)],
+    ) {
+        self.push(Self::thinking_tool_use_reply(thinking, redacted, calls));
+    }
+
+    /// Queues [`MockAnthropic::thinking_text_reply`].
+    pub fn push_thinking_text(&self, thinking: &str, text: &str) {
+        self.push(Self::thinking_text_reply(thinking, text));
+    }
+
+    /// How many `cache_control` breakpoints a request body carries (the API takes at most 4).
+    pub fn count_breakpoints(body: &Value) -> usize {
+        let mut n = 0;
+        let mut pending = vec![body];
+        while let Some(v) = pending.pop() {
+            match v {
+                Value::Object(map) => {
+                    n += usize::from(map.contains_key("cache_control"));
+                    pending.extend(map.values());
+                }
+                Value::Array(items) => pending.extend(items),
+                _ => {}
+            }
+        }
+        n
+    }
+
     /// An Anthropic error body:
     /// `{"type":"error","error":{"type":…,"message":…}}`.
     pub fn error_body(error_type: &str, message: &str) -> Value {
@@ -138,6 +240,17 @@ impl MockAnthropic {
     }
 }
 
+/// FNV-1a over `key` then `text`: the mock's signature (not cryptographic; it only has to
+/// change when the text does).
+fn keyed_hash(key: &[u8], text: &str) -> u64 {
+    key.iter()
+        .chain(b"\0")
+        .chain(text.as_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
 fn message(content: Vec<Value>, stop_reason: &str, output_tokens: usize) -> Value {
     json!({
         "id": format!("msg_mock{}", uuid::Uuid::new_v4().simple()),
@@ -157,13 +270,13 @@ pub(crate) fn sse_transcript(message: &Value) -> Transcript {
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     start["stop_sequence"] = Value::Null;
-    start["usage"] = json!({
-        "input_tokens": message
-            .pointer("/usage/input_tokens")
-            .cloned()
-            .unwrap_or(json!(INPUT_TOKENS)),
-        "output_tokens": 1
-    });
+    // The reply's usage (input and cache counts) as the API sends it first, output 1.
+    let mut usage = message.get("usage").cloned().unwrap_or(json!({}));
+    if usage.get("input_tokens").is_none() {
+        usage["input_tokens"] = json!(INPUT_TOKENS);
+    }
+    usage["output_tokens"] = json!(1);
+    start["usage"] = usage;
     let mut records = vec![sse_event(
         "message_start",
         &json!({"type": "message_start", "message": start}),
@@ -208,7 +321,20 @@ pub(crate) fn sse_transcript(message: &Value) -> Transcript {
                         .collect(),
                 )
             }
-            // Other block types are sent whole in their start event.
+            "thinking" => {
+                let text = block
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let mut deltas: Vec<Value> = text_pieces(text)
+                    .into_iter()
+                    .map(|t| json!({"type": "thinking_delta", "thinking": t}))
+                    .collect();
+                deltas
+                    .push(json!({"type": "signature_delta", "signature": block.get("signature")}));
+                (json!({"type": "thinking", "thinking": ""}), deltas)
+            }
+            // Other block types (redacted_thinking) are sent whole in their start event.
             _ => (block.clone(), Vec::new()),
         };
         records.push(sse_event(

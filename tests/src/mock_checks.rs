@@ -8,6 +8,12 @@
 //!   user message answer the `tool_use` blocks of the assistant message right before it, all
 //!   of them, and come first in the content. Neither API takes an answer to a call never
 //!   made, an answer given twice, or a call left unanswered.
+//! * **Anthropic thinking and caching** (the Messages API's 400s): with `thinking` enabled,
+//!   no `temperature`, `max_tokens` above `budget_tokens`, and the last assistant message
+//!   with `tool_use` starts with a thinking block; every `thinking` block's `signature` (and
+//!   `redacted_thinking` block's `data`) is one this mock issued
+//!   ([`crate::MockAnthropic::sign`]): an altered or invented block is refused; at most 4
+//!   `cache_control` breakpoints.
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -47,7 +53,11 @@ pub(crate) fn violations(
         .unwrap_or_default();
     match flavor {
         Flavor::OpenAi => openai_pairing(messages, &mut found),
-        Flavor::Anthropic => anthropic_pairing(messages, &mut found),
+        Flavor::Anthropic => {
+            anthropic_pairing(messages, &mut found);
+            anthropic_thinking(body, messages, &mut found);
+            anthropic_breakpoints(body, &mut found);
+        }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
         Flavor::Responses => {}
     }
@@ -209,6 +219,85 @@ fn anthropic_pairing(messages: &[Value], found: &mut Vec<String>) {
     }
 }
 
+/// The documented cap on `cache_control` breakpoints per request.
+const MAX_BREAKPOINTS: usize = 4;
+
+fn anthropic_breakpoints(body: &Value, found: &mut Vec<String>) {
+    let n = crate::MockAnthropic::count_breakpoints(body);
+    if n > MAX_BREAKPOINTS {
+        found.push(format!(
+            "A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {n}."
+        ));
+    }
+}
+
+fn anthropic_thinking(body: &Value, messages: &[Value], found: &mut Vec<String>) {
+    for (i, m) in messages.iter().enumerate() {
+        for (j, b) in blocks(m).iter().enumerate() {
+            let valid = match str_field(b, "type") {
+                "thinking" => crate::MockAnthropic::verify(
+                    str_field(b, "thinking"),
+                    str_field(b, "signature"),
+                ),
+                "redacted_thinking" => crate::MockAnthropic::verify_redacted(str_field(b, "data")),
+                _ => true,
+            };
+            if !valid {
+                found.push(format!(
+                    "messages.{i}.content.{j}: Invalid `signature` in `{}` block",
+                    str_field(b, "type")
+                ));
+            }
+        }
+    }
+    let Some(thinking) = body.get("thinking") else {
+        return;
+    };
+    if str_field(thinking, "type") != "enabled" {
+        return;
+    }
+    let budget = thinking.get("budget_tokens").and_then(Value::as_u64);
+    let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
+    if budget.is_none_or(|b| b < 1024) {
+        found.push(
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into(),
+        );
+    }
+    if let (Some(b), Some(m)) = (budget, max_tokens)
+        && m <= b
+    {
+        found.push(format!(
+            "`max_tokens` must be greater than `thinking.budget_tokens` ({m} <= {b})"
+        ));
+    }
+    if body.get("temperature").is_some() {
+        found.push(
+            "`temperature` may only be set to 1 when thinking is enabled (mock: it must not be sent)"
+                .into(),
+        );
+    }
+    let last_tool_turn = messages.iter().enumerate().rev().find(|(_, m)| {
+        str_field(m, "role") == "assistant"
+            && blocks(m).iter().any(|b| str_field(b, "type") == "tool_use")
+    });
+    if let Some((i, m)) = last_tool_turn {
+        let first = blocks(m)
+            .first()
+            .map(|b| str_field(b, "type"))
+            .unwrap_or("");
+        if first != "thinking" && first != "redacted_thinking" {
+            found.push(format!(
+                "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but \
+                 found `{first}`. When `thinking` is enabled, a final `assistant` message must \
+                 start with a thinking block (preceeding the lastmost set of `tool_use` and \
+                 `tool_result` blocks). We recommend you include thinking blocks from previous \
+                 turns. To avoid this requirement, disable `thinking`. Please consult our \
+                 documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -298,5 +387,69 @@ mod tests {
         }
         let other = BTreeMap::from([("x-api-key".to_owned(), "sk-other".to_owned())]);
         assert!(violations(Flavor::Anthropic, &other, raw.as_bytes(), &body).is_empty());
+    }
+
+    #[test]
+    fn anthropic_thinking_must_come_back_signed_before_the_tool_use() {
+        use crate::MockAnthropic;
+        let thinking = MockAnthropic::thinking_block("look first");
+        let turn = |content: Value| {
+            json!({
+                "model": "m", "max_tokens": 3048,
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+                ]
+            })
+        };
+        let call = json!({"type": "tool_use", "id": "t1", "name": "shell", "input": {}});
+        let redacted = MockAnthropic::redacted_block("hidden");
+        assert_eq!(
+            check(Flavor::Anthropic, &turn(json!([thinking, redacted, call]))),
+            Vec::<String>::new()
+        );
+        let missing = check(Flavor::Anthropic, &turn(json!([call])));
+        assert!(
+            missing[0].contains("messages.1.content.0.type: Expected `thinking`"),
+            "{missing:?}"
+        );
+        let mut altered = thinking.clone();
+        altered["thinking"] = json!("look first!");
+        let found = check(Flavor::Anthropic, &turn(json!([altered, call])));
+        assert!(
+            found[0].contains("Invalid `signature` in `thinking` block"),
+            "{found:?}"
+        );
+        let mut bad_redacted = redacted.clone();
+        bad_redacted["data"] = json!("00.0000000000000000");
+        let found = check(
+            Flavor::Anthropic,
+            &turn(json!([thinking, bad_redacted, call])),
+        );
+        assert!(
+            found[0].contains("Invalid `signature` in `redacted_thinking`"),
+            "{found:?}"
+        );
+        // Thinking off: no block is required.
+        let mut off = turn(json!([call]));
+        off.as_object_mut().unwrap().remove("thinking");
+        assert_eq!(check(Flavor::Anthropic, &off), Vec::<String>::new());
+        // temperature and a max_tokens at the budget are refused with thinking on.
+        let mut warm = turn(json!([thinking, call]));
+        warm["temperature"] = json!(0.5);
+        warm["max_tokens"] = json!(2048);
+        assert_eq!(check(Flavor::Anthropic, &warm).len(), 2);
+    }
+
+    #[test]
+    fn anthropic_takes_at_most_four_breakpoints() {
+        let cc = json!({"type": "ephemeral"});
+        let text = json!({"type": "text", "text": "x", "cache_control": cc});
+        let body =
+            |n: usize| json!({"messages": [{"role": "user", "content": vec![text.clone(); n]}]});
+        assert_eq!(check(Flavor::Anthropic, &body(4)), Vec::<String>::new());
+        assert!(check(Flavor::Anthropic, &body(5))[0].contains("A maximum of 4 blocks"));
     }
 }

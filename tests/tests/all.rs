@@ -7,6 +7,7 @@ mod common;
 
 mod suite {
     mod agent_loop;
+    mod anthropic_wire;
     mod approvals;
     mod cli;
     mod cost;

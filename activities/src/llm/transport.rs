@@ -63,8 +63,9 @@ pub(crate) trait WireFormat: Send + Sync + std::fmt::Debug {
     /// The answer's parser.
     type Response: ResponseParser;
 
-    /// Refuses a request this wire format cannot send (a setting it does not take), before
-    /// anything is sent. Accepts everything by default.
+    /// Refuses a request this wire format cannot send (a setting it does not take, or one
+    /// the provider would refuse: a [`LlmError::Config`]), before anything is sent;
+    /// [`body`](Self::body) cannot fail. Accepts everything by default.
     fn check(&self, _request: &LlmRequest) -> Result<(), LlmError> {
         Ok(())
     }

@@ -472,7 +472,12 @@ fn anthropic_approval_flow_and_wire_format() {
             req.body["max_tokens"].as_u64().unwrap() > 0,
             "max_tokens is always sent"
         );
-        assert!(req.body["system"].as_str().unwrap().contains("baton"));
+        assert!(
+            req.body["system"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("baton")
+        );
         let names: Vec<&str> = req.body["tools"]
             .as_array()
             .unwrap()

@@ -8,13 +8,21 @@
 
 //!
 //! - [`request`]: baton's request as a Messages body.
+//! - [`cache`]: prompt-caching breakpoints (`cache_control`) and their TTL.
+//! - [`thinking`]: extended thinking: the request parameter, thinking blocks sent back.
 //! - [`response`]: a whole message or its event stream as baton's response.
 //! - Sending, stream reading and the end-of-stream rule: `llm/transport.rs`.
 
+pub mod cache;
 mod request;
 mod response;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cache;
+#[cfg(test)]
+mod tests_thinking;
+pub mod thinking;
 
 use std::time::Duration;
 
@@ -80,8 +88,20 @@ impl WireFormat for Messages {
     const END: StreamEnd = StreamEnd::TerminalEvent;
     type Response = response::StreamState;
 
+    /// The caching TTL and the thinking budget ([`request::Options::of`]), refused before
+    /// anything is sent.
+    fn check(&self, request: &LlmRequest) -> Result<(), LlmError> {
+        request::Options::of(&request.model.clone().unwrap_or_default()).map(drop)
+    }
+
+    /// The body; [`check`](WireFormat::check) has refused a config the options cannot take,
+    /// so the fallback (no caching, thinking off) is never sent.
     fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        request_body_for(request, stream)
+        let model = request.model.clone().unwrap_or_default();
+        match request::Options::of(&model) {
+            Ok(options) => request::body_with(request, stream, &options),
+            Err(_) => request::body_with(request, stream, &request::Options::fallback()),
+        }
     }
 
     fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {

@@ -1,12 +1,47 @@
 //! The Messages request: baton's conversation as strictly alternating user/assistant
 //! messages of content blocks (`text`, `tool_use`, `tool_result`), the system prompt and the
-//! tool schemas (`input_schema`).
+//! tool schemas (`input_schema`), with prompt-caching breakpoints ([`super::cache`]) and
+//! extended thinking ([`super::thinking`]).
 
-use baton_proto::{LlmRequest, item};
+use baton_proto::{LlmRequest, ModelConfig, item};
 use serde_json::{Value, json};
 
-use super::{DEFAULT_MAX_TOKENS, DEFAULT_MODEL};
-use crate::llm::provider::replayed_arguments;
+use super::{
+    DEFAULT_MODEL,
+    cache::{add_breakpoints, cache_control},
+    thinking::{Thinking, thinking_for, with_thinking_blocks},
+};
+use crate::llm::{LlmError, provider::replayed_arguments};
+
+/// What a request's `ModelConfig` asks of the body, checked ([`Options::of`]).
+pub(super) struct Options {
+    /// The `cache_control` of every breakpoint.
+    cache_control: Value,
+    thinking: Thinking,
+}
+
+impl Options {
+    /// The options of `model`; a `cache_ttl` or thinking budget the API would refuse is a
+    /// [`LlmError::Config`] saying what to set instead.
+    pub(super) fn of(model: &ModelConfig) -> Result<Self, LlmError> {
+        Ok(Self {
+            cache_control: cache_control(&model.cache_ttl)?,
+            thinking: thinking_for(model)?,
+        })
+    }
+
+    /// No thinking, the default cache: only for a body that [`Options::of`] refused, which
+    /// the transport never sends (`WireFormat::check` runs first).
+    pub(super) fn fallback() -> Self {
+        Self {
+            cache_control: json!({"type": "ephemeral"}),
+            thinking: Thinking {
+                max_tokens: super::DEFAULT_MAX_TOKENS,
+                param: None,
+            },
+        }
+    }
+}
 
 /// Appends content blocks as a message of `role`, merged into the previous message when it
 /// has the same role (the API requires alternation).
@@ -24,9 +59,18 @@ fn push_message(
     }
 }
 
-/// The Messages request body, streaming or not.
-pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
+/// The Messages request body, streaming or not; a `ModelConfig` the API would refuse is a
+/// [`LlmError::Config`] ([`Options::of`]).
+pub fn request_body_for(request: &LlmRequest, stream: bool) -> Result<Value, LlmError> {
     let model = request.model.clone().unwrap_or_default();
+    Ok(body_with(request, stream, &Options::of(&model)?))
+}
+
+/// The body under checked options. Thinking blocks of earlier turns go back only when
+/// thinking is on (the API takes them as the turns' own; with thinking off they are dropped).
+pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -> Value {
+    let model = request.model.clone().unwrap_or_default();
+    let thinking_on = options.thinking.param.is_some();
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for entry in &request.conversation {
         match &entry.kind {
@@ -50,6 +94,9 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
                         "name": call.name,
                         "input": replayed_arguments(&call.arguments),
                     }));
+                }
+                if thinking_on {
+                    blocks = with_thinking_blocks(a, blocks);
                 }
                 push_message(&mut messages, "assistant", blocks);
             }
@@ -82,11 +129,7 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
     } else {
         model.model.clone()
     };
-    let max_tokens = if model.max_output_tokens > 0 {
-        model.max_output_tokens
-    } else {
-        DEFAULT_MAX_TOKENS
-    };
+    let max_tokens = options.thinking.max_tokens;
     let mut body = json!({"model": name, "max_tokens": max_tokens, "messages": messages});
     if !request.system_prompt.is_empty() {
         body["system"] = json!(request.system_prompt);
@@ -102,9 +145,16 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
             })
             .collect();
     }
-    if let Some(t) = model.temperature {
-        body["temperature"] = json!(t);
+    match &options.thinking.param {
+        // The API refuses `temperature` with thinking on.
+        Some(thinking) => body["thinking"] = thinking.clone(),
+        None => {
+            if let Some(t) = model.temperature {
+                body["temperature"] = json!(t);
+            }
+        }
     }
+    add_breakpoints(&mut body, &options.cache_control);
     if stream {
         body["stream"] = json!(true);
     }

@@ -1,13 +1,15 @@
 //! The Messages answer: a whole `message` body ([`parse_response`]) or its stream of
-//! content-block events ([`StreamState`]), as baton's [`LlmResponse`].
+//! content-block events ([`StreamState`]), as baton's [`LlmResponse`]: text, tool calls,
+//! thinking blocks as [`ReasoningPart`]s (their text also in `reasoning`, for people), usage
+//! with the prompt cache's reads and writes.
 
 use std::collections::BTreeMap;
 
-use baton_proto::{FinishReason, LlmResponse, ToolCall, Usage};
+use baton_proto::{FinishReason, LlmResponse, ReasoningPart, ToolCall, Usage};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 
-use super::PROVIDER;
+use super::{PROVIDER, thinking::StreamedThinking};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
@@ -30,14 +32,26 @@ fn finish_reason(stop_reason: Option<&str>, has_tool_calls: bool) -> FinishReaso
             FinishReason::Stop
         }
         Some("tool_use") => FinishReason::ToolCalls,
-        Some("max_tokens") | Some("model_context_window_exceeded") => FinishReason::Length,
+        Some("max_tokens") => FinishReason::Length,
         Some("refusal") => FinishReason::ContentFilter,
         _ => default_finish(has_tool_calls),
     }
 }
 
+/// `stop_reason: "model_context_window_exceeded"`: the conversation filled the model's
+/// context window, so the workflow elides and compacts ([`LlmError::ContextOverflow`]) instead
+/// of asking the model to continue.
+fn overflow(stop_reason: Option<&str>) -> Result<(), LlmError> {
+    match stop_reason {
+        Some("model_context_window_exceeded") => Err(LlmError::ContextOverflow {
+            message: "anthropic stopped with stop_reason model_context_window_exceeded".to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[derive(Deserialize, Default, Clone, Copy)]
-struct AnthropicUsage {
+pub(super) struct AnthropicUsage {
     #[serde(default)]
     input_tokens: Option<u32>,
     #[serde(default)]
@@ -56,15 +70,39 @@ impl AnthropicUsage {
                 + self.cache_read_input_tokens.unwrap_or(0)
         })
     }
-}
 
-pub(super) fn usage(input: u32, output: u32) -> Usage {
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        total_tokens: input + output,
-        llm_calls: 0,
-        ..Default::default()
+    /// Takes the counts `later` reports (a stream's `message_delta` is cumulative); an
+    /// `input_tokens` of 0 after a real count is ignored.
+    fn merge(&mut self, later: AnthropicUsage) {
+        if later.input_tokens.is_some_and(|i| i > 0) || self.input_tokens.is_none() {
+            self.input_tokens = later.input_tokens.or(self.input_tokens);
+        }
+        let keep = |new: Option<u32>, old: Option<u32>| new.or(old);
+        self.cache_creation_input_tokens = keep(
+            later.cache_creation_input_tokens,
+            self.cache_creation_input_tokens,
+        );
+        self.cache_read_input_tokens =
+            keep(later.cache_read_input_tokens, self.cache_read_input_tokens);
+        self.output_tokens = keep(later.output_tokens, self.output_tokens);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.input().unwrap_or(0) == 0 && self.output_tokens.is_none()
+    }
+
+    /// Baton's usage: `input_tokens` counts the cache's reads and writes too.
+    pub(super) fn usage(&self) -> Usage {
+        let input = self.input().unwrap_or(0);
+        let output = self.output_tokens.unwrap_or(0);
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: input + output,
+            cache_read_tokens: self.cache_read_input_tokens.unwrap_or(0),
+            cache_write_tokens: self.cache_creation_input_tokens.unwrap_or(0),
+            ..Default::default()
+        }
     }
 }
 
@@ -85,13 +123,15 @@ enum Block {
         #[serde(default)]
         thinking: String,
     },
+    RedactedThinking,
     #[serde(other)]
     Other,
 }
 
 #[derive(Deserialize)]
 struct MessageResponse {
-    content: Vec<Block>,
+    /// Raw, so a thinking block is kept exactly as it arrived.
+    content: Vec<Box<RawValue>>,
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
@@ -110,10 +150,19 @@ fn input_text(input: &Value) -> String {
 pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
     let parsed: MessageResponse = serde_json::from_str(body)
         .map_err(|e| bad(format!("invalid message ({e}): {}", snippet(body))))?;
+    overflow(parsed.stop_reason.as_deref())?;
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut tool_calls = Vec::new();
-    for block in parsed.content {
+    let mut parts = Vec::new();
+    for raw in parsed.content {
+        let block: Block = serde_json::from_str(raw.get()).map_err(|e| {
+            bad(format!(
+                "invalid content block ({e}): {}",
+                snippet(raw.get())
+            ))
+        })?;
+        let position = position(!text.is_empty(), tool_calls.len());
         match block {
             Block::Text { text: t } => text.push_str(&t),
             Block::ToolUse { id, name, input } => tool_calls.push(ToolCall {
@@ -122,17 +171,60 @@ pub fn parse_response(body: &str) -> Result<LlmResponse, LlmError> {
                 arguments: input_text(&input),
                 ..Default::default()
             }),
-            Block::Thinking { thinking } => reasoning.push_str(&thinking),
+            Block::Thinking { thinking } => {
+                reasoning.push_str(&thinking);
+                parts.push(super::thinking::part(
+                    "thinking",
+                    raw.get().to_owned(),
+                    position,
+                ));
+            }
+            Block::RedactedThinking => parts.push(super::thinking::part(
+                "redacted_thinking",
+                raw.get().to_owned(),
+                position,
+            )),
             Block::Other => {}
         }
     }
     let finish = finish_reason(parsed.stop_reason.as_deref(), !tool_calls.is_empty());
-    let usage = parsed
-        .usage
-        .map(|u| usage(u.input().unwrap_or(0), u.output_tokens.unwrap_or(0)));
-    Ok(assistant_response(
-        text, reasoning, tool_calls, finish, usage,
+    let usage = parsed.usage.map(|u| u.usage());
+    Ok(with_parts(
+        assistant_response(text, reasoning, tool_calls, finish, usage),
+        parts,
     ))
+}
+
+/// A reasoning part's position: the blocks baton sends back before it (the text, merged into
+/// one block, then the tool calls).
+fn position(has_text: bool, tool_calls: usize) -> u32 {
+    u32::try_from(usize::from(has_text) + tool_calls).unwrap_or(u32::MAX)
+}
+
+fn with_parts(mut response: LlmResponse, parts: Vec<ReasoningPart>) -> LlmResponse {
+    if let Some(m) = response.message.as_mut() {
+        m.reasoning_parts = parts;
+    }
+    response
+}
+
+impl ToolBlock {
+    /// The call: the streamed input, or the start event's when no fragment came.
+    fn into_call(self) -> ToolCall {
+        ToolCall {
+            id: self.id,
+            name: self.name,
+            arguments: if !self.partial_json.trim().is_empty() {
+                self.partial_json
+            } else {
+                match self.start_input {
+                    Some(Value::Object(m)) if !m.is_empty() => Value::Object(m).to_string(),
+                    _ => "{}".to_owned(),
+                }
+            },
+            ..Default::default()
+        }
+    }
 }
 
 /// A `tool_use` block being streamed.
@@ -145,16 +237,20 @@ struct ToolBlock {
     partial_json: String,
 }
 
+/// One streamed content block baton keeps, by index.
+enum Streamed {
+    Text,
+    Tool(ToolBlock),
+    Thinking(StreamedThinking),
+}
+
 /// The message being assembled from a stream's events.
 #[derive(Default)]
 pub(crate) struct StreamState {
     text: String,
-    reasoning: String,
-    tools: BTreeMap<u64, ToolBlock>,
+    blocks: BTreeMap<u64, Streamed>,
     stop_reason: Option<String>,
-    input_tokens: u32,
-    output_tokens: u32,
-    saw_usage: bool,
+    usage: Option<AnthropicUsage>,
 }
 
 fn str_at<'v>(v: &'v Value, pointer: &str) -> Option<&'v str> {
@@ -167,14 +263,7 @@ impl StreamState {
         let Ok(u) = serde_json::from_value::<AnthropicUsage>(u.clone()) else {
             return;
         };
-        if let Some(input) = u.input().filter(|i| *i > 0) {
-            self.input_tokens = input;
-            self.saw_usage = true;
-        }
-        if let Some(output) = u.output_tokens {
-            self.output_tokens = output;
-            self.saw_usage = true;
-        }
+        self.usage.get_or_insert_default().merge(u);
     }
 }
 
@@ -206,34 +295,46 @@ impl ResponseParser for StreamState {
             }
             "content_block_start" => {
                 let block = v.get("content_block").unwrap_or(&Value::Null);
-                match str_at(block, "/type") {
-                    Some("text") => self.text.push_str(str_at(block, "/text").unwrap_or("")),
-                    Some("thinking") => self
-                        .reasoning
-                        .push_str(str_at(block, "/thinking").unwrap_or("")),
-                    Some("tool_use") => {
-                        self.tools.insert(
-                            index,
-                            ToolBlock {
-                                id: str_at(block, "/id").unwrap_or("").to_owned(),
-                                name: str_at(block, "/name").unwrap_or("").to_owned(),
-                                start_input: block.get("input").cloned(),
-                                partial_json: String::new(),
-                            },
-                        );
+                let kept = match str_at(block, "/type") {
+                    Some("text") => {
+                        self.text.push_str(str_at(block, "/text").unwrap_or(""));
+                        Streamed::Text
                     }
-                    _ => {}
-                }
+                    Some("thinking") | Some("redacted_thinking") => {
+                        Streamed::Thinking(StreamedThinking::start(block))
+                    }
+                    Some("tool_use") => Streamed::Tool(ToolBlock {
+                        id: str_at(block, "/id").unwrap_or("").to_owned(),
+                        name: str_at(block, "/name").unwrap_or("").to_owned(),
+                        start_input: block.get("input").cloned(),
+                        partial_json: String::new(),
+                    }),
+                    _ => return Ok(Flow::Continue),
+                };
+                self.blocks.insert(index, kept);
             }
             "content_block_delta" => {
                 let delta = v.get("delta").unwrap_or(&Value::Null);
                 match str_at(delta, "/type") {
                     Some("text_delta") => self.text.push_str(str_at(delta, "/text").unwrap_or("")),
-                    Some("thinking_delta") => self
-                        .reasoning
-                        .push_str(str_at(delta, "/thinking").unwrap_or("")),
+                    Some(kind @ ("thinking_delta" | "signature_delta")) => {
+                        let Some(Streamed::Thinking(block)) = self.blocks.get_mut(&index) else {
+                            return Err(bad(format!(
+                                "{kind} for block {index}, which is not a thinking block"
+                            )));
+                        };
+                        if kind == "thinking_delta" {
+                            block
+                                .thinking
+                                .push_str(str_at(delta, "/thinking").unwrap_or(""));
+                        } else {
+                            block
+                                .signature
+                                .push_str(str_at(delta, "/signature").unwrap_or(""));
+                        }
+                    }
                     Some("input_json_delta") => {
-                        let Some(tool) = self.tools.get_mut(&index) else {
+                        let Some(Streamed::Tool(tool)) = self.blocks.get_mut(&index) else {
                             return Err(bad(format!(
                                 "input_json_delta for block {index}, which is not a tool_use"
                             )));
@@ -246,6 +347,7 @@ impl ResponseParser for StreamState {
             }
             "message_delta" => {
                 if let Some(reason) = str_at(&v, "/delta/stop_reason") {
+                    overflow(Some(reason))?;
                     self.stop_reason = Some(reason.to_owned());
                 }
                 if let Some(u) = v.get("usage") {
@@ -271,27 +373,26 @@ impl ResponseParser for StreamState {
     }
 
     fn into_response(self) -> LlmResponse {
-        let tool_calls: Vec<ToolCall> = self
-            .tools
-            .into_values()
-            .map(|t| ToolCall {
-                id: t.id,
-                name: t.name,
-                arguments: if !t.partial_json.trim().is_empty() {
-                    t.partial_json
-                } else {
-                    match t.start_input {
-                        Some(Value::Object(m)) if !m.is_empty() => Value::Object(m).to_string(),
-                        _ => "{}".to_owned(),
-                    }
-                },
-                ..Default::default()
-            })
-            .collect();
+        let mut tool_calls: Vec<ToolCall> = Vec::new();
+        let mut parts = Vec::new();
+        let mut reasoning = String::new();
+        let mut has_text = false;
+        for block in self.blocks.into_values() {
+            match block {
+                Streamed::Text => has_text = true,
+                Streamed::Tool(t) => tool_calls.push(t.into_call()),
+                Streamed::Thinking(t) => {
+                    let (part, text) = t.into_part(position(has_text, tool_calls.len()));
+                    reasoning.push_str(&text);
+                    parts.push(part);
+                }
+            }
+        }
         let finish = finish_reason(self.stop_reason.as_deref(), !tool_calls.is_empty());
-        let usage = self
-            .saw_usage
-            .then(|| usage(self.input_tokens, self.output_tokens));
-        assistant_response(self.text, self.reasoning, tool_calls, finish, usage)
+        let usage = self.usage.filter(|u| !u.is_empty()).map(|u| u.usage());
+        with_parts(
+            assistant_response(self.text, reasoning, tool_calls, finish, usage),
+            parts,
+        )
     }
 }

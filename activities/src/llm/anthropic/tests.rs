@@ -1,21 +1,44 @@
 //! The Anthropic provider against a local HTTP server: request bodies, whole and streamed
 //! answers (cut streams, in-stream error events), HTTP error classification.
 
-use super::{response::usage, *};
+use super::*;
 use crate::llm::{
     LlmError, Provider,
     error::classify_http,
     test_server::{Reply, serve_once},
 };
 use baton_proto::{
-    AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ToolCall, ToolDefinition,
-    ToolResult, UserMessage, item,
+    AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ReasoningPart, ToolCall,
+    ToolDefinition, ToolResult, Usage, UserMessage, item,
 };
 use pretty_assertions::assert_eq;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-fn user(text: &str) -> Item {
+/// Baton's usage: `input` counts the cache's `read` and `write` tokens.
+pub(super) fn usage(input: u32, output: u32, read: u32, write: u32) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: input + output,
+        cache_read_tokens: read,
+        cache_write_tokens: write,
+        ..Default::default()
+    }
+}
+
+/// An anthropic reasoning part.
+pub(super) fn part(kind: &str, data: &str, position: u32) -> ReasoningPart {
+    ReasoningPart {
+        provider: "anthropic".into(),
+        kind: kind.into(),
+        data: data.into(),
+        position,
+        ..Default::default()
+    }
+}
+
+pub(super) fn user(text: &str) -> Item {
     Item {
         kind: Some(item::Kind::User(UserMessage {
             text: text.into(),
@@ -24,7 +47,7 @@ fn user(text: &str) -> Item {
     }
 }
 
-fn assistant(text: &str, calls: &[(&str, &str, &str)]) -> Item {
+pub(super) fn assistant(text: &str, calls: &[(&str, &str, &str)]) -> Item {
     Item {
         kind: Some(item::Kind::Assistant(AssistantMessage {
             text: text.into(),
@@ -44,7 +67,7 @@ fn assistant(text: &str, calls: &[(&str, &str, &str)]) -> Item {
     }
 }
 
-fn result(call_id: &str, content: &str, is_error: bool) -> Item {
+pub(super) fn result(call_id: &str, content: &str, is_error: bool) -> Item {
     Item {
         kind: Some(item::Kind::ToolResult(ToolResult {
             call_id: call_id.into(),
@@ -57,7 +80,7 @@ fn result(call_id: &str, content: &str, is_error: bool) -> Item {
     }
 }
 
-fn sample_request() -> LlmRequest {
+pub(super) fn sample_request() -> LlmRequest {
     LlmRequest {
         model: Some(ModelConfig {
             provider: "anthropic".into(),
@@ -105,7 +128,7 @@ fn expected_body() -> Value {
         "model": "claude-test",
         "max_tokens": 8192,
         "temperature": 0.5,
-        "system": "You are baton.",
+        "system": [{"type": "text", "text": "You are baton.", "cache_control": {"type": "ephemeral"}}],
         "messages": [
             {"role": "user", "content": [
                 {"type": "text", "text": "fix the bug"},
@@ -119,25 +142,26 @@ fn expected_body() -> Value {
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "fn a() {}"},
                 {"type": "tool_result", "tool_use_id": "toolu_2", "content": "denied by policy", "is_error": true},
-                {"type": "text", "text": "also check b.rs"},
+                {"type": "text", "text": "also check b.rs", "cache_control": {"type": "ephemeral"}},
             ]},
             {"role": "assistant", "content": [
                 {"type": "tool_use", "id": "toolu_3", "name": "list_files", "input": {}},
             ]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_3"},
+                {"type": "tool_result", "tool_use_id": "toolu_3", "cache_control": {"type": "ephemeral"}},
             ]},
         ],
         "tools": [
             {"name": "read_file", "description": "Reads a file.", "input_schema": {
                 "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"],
             }},
-            {"name": "list_files", "description": "Lists files.", "input_schema": {"type": "object"}},
+            {"name": "list_files", "description": "Lists files.", "input_schema": {"type": "object"},
+             "cache_control": {"type": "ephemeral"}},
         ],
     })
 }
 
-fn provider(base: &str) -> Anthropic {
+pub(super) fn provider(base: &str) -> Anthropic {
     Anthropic::new(
         base,
         Some("sk-ant-test".into()),
@@ -149,10 +173,16 @@ fn provider(base: &str) -> Anthropic {
 
 #[test]
 fn request_body_alternates_roles_and_links_tool_results() {
-    assert_eq!(request_body_for(&sample_request(), false), expected_body());
+    assert_eq!(
+        request_body_for(&sample_request(), false).unwrap(),
+        expected_body()
+    );
     let mut streaming = expected_body();
     streaming["stream"] = json!(true);
-    assert_eq!(request_body_for(&sample_request(), true), streaming);
+    assert_eq!(
+        request_body_for(&sample_request(), true).unwrap(),
+        streaming
+    );
 }
 
 #[test]
@@ -173,18 +203,20 @@ fn request_body_defaults_and_tool_results_first() {
         ..Default::default()
     };
     assert_eq!(
-        request_body_for(&req, false),
+        request_body_for(&req, false).unwrap(),
         json!({
             "model": DEFAULT_MODEL,
             "max_tokens": 1000,
             "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}},
+                ]},
                 {"role": "assistant", "content": [
                     {"type": "tool_use", "id": "t1", "name": "shell", "input": {"command": "make"}},
                 ]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
-                    {"type": "text", "text": "stop after this"},
+                    {"type": "text", "text": "stop after this", "cache_control": {"type": "ephemeral"}},
                 ]},
             ],
         })
@@ -226,9 +258,21 @@ fn parses_a_message() {
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "Need both files.".into(),
-                ..Default::default()
+                // Exactly as they arrived, at the blocks before them (text, two tool calls).
+                reasoning_parts: vec![
+                    part(
+                        "thinking",
+                        r#"{"type": "thinking", "thinking": "Need both files.", "signature": "sig"}"#,
+                        0
+                    ),
+                    part(
+                        "redacted_thinking",
+                        r#"{"type": "redacted_thinking", "data": "xyz"}"#,
+                        3
+                    ),
+                ],
             }),
-            usage: Some(usage(125, 30)),
+            usage: Some(usage(125, 30, 5, 20)),
             ..Default::default()
         }
     );
@@ -381,9 +425,13 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "Two files; read both.".into(),
-            ..Default::default()
+            reasoning_parts: vec![part(
+                "thinking",
+                r#"{"type":"thinking","thinking":"Two files; read both.","signature":"EqQBCgIYAhIM"}"#,
+                0,
+            )],
         }),
-        usage: Some(usage(500, 89)),
+        usage: Some(usage(500, 89, 28, 0)),
         ..Default::default()
     }
 }
@@ -452,7 +500,7 @@ async fn non_streaming_round_trip() {
         (m.text.as_str(), m.finish_reason),
         ("Hello.", FinishReason::Stop as i32)
     );
-    assert_eq!(r.usage, Some(usage(3, 2)));
+    assert_eq!(r.usage, Some(usage(3, 2, 0, 0)));
     assert_eq!(server.await.unwrap().body, expected_body());
 }
 
