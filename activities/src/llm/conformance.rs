@@ -34,6 +34,8 @@ struct Case {
     provider: &'static str,
     model: &'static str,
     make: fn(&str) -> Box<dyn Provider>,
+    /// Settings the run needs for the provider to send reasoning back (Anthropic: thinking on).
+    configure: fn(&mut ModelConfig),
     /// A streamed answer with reasoning parts and one tool call (`call_1`, `read_file`).
     reasoning_stream: &'static str,
     /// How many reasoning parts that answer carries.
@@ -68,6 +70,10 @@ fn cases() -> Vec<Case> {
                         .expect("provider"),
                 )
             },
+            configure: |model| {
+                model.thinking_budget_tokens = 1024;
+                model.max_output_tokens = 4096;
+            },
             reasoning_stream: ANTHROPIC_REASONING,
             reasoning_parts: 2,
             text_stream: ANTHROPIC_TEXT,
@@ -94,6 +100,7 @@ fn cases() -> Vec<Case> {
                     .expect("provider"),
                 )
             },
+            configure: |model| model.reasoning_effort = "medium".into(),
             reasoning_stream: RESPONSES_REASONING,
             reasoning_parts: 1,
             text_stream: RESPONSES_TEXT,
@@ -124,6 +131,7 @@ fn openai_case(name: &'static str, reasoning_stream: &'static str, parts: usize)
                     .expect("provider"),
             )
         },
+        configure: |_| {},
         reasoning_stream,
         reasoning_parts: parts,
         text_stream: OPENAI_TEXT,
@@ -179,13 +187,15 @@ fn result(id: &str, content: &str) -> Item {
 }
 
 fn request(case: &Case, conversation: Vec<Item>) -> LlmRequest {
+    let mut model = ModelConfig {
+        provider: case.provider.into(),
+        model: case.model.into(),
+        max_output_tokens: 1024,
+        ..Default::default()
+    };
+    (case.configure)(&mut model);
     LlmRequest {
-        model: Some(ModelConfig {
-            provider: case.provider.into(),
-            model: case.model.into(),
-            max_output_tokens: 1024,
-            ..Default::default()
-        }),
+        model: Some(model),
         system_prompt: "You are baton's agent. Work in the repository.".into(),
         conversation,
         tools: vec![
