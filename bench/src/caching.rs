@@ -58,6 +58,8 @@ impl Settings {
 const MIN_CACHEABLE_TOKENS: usize = 1024;
 /// The default (5-minute) cache lifetime.
 const TTL: Duration = Duration::from_secs(300);
+/// The model of the shipped price table the passes are priced as.
+const PRICED_AS: &str = "claude-sonnet-4-5";
 /// Anthropic's multipliers on the base input price.
 const WRITE_5M: f64 = 1.25;
 const READ: f64 = 0.1;
@@ -215,6 +217,20 @@ impl Pass {
         plain as f64 + WRITE_5M * self.written as f64 + READ * self.read as f64
     }
 
+    /// The pass's input cost in US dollars under the shipped price table (Claude Sonnet 4.5:
+    /// input $3, cache write $3.75, cache read $0.30 per million tokens).
+    fn input_cost_usd(&self) -> f64 {
+        let price = baton_activities::llm::ModelTable::defaults()
+            .lookup(PRICED_AS)
+            .unwrap_or_default();
+        price.cost_usd(&Usage {
+            input_tokens: u32::try_from(self.input).unwrap_or(u32::MAX),
+            cache_read_tokens: u32::try_from(self.read).unwrap_or(u32::MAX),
+            cache_write_tokens: u32::try_from(self.written).unwrap_or(u32::MAX),
+            ..Default::default()
+        })
+    }
+
     fn add(&mut self, u: &Usage) {
         self.input += u64::from(u.input_tokens);
         self.read += u64::from(u.cache_read_tokens);
@@ -288,21 +304,23 @@ impl CachingReport {
     pub(crate) fn render(&self) -> String {
         let row = |label: &str, p: &Pass| {
             format!(
-                "| {label} | {} | {} | {} | {} | {:.0} | {:.2} |\n",
+                "| {label} | {} | {} | {} | {} | {:.0} | ${:.2} | {:.2} |\n",
                 p.input,
                 p.input - p.read - p.written,
                 p.written,
                 p.read,
                 p.billed(),
+                p.input_cost_usd(),
                 p.elapsed.as_secs_f64()
             )
         };
         let ratio = self.cached.billed() / self.uncached.billed();
+        let cost_ratio = self.cached.input_cost_usd() / self.uncached.input_cost_usd();
         format!(
             "### Prompt caching ({} turns, ~{}-token prefix, ~{}-token tool results; tokens ~ bytes/4)\n\n\
-             | pass | input tokens | plain | cache writes | cache reads | billed (write 1.25x, read 0.1x) | seconds |\n\
-             |---|--:|--:|--:|--:|--:|--:|\n{}{}\n\
-             Billed input with caching / without: {ratio:.3}x (goal under 0.2x).\n",
+             | pass | input tokens | plain | cache writes | cache reads | billed (write 1.25x, read 0.1x) | input cost ({PRICED_AS}, shipped price table) | seconds |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|\n{}{}\n\
+             Billed input with caching / without: {ratio:.3}x; input cost under the shipped price table: {cost_ratio:.3}x (goal under 0.2x).\n",
             self.settings.turns,
             self.settings.prefix_tokens,
             self.settings.result_tokens,

@@ -33,6 +33,7 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
         );
         r.history_head = format!("head{i}");
         r.history_items = h.stored_items + h.added.len() as u32;
+        r.context = "ctx-1".into();
         s.on_llm_response(r, T0);
         if i == 29 {
             break;
@@ -89,6 +90,11 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
     let Step::CallLlm(req) = next.next_step(T0) else {
         panic!("expected an LLM call");
     };
+    // The prompt prefix providers cache (system prompt and tools) is the same stored blob
+    // after the boundary: the cache keeps hitting.
+    assert_eq!(req.context, "ctx-1");
+    assert!(req.system_prompt.is_empty() && req.tools.is_empty());
+    assert_eq!(next.system_prompt(), s.system_prompt());
     let h = req.history.unwrap();
     assert_eq!(h.head, "head29");
     assert!(
