@@ -15,10 +15,8 @@
 
 use std::time::Duration;
 
-use baton_proto::{
-    AssistantMessage, Item, LlmRequest, ModelConfig, ToolCall, ToolDefinition, ToolResult,
-    UserMessage, ViewSpec, item,
-};
+use crate::llm::test_items::*;
+use baton_proto::{AssistantMessage, Item, LlmRequest, ModelConfig, ToolDefinition, ViewSpec};
 use baton_workflows::view;
 use serde_json::{Value, json};
 
@@ -148,42 +146,15 @@ fn openai_case(name: &'static str, reasoning_stream: &'static str, parts: usize)
     }
 }
 
-fn user(text: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::User(UserMessage {
-            text: text.into(),
-            synthetic: false,
-        })),
-    }
-}
-
-fn assistant(message: AssistantMessage) -> Item {
-    Item {
-        kind: Some(item::Kind::Assistant(message)),
-    }
-}
-
 fn call(id: &str, arguments: &str) -> AssistantMessage {
     AssistantMessage {
-        tool_calls: vec![ToolCall {
-            id: id.into(),
-            name: "read_file".into(),
-            arguments: arguments.into(),
-            ..Default::default()
-        }],
+        tool_calls: vec![crate::llm::test_items::call(id, "read_file", arguments)],
         ..Default::default()
     }
 }
 
 fn result(id: &str, content: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::ToolResult(ToolResult {
-            call_id: id.into(),
-            name: "read_file".into(),
-            content: content.into(),
-            ..Default::default()
-        })),
-    }
+    crate::llm::test_items::result(id, content, false)
 }
 
 fn request(case: &Case, conversation: Vec<Item>) -> LlmRequest {
@@ -271,7 +242,7 @@ async fn the_cached_prefix_is_byte_identical_across_three_turns_and_a_compaction
         let mut conversations = vec![items.clone()];
         for turn in 1..=2 {
             let id = format!("call_{turn}");
-            items.push(assistant(call(&id, r#"{"path":"src/lib.rs"}"#)));
+            items.push(assistant_item(call(&id, r#"{"path":"src/lib.rs"}"#)));
             items.push(result(&id, &"fn parse() {}\n".repeat(20)));
             conversations.push(items.clone());
         }
@@ -327,7 +298,7 @@ async fn reasoning_parts_come_back_unchanged_and_only_to_their_provider() {
         }
         let next = |message: AssistantMessage| {
             let mut conversation = task.clone();
-            conversation.push(assistant(message));
+            conversation.push(assistant_item(message));
             conversation.push(result(&call_id, "fn parse() {}"));
             request(&case, conversation)
         };
@@ -371,7 +342,7 @@ async fn arguments_that_are_not_an_object_go_back_as_an_empty_object() {
         for (id, bad) in [("call_bad", r#"{"path": "src/li"#), ("call_arr", "[1,2]")] {
             let conversation = vec![
                 user("Fix it."),
-                assistant(call(id, bad)),
+                assistant_item(call(id, bad)),
                 result(id, "ERROR: not valid JSON"),
             ];
             let (body, _) = exchange(&case, &request(&case, conversation), case.text_stream).await;

@@ -32,6 +32,8 @@ pub mod retry;
 pub mod scripted;
 pub mod sse;
 #[cfg(test)]
+mod test_items;
+#[cfg(test)]
 mod test_server;
 mod transport;
 

@@ -2,6 +2,7 @@
 //! answers (cut streams, in-stream error events), HTTP error classification.
 
 use super::*;
+use crate::llm::test_items::*;
 use crate::llm::{
     LlmError, Provider,
     error::classify_http,
@@ -9,7 +10,7 @@ use crate::llm::{
 };
 use baton_proto::{
     AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ReasoningPart, ToolCall,
-    ToolDefinition, ToolResult, Usage, UserMessage, item,
+    ToolDefinition, Usage,
 };
 use pretty_assertions::assert_eq;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -38,46 +39,14 @@ pub(super) fn part(kind: &str, data: &str, position: u32) -> ReasoningPart {
     }
 }
 
-pub(super) fn user(text: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::User(UserMessage {
-            text: text.into(),
-            synthetic: false,
-        })),
-    }
-}
-
 pub(super) fn assistant(text: &str, calls: &[(&str, &str, &str)]) -> Item {
-    Item {
-        kind: Some(item::Kind::Assistant(AssistantMessage {
-            text: text.into(),
-            tool_calls: calls
-                .iter()
-                .map(|(id, name, args)| ToolCall {
-                    id: (*id).into(),
-                    name: (*name).into(),
-                    arguments: (*args).into(),
-                    ..Default::default()
-                })
-                .collect(),
-            finish_reason: FinishReason::ToolCalls as i32,
-            reasoning: "not sent back".into(),
-            ..Default::default()
-        })),
-    }
-}
-
-pub(super) fn result(call_id: &str, content: &str, is_error: bool) -> Item {
-    Item {
-        kind: Some(item::Kind::ToolResult(ToolResult {
-            call_id: call_id.into(),
-            name: "tool".into(),
-            content: content.into(),
-            is_error,
-            full_output: String::new(),
-            ..Default::default()
-        })),
-    }
+    assistant_item(AssistantMessage {
+        text: text.into(),
+        tool_calls: crate::llm::test_items::calls(calls),
+        finish_reason: FinishReason::ToolCalls as i32,
+        reasoning: "not sent back".into(),
+        ..Default::default()
+    })
 }
 
 pub(super) fn sample_request() -> LlmRequest {

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 
 use super::{
     DEFAULT_MAX_TOKENS, parse_response, request_body_for,
-    tests::{part, provider, result, sample_request, user},
+    tests::{part, provider, sample_request},
     thinking::thinking_for,
 };
+use crate::llm::test_items::{result, user};
 use crate::llm::{
     LlmError, Provider,
     test_server::{Reply, serve_once},

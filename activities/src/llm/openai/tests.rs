@@ -2,26 +2,18 @@
 //! answers (cut streams, in-stream errors), HTTP error classification.
 
 use super::{wire_tests::reasoning_content_part, *};
+use crate::llm::test_items::*;
 use crate::llm::{
     Provider,
     test_server::{Reply, serve_once},
 };
 use baton_proto::{
     AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ToolCall, ToolDefinition,
-    ToolResult, Usage, UserMessage, item,
+    ToolResult, Usage, item,
 };
 use pretty_assertions::assert_eq;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-
-fn user(text: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::User(UserMessage {
-            text: text.into(),
-            synthetic: false,
-        })),
-    }
-}
 
 fn sample_request() -> LlmRequest {
     LlmRequest {
@@ -554,15 +546,6 @@ fn calls_chunk(calls: Value, finish: Option<&str>) -> Value {
         "id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
         "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": finish}],
     })
-}
-
-fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
-    ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: arguments.into(),
-        ..Default::default()
-    }
 }
 
 #[test]

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use crate::llm::test_items::*;
 use baton_proto::{
     AssistantMessage, FinishReason, Item, LlmRequest, LlmResponse, ModelConfig, ReasoningPart,
-    ToolDefinition, ToolResult, UserMessage, item,
+    ToolDefinition, ToolResult, item,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -47,15 +48,6 @@ fn request(effort: &str, cache_key: &str) -> LlmRequest {
         }],
         cache_key: cache_key.into(),
         ..Default::default()
-    }
-}
-
-fn user(text: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::User(UserMessage {
-            text: text.into(),
-            synthetic: false,
-        })),
     }
 }
 

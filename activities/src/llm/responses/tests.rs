@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use super::*;
+use crate::llm::test_items::*;
 use crate::llm::{
     LlmError,
     test_server::{Reply, serve_once},
 };
 use baton_proto::{
     AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ReasoningPart, ToolCall,
-    ToolDefinition, ToolResult, Usage, UserMessage, item,
+    ToolDefinition, Usage, item,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -26,15 +27,6 @@ const ERROR_SSE: &str = include_str!("fixtures/error.sse");
 /// A reasoning item as the API sends it (keys deliberately not in sorted order).
 const REASONING_ITEM: &str = r#"{"id":"rs_a","type":"reasoning","summary":[{"type":"summary_text","text":"Read a.rs."}],"encrypted_content":"gAAAAABopaque=="}"#;
 
-fn user(text: &str) -> Item {
-    Item {
-        kind: Some(item::Kind::User(UserMessage {
-            text: text.into(),
-            synthetic: false,
-        })),
-    }
-}
-
 fn part(provider: &str, data: &str, position: u32) -> ReasoningPart {
     ReasoningPart {
         provider: provider.into(),
@@ -46,35 +38,13 @@ fn part(provider: &str, data: &str, position: u32) -> ReasoningPart {
 }
 
 fn assistant(text: &str, calls: &[(&str, &str, &str)], parts: Vec<ReasoningPart>) -> Item {
-    Item {
-        kind: Some(item::Kind::Assistant(AssistantMessage {
-            text: text.into(),
-            tool_calls: calls
-                .iter()
-                .map(|(id, name, args)| ToolCall {
-                    id: (*id).into(),
-                    name: (*name).into(),
-                    arguments: (*args).into(),
-                    ..Default::default()
-                })
-                .collect(),
-            finish_reason: FinishReason::ToolCalls as i32,
-            reasoning: "summary, not sent back".into(),
-            reasoning_parts: parts,
-        })),
-    }
-}
-
-fn result(call_id: &str, content: &str, is_error: bool) -> Item {
-    Item {
-        kind: Some(item::Kind::ToolResult(ToolResult {
-            call_id: call_id.into(),
-            name: "tool".into(),
-            content: content.into(),
-            is_error,
-            ..Default::default()
-        })),
-    }
+    assistant_item(AssistantMessage {
+        text: text.into(),
+        tool_calls: crate::llm::test_items::calls(calls),
+        finish_reason: FinishReason::ToolCalls as i32,
+        reasoning: "summary, not sent back".into(),
+        reasoning_parts: parts,
+    })
 }
 
 fn sample_request() -> LlmRequest {
