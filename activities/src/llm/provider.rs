@@ -95,3 +95,9 @@ pub(crate) fn reasoning_parts_for<'a>(
         .iter()
         .filter(move |p| p.provider == provider && !p.data.is_empty())
 }
+
+/// A tool's JSON Schema as a value for a request body; a schema that is not valid JSON (a
+/// catalog bug) becomes the empty object schema rather than failing every call.
+pub(crate) fn tool_schema(tool: &baton_proto::ToolDefinition) -> serde_json::Value {
+    serde_json::from_str(&tool.parameters).unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+}

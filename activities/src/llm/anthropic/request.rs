@@ -11,7 +11,10 @@ use super::{
     cache::{add_breakpoints, cache_control},
     thinking::{Thinking, thinking_for, with_thinking_blocks},
 };
-use crate::llm::{LlmError, provider::replayed_arguments};
+use crate::llm::{
+    LlmError,
+    provider::{replayed_arguments, tool_schema},
+};
 
 /// What a request's `ModelConfig` asks of the body, checked ([`Options::of`]).
 pub(super) struct Options {
@@ -139,8 +142,7 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             .tools
             .iter()
             .map(|t| {
-                let schema: Value = serde_json::from_str(&t.parameters)
-                    .unwrap_or_else(|_| json!({"type": "object"}));
+                let schema = tool_schema(t);
                 json!({"name": t.name, "description": t.description, "input_schema": schema})
             })
             .collect();

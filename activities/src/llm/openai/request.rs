@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{DEFAULT_MODEL, PROVIDER};
 use crate::llm::{
     LlmError,
-    provider::{reasoning_parts_for, replayed_arguments_text},
+    provider::{reasoning_parts_for, replayed_arguments_text, tool_schema},
 };
 
 /// The `reasoning_effort` values Chat Completions takes (`ModelConfig.reasoning_effort`).
@@ -169,8 +169,7 @@ pub(super) fn build_body(request: &LlmRequest, stream: bool, options: &BodyOptio
         .tools
         .iter()
         .map(|t| {
-            let parameters: Value = serde_json::from_str(&t.parameters)
-                .unwrap_or_else(|_| json!({"type": "object"}));
+            let parameters = tool_schema(t);
             json!({
                 "type": "function",
                 "function": {"name": t.name, "description": t.description, "parameters": parameters},

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{DEFAULT_MODEL, PROVIDER};
 use crate::llm::{
     LlmError,
-    provider::{reasoning_parts_for, replayed_arguments_text},
+    provider::{reasoning_parts_for, replayed_arguments_text, tool_schema},
 };
 
 /// The `reasoning.effort` values the Responses API takes.
@@ -125,8 +125,7 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
             .tools
             .iter()
             .map(|t| {
-                let parameters: Value = serde_json::from_str(&t.parameters)
-                    .unwrap_or_else(|_| json!({"type": "object"}));
+                let parameters = tool_schema(t);
                 json!({
                     "type": "function",
                     "name": t.name,
