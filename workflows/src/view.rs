@@ -282,6 +282,43 @@ mod tests {
     }
 
     #[test]
+    fn elision_and_a_summary_leave_reasoning_parts_as_they_are() {
+        let turn = Item {
+            kind: Some(item::Kind::Assistant(baton_proto::AssistantMessage {
+                text: "reading".into(),
+                reasoning_parts: vec![baton_proto::ReasoningPart {
+                    provider: "anthropic".into(),
+                    kind: "thinking".into(),
+                    data: r#"{"type":"thinking","thinking":"t","signature":"EqQB"}"#.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        };
+        let conv = vec![
+            user("task"),
+            turn.clone(),
+            output(1000),
+            turn.clone(),
+            output(1000),
+            turn.clone(),
+        ];
+        let view = model_view(
+            &conv,
+            &ViewSpec {
+                summary: "S".into(),
+                summary_upto: 3,
+                elide_before: 5,
+            },
+        );
+        // task, summary, turn (3), elided output (4), turn (5): the turns are untouched.
+        assert_eq!(view.len(), 5);
+        assert_eq!(view[2], turn);
+        assert_eq!(view[4], turn);
+        assert_ne!(view[3], conv[4], "the old output is elided");
+    }
+
+    #[test]
     fn summary_replaces_the_older_items() {
         let conv = vec![user("task"), user("a"), user("b"), user("c")];
         let view = model_view(
