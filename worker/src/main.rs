@@ -17,6 +17,7 @@ mod metrics;
 mod observers;
 #[cfg(feature = "otel")]
 mod otel;
+mod search_attributes;
 mod senders;
 mod settings;
 
@@ -243,6 +244,20 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         }
         // Anything else (slow, unavailable) the worker rides out as it polls.
         _ => {}
+    }
+    match search_attributes::check(&client, settings.register_search_attributes).await {
+        search_attributes::Checked::Complete => {}
+        search_attributes::Checked::Unknown(why) => warn!(
+            cause = %why,
+            "could not list the namespace's search attributes; if one of baton's is missing, \
+             every run stops at its first workflow task"
+        ),
+        search_attributes::Checked::Missing(what) => {
+            return Err(anyhow::anyhow!(
+                "the worker stops here rather than start runs that cannot make progress"
+            ))
+            .misconfigured(what);
+        }
     }
 
     let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(

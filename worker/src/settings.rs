@@ -58,6 +58,9 @@ pub(crate) struct Settings {
     /// Honour runs submitted with `--sandbox off` (default false: their shell calls fail
     /// with a message saying so).
     pub(crate) allow_sandbox_off: bool,
+    /// Create baton's search attributes on the namespace at start-up when they are missing
+    /// (default false: the worker exits 2 naming them and the commands that create them).
+    pub(crate) register_search_attributes: bool,
     /// The uid sandboxed tool processes run as when the worker runs as root (default 65534,
     /// `nobody`; 0 keeps root, which no process limit binds).
     pub(crate) sandbox_uid: u32,
@@ -84,7 +87,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 23] = [
+const SETTING_KEYS: [&str; 24] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -101,6 +104,7 @@ const SETTING_KEYS: [&str; 23] = [
     "otel_endpoint",
     "allow_unsandboxed",
     "allow_sandbox_off",
+    "register_search_attributes",
     "sandbox_uid",
     "sandbox_gid",
     "sandbox_max_processes",
@@ -330,6 +334,7 @@ impl Default for Settings {
             otel_endpoint: None,
             allow_unsandboxed: false,
             allow_sandbox_off: false,
+            register_search_attributes: false,
             sandbox_uid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_gid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,

@@ -539,3 +539,64 @@ fn codec_key_material(entry: &str) -> String {
         .map(|(_, k)| k.to_owned())
         .unwrap_or_default()
 }
+
+/// A namespace missing one of baton's search attributes (a cluster upgraded from an older
+/// baton lacks `BatonLabels`) would wedge every run at its first workflow task: the worker
+/// exits 2 within seconds naming the attribute and the command that creates it; with
+/// `register_search_attributes` it creates it, and a labelled run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_missing_a_search_attribute_stops_the_worker_or_gets_it_created() {
+    let defs: Vec<String> = baton_workflows::workflow::SEARCH_ATTRIBUTE_DEFINITIONS
+        .iter()
+        .filter(|(name, _)| *name != "BatonLabels")
+        .map(|(name, kind)| format!("{name}={kind}"))
+        .collect();
+    let mut args = Vec::new();
+    for d in &defs {
+        args.extend(["--search-attribute", d.as_str()]);
+    }
+    let server = DevServer::start_with_args(&args).unwrap();
+
+    let started = std::time::Instant::now();
+    let mut w = Worker::spawn(&server, &unique("no-labels"), &[]).unwrap();
+    let exit = w.wait_exit(Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    let log = w.log();
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{log}");
+    assert!(took < Duration::from_secs(10), "exited after {took:?}: {log}");
+    assert!(
+        log.contains(
+            "temporal operator search-attribute create --namespace default --name BatonLabels --type KeywordList"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("--name BatonState"), "only the missing one: {log}");
+    assert!(!log.contains("worker started"), "{log}");
+
+    let queue = unique("register-attributes");
+    let w = worker(
+        &server,
+        &queue,
+        &[("BATON_REGISTER_SEARCH_ATTRIBUTES", "true")],
+    );
+    assert!(
+        w.log().contains("created baton's search attributes"),
+        "{}",
+        w.log()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), "labelled", json!([{"text": "Done."}]))
+        .display()
+        .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-labelled"),
+        &["--script", &s, "--label", "team=infra"],
+        "labelled",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let listed = baton(&server, &["list", "--label", "team=infra", "--json"]).unwrap();
+    assert!(listed.stdout.contains(&run), "{listed}");
+}
