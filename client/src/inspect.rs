@@ -75,12 +75,75 @@ pub(crate) async fn snapshot(
     }
     let mut status = memo_status.unwrap_or_default();
     reconcile(&mut status, temporal_status);
+    if temporal_status == WorkflowExecutionStatus::Running
+        && let Some(failing) = failing_workflow_task(h, &desc).await
+    {
+        status.last_event = failing;
+    }
     Ok(Snapshot {
         temporal_status,
         status,
         source: "memo",
         activities,
     })
+}
+
+/// Most of a workflow task failure's message shown in `status`.
+const TASK_FAILURE_SHOWN: usize = 400;
+
+/// When the run's workflow tasks keep failing (a namespace missing a search attribute, a
+/// deployment whose workflow code does not replay the run's history), what the server recorded
+/// of the failure; `None` while they do not, or when the history cannot be read in time.
+async fn failing_workflow_task(
+    h: &WorkflowHandle<Client, AgentRun>,
+    desc: &temporalio_client::WorkflowExecutionDescription,
+) -> Option<String> {
+    use temporalio_client::grpc::WorkflowService;
+    use temporalio_common::protos::temporal::api::{
+        common::v1::WorkflowExecution, history::v1::history_event::Attributes,
+        workflowservice::v1::GetWorkflowExecutionHistoryReverseRequest,
+    };
+    let pending = desc.raw().pending_workflow_task.as_ref()?;
+    if pending.attempt < 2 {
+        return None;
+    }
+    let mut client = h.client().clone();
+    let request = GetWorkflowExecutionHistoryReverseRequest {
+        namespace: client.namespace(),
+        execution: Some(WorkflowExecution {
+            workflow_id: desc.id().to_owned(),
+            run_id: desc.run_id().to_owned(),
+        }),
+        maximum_page_size: 50,
+        next_page_token: Vec::new(),
+    };
+    let call = WorkflowService::get_workflow_execution_history_reverse(
+        &mut client,
+        tonic::Request::new(request),
+    );
+    let response = tokio::time::timeout(QUERY_BUDGET, call).await.ok()?.ok()?;
+    let failed = response
+        .into_inner()
+        .history?
+        .events
+        .into_iter()
+        .find_map(|e| match e.attributes {
+            Some(Attributes::WorkflowTaskFailedEventAttributes(a)) => Some(a),
+            _ => None,
+        })?;
+    let mut message = failed.failure.map(|f| f.message).unwrap_or_default();
+    if message.len() > TASK_FAILURE_SHOWN {
+        let mut end = TASK_FAILURE_SHOWN;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    Some(format!(
+        "the run's workflow tasks are failing (attempt {}): {message}; see the workers' logs",
+        pending.attempt
+    ))
 }
 
 /// Brings a run's last recorded status (memo, search attributes) in line with its execution:

@@ -563,14 +563,20 @@ async fn a_namespace_missing_a_search_attribute_stops_the_worker_or_gets_it_crea
     let took = started.elapsed();
     let log = w.log();
     assert_eq!(exit.and_then(|e| e.code()), Some(2), "{log}");
-    assert!(took < Duration::from_secs(10), "exited after {took:?}: {log}");
+    assert!(
+        took < Duration::from_secs(10),
+        "exited after {took:?}: {log}"
+    );
     assert!(
         log.contains(
             "temporal operator search-attribute create --namespace default --name BatonLabels --type KeywordList"
         ),
         "{log}"
     );
-    assert!(!log.contains("--name BatonState"), "only the missing one: {log}");
+    assert!(
+        !log.contains("--name BatonState"),
+        "only the missing one: {log}"
+    );
     assert!(!log.contains("worker started"), "{log}");
 
     let queue = unique("register-attributes");
@@ -599,4 +605,58 @@ async fn a_namespace_missing_a_search_attribute_stops_the_worker_or_gets_it_crea
     assert_eq!(r["status"], "COMPLETED", "{r}");
     let listed = baton(&server, &["list", "--label", "team=infra", "--json"]).unwrap();
     assert!(listed.stdout.contains(&run), "{listed}");
+}
+
+/// A run whose workflow tasks keep failing (here: an attribute removed from the namespace
+/// after the worker started, so the run's upsert of it fails) reads as failing in `status`,
+/// with the server's message, not as "waiting for a worker".
+#[tokio::test(flavor = "multi_thread")]
+async fn status_says_when_a_runs_workflow_tasks_are_failing() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("failing-tasks");
+    let _w = worker(&server, &queue, &[]);
+    server
+        .temporal(&[
+            "operator",
+            "search-attribute",
+            "remove",
+            "--name",
+            "BatonLabels",
+            "--yes",
+        ])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), "labelled", json!([{"text": "Done."}]))
+        .display()
+        .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-failing"),
+        &["--script", &s, "--label", "team=infra"],
+        "labelled",
+    );
+    let status = wait_until_blocking(
+        Duration::from_secs(60),
+        "status to say the workflow tasks are failing",
+        || {
+            let out = baton(&server, &["status", &run, "--json"])?;
+            let v = out.json()?;
+            let said = v["last_event"].as_str().unwrap_or_default().to_owned();
+            Ok(said.contains("workflow tasks are failing").then_some(v))
+        },
+    )
+    .unwrap();
+    let said = status["last_event"].as_str().unwrap();
+    assert!(
+        said.contains("BatonLabels"),
+        "the server's message names it: {said}"
+    );
+    let human = baton(&server, &["status", &run]).unwrap();
+    assert!(
+        human.stdout.contains("workflow tasks are failing"),
+        "{human}"
+    );
 }
