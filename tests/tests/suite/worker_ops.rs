@@ -590,17 +590,7 @@ async fn a_namespace_missing_a_search_attribute_stops_the_worker_or_gets_it_crea
         "{}",
         w.log()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let s = script(dir.path(), "labelled", json!([{"text": "Done."}]))
-        .display()
-        .to_string();
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-labelled"),
-        &["--script", &s, "--label", "team=infra"],
-        "labelled",
-    );
+    let run = submit_labelled(&server, &queue);
     let r = result(&server, &run, 0);
     assert_eq!(r["status"], "COMPLETED", "{r}");
     let listed = baton(&server, &["list", "--label", "team=infra", "--json"]).unwrap();
@@ -627,17 +617,7 @@ async fn status_says_when_a_runs_workflow_tasks_are_failing() {
         .unwrap()
         .ensure_success()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let s = script(dir.path(), "labelled", json!([{"text": "Done."}]))
-        .display()
-        .to_string();
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-failing"),
-        &["--script", &s, "--label", "team=infra"],
-        "labelled",
-    );
+    let run = submit_labelled(&server, &queue);
     let status = wait_until_blocking(
         Duration::from_secs(60),
         "status to say the workflow tasks are failing",
@@ -659,4 +639,19 @@ async fn status_says_when_a_runs_workflow_tasks_are_failing() {
         human.stdout.contains("workflow tasks are failing"),
         "{human}"
     );
+}
+
+/// Submits a one-turn scripted run labelled `team=infra` (its start upserts `BatonLabels`).
+fn submit_labelled(server: &DevServer, queue: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), "labelled", json!([{"text": "Done."}]))
+        .display()
+        .to_string();
+    submit(
+        server,
+        queue,
+        &unique("run-labelled"),
+        &["--script", &s, "--label", "team=infra"],
+        "labelled",
+    )
 }
