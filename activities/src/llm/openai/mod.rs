@@ -133,6 +133,8 @@ pub fn classify(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -
 }
 
 #[cfg(test)]
+mod compat_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod wire_tests;
