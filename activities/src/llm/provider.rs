@@ -101,3 +101,7 @@ pub(crate) fn reasoning_parts_for<'a>(
 pub(crate) fn tool_schema(tool: &baton_proto::ToolDefinition) -> serde_json::Value {
     serde_json::from_str(&tool.parameters).unwrap_or_else(|_| serde_json::json!({"type": "object"}))
 }
+
+/// The `reasoning_effort` values OpenAI's APIs take (`ModelConfig.reasoning_effort`), for
+/// Chat Completions and Responses alike.
+pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];

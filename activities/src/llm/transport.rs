@@ -74,12 +74,17 @@ pub(crate) trait WireFormat: Send + Sync + std::fmt::Debug {
     fn body(&self, request: &LlmRequest, stream: bool) -> serde_json::Value;
 
     /// Adds the provider's headers to a request: the key, when one is set, and any the API
-    /// requires.
+    /// requires. By default the key as a bearer token (OpenAI's APIs).
     fn headers(
         &self,
         http: reqwest::RequestBuilder,
         api_key: Option<&str>,
-    ) -> reqwest::RequestBuilder;
+    ) -> reqwest::RequestBuilder {
+        match api_key {
+            Some(key) => http.bearer_auth(key),
+            None => http,
+        }
+    }
 }
 
 /// A model provider over HTTP speaking wire format `W` (e.g.

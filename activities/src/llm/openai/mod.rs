@@ -18,7 +18,6 @@ mod response;
 use std::time::Duration;
 
 use baton_proto::LlmRequest;
-use reqwest::RequestBuilder;
 use serde_json::Value;
 
 pub use request::{
@@ -117,13 +116,6 @@ impl WireFormat for ChatCompletions {
             prompt_cache_key: self.prompt_cache_key,
         };
         request::build_body(request, stream, &options)
-    }
-
-    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
-        match api_key {
-            Some(key) => http.bearer_auth(key),
-            None => http,
-        }
     }
 }
 

@@ -16,8 +16,7 @@ use crate::llm::{
     provider::{reasoning_parts_for, replayed_arguments_text, tool_schema},
 };
 
-/// The `reasoning_effort` values Chat Completions takes (`ModelConfig.reasoning_effort`).
-pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+pub use crate::llm::provider::REASONING_EFFORTS;
 
 /// `ReasoningPart.kind` of DeepSeek's `reasoning_content` (data: the JSON string).
 pub const KIND_REASONING_CONTENT: &str = "reasoning_content";

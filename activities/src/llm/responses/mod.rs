@@ -22,7 +22,6 @@ mod tests;
 use std::time::Duration;
 
 use baton_proto::LlmRequest;
-use reqwest::RequestBuilder;
 use serde_json::Value;
 
 pub use request::{REASONING_EFFORTS, check_request, request_body_for};
@@ -30,7 +29,6 @@ pub use response::parse_response;
 
 use super::{
     LlmError,
-    provider::{GenerateFuture, Provider},
     transport::{HttpProvider, StreamEnd, WireFormat},
 };
 
@@ -43,12 +41,8 @@ pub const PROVIDER: &str = "openai-responses";
 /// `ReasoningPart.kind` of an encrypted reasoning item.
 pub const REASONING_KIND: &str = "reasoning";
 
-/// A configured Responses API endpoint: the HTTP transport, with the request checked
-/// ([`check_request`]) before anything is sent.
-#[derive(Clone, Debug)]
-pub struct OpenAiResponses {
-    http: HttpProvider<Responses>,
-}
+/// A configured Responses API endpoint.
+pub type OpenAiResponses = HttpProvider<Responses>;
 
 impl OpenAiResponses {
     /// A streaming provider talking to `base_url` (e.g. `https://api.openai.com/v1`), sending
@@ -58,34 +52,7 @@ impl OpenAiResponses {
         api_key: Option<String>,
         request_timeout: Duration,
     ) -> Result<Self, LlmError> {
-        let http =
-            HttpProvider::with_wire(Responses, base_url, "/responses", api_key, request_timeout)?;
-        Ok(Self { http })
-    }
-
-    /// Whether to stream (the default) or ask for one JSON body.
-    pub fn streaming(self, stream: bool) -> Self {
-        Self {
-            http: self.http.streaming(stream),
-        }
-    }
-
-    /// The endpoint this provider calls.
-    pub fn url(&self) -> String {
-        self.http.url()
-    }
-}
-
-impl Provider for OpenAiResponses {
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
-
-    fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a> {
-        match check_request(request) {
-            Ok(()) => self.http.generate(request),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+        Self::with_wire(Responses, base_url, "/responses", api_key, request_timeout)
     }
 }
 
@@ -101,14 +68,12 @@ impl WireFormat for Responses {
     const END: StreamEnd = StreamEnd::TerminalEvent;
     type Response = response::StreamState;
 
-    fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        request_body_for(request, stream)
+    /// A `reasoning_effort` the API does not take is refused before anything is sent.
+    fn check(&self, request: &LlmRequest) -> Result<(), LlmError> {
+        check_request(request)
     }
 
-    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
-        match api_key {
-            Some(key) => http.bearer_auth(key),
-            None => http,
-        }
+    fn body(&self, request: &LlmRequest, stream: bool) -> Value {
+        request_body_for(request, stream)
     }
 }

@@ -12,8 +12,7 @@ use crate::llm::{
     provider::{reasoning_parts_for, replayed_arguments_text, tool_schema},
 };
 
-/// The `reasoning.effort` values the Responses API takes.
-pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+pub use crate::llm::provider::REASONING_EFFORTS;
 
 /// Checks what the body cannot express: a `reasoning_effort` the API does not take is a
 /// [`LlmError::Config`] (not retried) naming the values it does.

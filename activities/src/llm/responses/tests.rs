@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::llm::test_items::*;
 use crate::llm::{
-    LlmError,
+    LlmError, Provider,
     test_server::{Reply, serve_once},
 };
 use baton_proto::{
