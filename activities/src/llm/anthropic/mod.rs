@@ -26,7 +26,7 @@ pub mod thinking;
 
 use std::time::Duration;
 
-use baton_proto::LlmRequest;
+use baton_proto::{LlmRequest, ModelConfig};
 use reqwest::RequestBuilder;
 use serde_json::Value;
 
@@ -91,14 +91,13 @@ impl WireFormat for Messages {
     /// The caching TTL and the thinking budget ([`request::Options::of`]), refused before
     /// anything is sent.
     fn check(&self, request: &LlmRequest) -> Result<(), LlmError> {
-        request::Options::of(&request.model.clone().unwrap_or_default()).map(drop)
+        request::Options::of(request.model.as_ref().unwrap_or(&ModelConfig::default())).map(drop)
     }
 
     /// The body; [`check`](WireFormat::check) has refused a config the options cannot take,
     /// so the fallback (no caching, thinking off) is never sent.
     fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        let model = request.model.clone().unwrap_or_default();
-        match request::Options::of(&model) {
+        match request::Options::of(request.model.as_ref().unwrap_or(&ModelConfig::default())) {
             Ok(options) => request::body_with(request, stream, &options),
             Err(_) => request::body_with(request, stream, &request::Options::fallback()),
         }
