@@ -55,6 +55,15 @@ pub(crate) enum Command {
     Apply(ApplyArgs),
     /// Write a run's final files into a directory.
     Download(DownloadArgs),
+    /// Replay the histories of open and recent runs against this build's workflow code, before
+    /// rolling it out: exits 1 naming each run that would fail, and the event where it parts.
+    ReplayCheck(ReplayCheckArgs),
+    /// The worker fleet: `baton fleet status` shows each build of the deployment and the runs
+    /// pinned to it.
+    Fleet {
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
     /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
     /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
     CodecServer(CodecServerArgs),
@@ -378,6 +387,48 @@ pub(crate) struct ListArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) limit: u32,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReplayCheckArgs {
+    /// Only runs that also match this visibility query, e.g. "BatonLabels = 'team=a'".
+    #[arg(long)]
+    pub(crate) query: Option<String>,
+    /// Closed runs count when they closed within this long (open runs always count).
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    pub(crate) since: std::time::Duration,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) limit: u32,
+    /// The build id the cache files results under (default: this binary's).
+    #[arg(long)]
+    pub(crate) build_id: Option<String>,
+    /// Cache of runs already replayed (default: $XDG_CACHE_HOME/baton/replay-check.json).
+    #[arg(long)]
+    pub(crate) cache: Option<std::path::PathBuf>,
+    /// Replay every run, and record nothing.
+    #[arg(long)]
+    pub(crate) no_cache: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum FleetCommand {
+    /// The deployment's current and ramping builds, and for each build the open runs pinned to
+    /// it (from visibility) and whether it has drained.
+    Status(FleetStatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FleetStatusArgs {
+    /// The Worker Deployment (the workers' `deployment.name`).
+    #[arg(long, default_value = "baton")]
+    pub(crate) deployment: String,
     /// Print one JSON object.
     #[arg(long)]
     pub(crate) json: bool,

@@ -740,3 +740,45 @@ impl<'a> From<&'a ToolResult> for ToolFinished<'a> {
 #[cfg(test)]
 #[path = "json_tests.rs"]
 mod tests;
+
+/// `baton replay-check --json`: what replaying this build against the server's histories found.
+#[derive(Debug, Serialize)]
+pub(crate) struct ReplayCheck {
+    /// The build whose workflow code replayed them.
+    pub(crate) build_id: String,
+    /// The visibility query that chose the runs.
+    pub(crate) query: String,
+    /// Runs replayed now.
+    pub(crate) replayed: usize,
+    /// Runs skipped: this build replayed them before, at the same history length.
+    pub(crate) skipped: usize,
+    /// Events replayed.
+    pub(crate) events: usize,
+    /// Wall time of fetching and replaying.
+    pub(crate) seconds: f64,
+    /// Each run that would fail on this build, and where.
+    pub(crate) diverged: Vec<crate::replay_check::Diverged>,
+}
+
+/// `baton fleet status --json`: the Worker Deployment's builds and the open runs on each.
+#[derive(Debug, Serialize)]
+pub(crate) struct Fleet {
+    pub(crate) deployment: String,
+    /// The open runs were counted only up to a bound.
+    pub(crate) open_runs_truncated: bool,
+    /// Current first, then ramping, then newest first.
+    pub(crate) builds: Vec<FleetBuild>,
+}
+
+/// One build (deployment version) of the fleet.
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetBuild {
+    pub(crate) build_id: String,
+    /// `current`, `ramping`, `draining`, `drained`, `inactive` ("" = the server does not know
+    /// it as a version: runs of unversioned workers).
+    pub(crate) state: String,
+    /// `draining` / `drained` once it stopped being current ("" otherwise).
+    pub(crate) drainage: String,
+    /// Open runs pinned to it.
+    pub(crate) open_runs: usize,
+}

@@ -20,10 +20,12 @@ mod codec_server;
 mod connect;
 mod decide;
 mod exit;
+mod fleet;
 mod inflight;
 mod inspect;
 mod json;
 mod render;
+mod replay_check;
 mod strict;
 mod style;
 mod submit;
@@ -92,6 +94,10 @@ async fn main() {
         Command::Diff(a) => changes::diff(a).await,
         Command::Apply(a) => changes::apply(a).await,
         Command::Download(a) => changes::download(a).await,
+        Command::ReplayCheck(a) => replay_check::run(a).await,
+        Command::Fleet {
+            command: cli::FleetCommand::Status(a),
+        } => fleet::status(a).await,
         Command::CodecServer(a) => codec_server::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -12,6 +12,7 @@ mod suite {
     mod cli;
     mod cost;
     mod failover;
+    mod fleet;
     mod git_harness;
     mod handoff;
     mod harness;

@@ -12,6 +12,7 @@
 //! - [`senders`]: who sent an approval (worker + workflow interceptors).
 //! - `otel`: OpenTelemetry trace export (feature `otel`).
 
+mod deployment;
 mod health;
 mod metrics;
 mod observers;
@@ -70,6 +71,19 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    use baton_workflows::workflow::variant;
+    match variant::set_from(std::env::var(variant::VARIANT_ENV).ok().as_deref()) {
+        Ok(false) => {}
+        Ok(true) => warn!(
+            "{}={}: this worker runs a TEST variant of the workflow code",
+            variant::VARIANT_ENV,
+            variant::EXTRA_STEP
+        ),
+        Err(e) => {
+            error!("{e}");
+            std::process::exit(2);
+        }
+    }
     for name in &settings.ignored_env {
         match settings::did_you_mean(name) {
             Some(meant) => tracing::warn!(
@@ -332,6 +346,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .register_activities(LlmService::new(providers, store.clone()).with_models(models))
         .register_activities(tools.clone())
         .register_activities(WorkspaceService::new(tools, settings.git.clone()))
+        .deployment_options(settings.deployment.options())
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(
             settings.sticky_queue_timeout_secs.max(1),
@@ -353,6 +368,11 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(h) = &health {
         h.clone().watch_temporal(client.clone());
     }
+    tokio::spawn(deployment::promote(
+        client.clone(),
+        settings.deployment.clone(),
+        identity.clone(),
+    ));
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
 
@@ -398,6 +418,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         workspace_root = %workspace_root.display(),
         store = %store.describe(),
         snapshots = settings.workspace_snapshots,
+        deployment = %settings.deployment.name,
+        build_id = %settings.deployment.build_id(),
         "worker started"
     );
     worker

@@ -61,6 +61,8 @@ pub(crate) struct Settings {
     /// Create baton's search attributes on the namespace at start-up when they are missing
     /// (default false: the worker exits 2 naming them and the commands that create them).
     pub(crate) register_search_attributes: bool,
+    /// Worker Versioning (`[deployment]`: `name`, `build_id`, `promote`); see `deployment.rs`.
+    pub(crate) deployment: crate::deployment::DeploymentSettings,
     /// The uid sandboxed tool processes run as when the worker runs as root (default 65534,
     /// `nobody`; 0 keeps root, which no process limit binds).
     pub(crate) sandbox_uid: u32,
@@ -87,7 +89,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 24] = [
+const SETTING_KEYS: [&str; 25] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -105,6 +107,7 @@ const SETTING_KEYS: [&str; 24] = [
     "allow_unsandboxed",
     "allow_sandbox_off",
     "register_search_attributes",
+    "deployment",
     "sandbox_uid",
     "sandbox_gid",
     "sandbox_max_processes",
@@ -116,10 +119,11 @@ const SETTING_KEYS: [&str; 24] = [
 
 /// `BATON_*` variables that are read elsewhere, not settings: the payload encryption keys
 /// (read by `baton_codec`, never stored in the settings) and the CLI's codec-server token.
-const OTHER_BATON_VARS: [&str; 3] = [
+const OTHER_BATON_VARS: [&str; 4] = [
     baton_codec::KEYS_ENV,
     baton_codec::ACTIVE_KEY_ENV,
     "BATON_CODEC_TOKEN",
+    baton_workflows::workflow::variant::VARIANT_ENV,
 ];
 
 /// The `BATON_*` variables of `vars` that name a setting, and the names of those that do not.
@@ -335,6 +339,7 @@ impl Default for Settings {
             allow_unsandboxed: false,
             allow_sandbox_off: false,
             register_search_attributes: false,
+            deployment: crate::deployment::DeploymentSettings::default(),
             sandbox_uid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_gid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
@@ -403,6 +408,7 @@ impl Settings {
         for (_, key, section) in self.provider_sections() {
             section.budget().check(key)?;
         }
+        self.deployment.check()?;
         Ok(())
     }
 

@@ -29,4 +29,8 @@ pub mod view;
 pub mod workflow;
 
 pub use machine::{RunState, Step};
+
+/// This build's default Worker Deployment build id: `<version>-<git sha>`, with a fingerprint
+/// of the workflow code added when it differs from the commit (`build.rs`).
+pub const BUILD_ID: &str = env!("BATON_BUILD_ID");
 pub use workflow::{AgentRun, DEFAULT_TASK_QUEUE, STATUS_MEMO_KEY, WORKFLOW_TYPE};

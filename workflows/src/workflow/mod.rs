@@ -10,7 +10,8 @@
 //! - [`outputs`](self::outputs): the workspace prepared from its source, the change set and
 //!   delivery when the run ends;
 //! - [`status`](self::status): the memo, search attributes and UI details (three generations);
-//! - [`patches`]: the registry of patch markers and the histories that cover them.
+//! - [`patches`]: the registry of patch markers and the histories that cover them;
+//! - [`variant`]: a test-only switch that makes this build's workflow code differ (fleet tests).
 
 mod approval;
 mod batch;
@@ -19,8 +20,9 @@ mod options;
 mod outputs;
 pub mod patches;
 mod status;
+pub mod variant;
 
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 use baton_proto::{
     ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
@@ -28,8 +30,8 @@ use baton_proto::{
 use temporalio_common::error::IncomingError;
 use temporalio_macros::{workflow, workflow_methods};
 use temporalio_workflow::{
-    ActivityExecutionError, ContinueAsNewOptions, SyncWorkflowContext, WorkflowContext,
-    WorkflowContextView, WorkflowResult, WorkflowTermination,
+    ActivityExecutionError, ContinueAsNewOptions, ContinueAsNewVersioningBehavior,
+    SyncWorkflowContext, WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 
 use self::{
@@ -102,6 +104,12 @@ impl AgentRun {
     /// Runs the agent loop until it finishes, fails or is cancelled.
     #[run(name = "AgentRun")]
     pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
+        if variant::extra_step() {
+            let token = step_token(ctx);
+            let _ = ctx
+                .timer(options::timer_options(Duration::from_millis(1), &token))
+                .await;
+        }
         if ctx.patched(PATCH_STRICT_SHELL_RULES) {
             ctx.state_mut(|s| s.run.strict_rules = true);
         }
@@ -352,7 +360,12 @@ fn continue_as_new(
         continued: Some(continued),
         ..s.run.spec.clone()
     });
-    match ctx.continue_as_new(spec, ContinueAsNewOptions::default()) {
+    // Pinned runs move to the deployment's current version here, between segments, never
+    // mid-turn (a no-op for unversioned workers).
+    let options = ContinueAsNewOptions::builder()
+        .initial_versioning_behavior(ContinueAsNewVersioningBehavior::AutoUpgrade)
+        .build();
+    match ctx.continue_as_new(spec, options) {
         Err(termination) => Err(termination),
         Ok(never) => match never {},
     }

@@ -1,0 +1,238 @@
+//! `baton fleet status`: the Worker Deployment's builds as the server routes them (current,
+//! ramping, draining, drained) and, for each build, the open runs pinned to it, counted from
+//! visibility. An old build can be retired once it shows no open runs (and "drained").
+
+use std::collections::BTreeMap;
+
+use baton_workflows::WORKFLOW_TYPE;
+use futures::StreamExt;
+use temporalio_client::{Client, NamespacedClient, WorkflowListOptions, grpc::WorkflowService};
+use temporalio_common::protos::temporal::api::{
+    enums::v1::{VersionDrainageStatus, WorkerDeploymentVersionStatus},
+    workflow::v1::WorkflowExecutionInfo,
+    workflowservice::v1::DescribeWorkerDeploymentRequest,
+};
+
+use crate::{
+    cli::FleetStatusArgs,
+    connect::{connect, short},
+    exit::{self, Exit},
+    json::{self, Fleet, FleetBuild},
+};
+
+/// Open runs counted at most (beyond it the counts say so).
+const MAX_OPEN_RUNS: usize = 100_000;
+
+/// Builds listed for open runs that no deployment version holds.
+const UNVERSIONED: &str = "(unversioned)";
+
+/// `baton fleet status`.
+pub(crate) async fn status(args: FleetStatusArgs) -> Result<i32, Exit> {
+    let client = connect().await?;
+    let mut builds = versions(&client, &args.deployment).await?;
+    let (pinned, truncated) = open_runs_by_build(&client, &args.deployment).await?;
+    for (build_id, runs) in pinned {
+        match builds.iter_mut().find(|b| b.build_id == build_id) {
+            Some(b) => b.open_runs = runs,
+            None => builds.push(FleetBuild {
+                build_id,
+                state: String::new(),
+                drainage: String::new(),
+                open_runs: runs,
+            }),
+        }
+    }
+    let fleet = Fleet {
+        deployment: args.deployment,
+        open_runs_truncated: truncated,
+        builds,
+    };
+    if args.json {
+        json::print(&fleet)?;
+    } else {
+        print(&fleet);
+    }
+    Ok(exit::COMPLETED)
+}
+
+fn print(fleet: &Fleet) {
+    println!("deployment {}", fleet.deployment);
+    println!(
+        "{:<40} {:<10} {:<10} {:>9}",
+        "BUILD", "STATE", "DRAINAGE", "OPEN RUNS"
+    );
+    for b in &fleet.builds {
+        println!(
+            "{:<40} {:<10} {:<10} {:>9}",
+            b.build_id,
+            or_dash(&b.state),
+            or_dash(&b.drainage),
+            b.open_runs
+        );
+    }
+    if fleet.open_runs_truncated {
+        println!("(open runs counted up to {MAX_OPEN_RUNS})");
+    }
+    let retirable: Vec<&str> = fleet
+        .builds
+        .iter()
+        .filter(|b| b.open_runs == 0 && b.state != "current" && b.state != "ramping")
+        .filter(|b| b.build_id != UNVERSIONED)
+        .map(|b| b.build_id.as_str())
+        .collect();
+    if !retirable.is_empty() {
+        println!(
+            "no open run is pinned to: {} (their workers can be stopped once nothing else \
+             polls them)",
+            retirable.join(", ")
+        );
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+/// The deployment's versions, current first, then ramping, then by creation, newest first.
+async fn versions(client: &Client, deployment: &str) -> Result<Vec<FleetBuild>, Exit> {
+    let mut service = client.clone();
+    let described = WorkflowService::describe_worker_deployment(
+        &mut service,
+        tonic::Request::new(DescribeWorkerDeploymentRequest {
+            namespace: client.namespace(),
+            deployment_name: deployment.to_owned(),
+        }),
+    )
+    .await;
+    let info = match described {
+        Ok(r) => r.into_inner().worker_deployment_info.unwrap_or_default(),
+        Err(s) if s.code() == tonic::Code::NotFound => {
+            return Err(Exit::usage(format!(
+                "no Worker Deployment '{deployment}' on this namespace: workers create it when \
+                 they start with deployment.name = \"{deployment}\" (name another with \
+                 --deployment)"
+            )));
+        }
+        Err(s) => {
+            return Err(Exit::infra(format!(
+                "cannot describe the Worker Deployment '{deployment}': {}",
+                short(s.message())
+            )));
+        }
+    };
+    let mut summaries = info.version_summaries;
+    summaries.sort_by_key(|v| {
+        let rank = match v.status() {
+            WorkerDeploymentVersionStatus::Current => 0,
+            WorkerDeploymentVersionStatus::Ramping => 1,
+            _ => 2,
+        };
+        let created = v.create_time.map(|t| -t.seconds).unwrap_or_default();
+        (rank, created)
+    });
+    Ok(summaries
+        .into_iter()
+        .map(|v| FleetBuild {
+            build_id: v.deployment_version.clone().unwrap_or_default().build_id,
+            state: state_name(v.status()),
+            drainage: drainage_name(v.drainage_status()),
+            open_runs: 0,
+        })
+        .collect())
+}
+
+fn state_name(status: WorkerDeploymentVersionStatus) -> String {
+    match status {
+        WorkerDeploymentVersionStatus::Unspecified => "",
+        WorkerDeploymentVersionStatus::Inactive => "inactive",
+        WorkerDeploymentVersionStatus::Current => "current",
+        WorkerDeploymentVersionStatus::Ramping => "ramping",
+        WorkerDeploymentVersionStatus::Draining => "draining",
+        WorkerDeploymentVersionStatus::Drained => "drained",
+        WorkerDeploymentVersionStatus::Created => "created",
+    }
+    .to_owned()
+}
+
+fn drainage_name(status: VersionDrainageStatus) -> String {
+    match status {
+        VersionDrainageStatus::Unspecified => "",
+        VersionDrainageStatus::Draining => "draining",
+        VersionDrainageStatus::Drained => "drained",
+    }
+    .to_owned()
+}
+
+/// The build of `deployment` a run is on: its versioning info when the server fills it in
+/// (describe), else the `TemporalWorkerDeploymentVersion` search attribute
+/// (`"<deployment>:<build id>"`), which list results carry.
+fn build_of(run: &WorkflowExecutionInfo, deployment: &str) -> Option<String> {
+    let from_info = run
+        .versioning_info
+        .as_ref()
+        .and_then(|v| v.deployment_version.as_ref())
+        .filter(|v| v.deployment_name == deployment && !v.build_id.is_empty())
+        .map(|v| v.build_id.clone());
+    from_info.or_else(|| {
+        let payload = run
+            .search_attributes
+            .as_ref()?
+            .indexed_fields
+            .get(VERSION_ATTRIBUTE)?;
+        let value: String = serde_json::from_slice(&payload.data).ok()?;
+        let (name, build) = value.split_once(':')?;
+        (name == deployment && !build.is_empty()).then(|| build.to_owned())
+    })
+}
+
+/// The system search attribute naming a run's deployment version.
+const VERSION_ATTRIBUTE: &str = "TemporalWorkerDeploymentVersion";
+
+/// Open runs per build id of `deployment` (runs on no version of it under [`UNVERSIONED`]),
+/// and whether the count stopped at [`MAX_OPEN_RUNS`].
+async fn open_runs_by_build(
+    client: &Client,
+    deployment: &str,
+) -> Result<(BTreeMap<String, usize>, bool), Exit> {
+    let query = format!("WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'");
+    let mut stream = client.list_workflows(
+        query,
+        WorkflowListOptions::builder().limit(MAX_OPEN_RUNS).build(),
+    );
+    let mut counts = BTreeMap::new();
+    let mut seen = 0;
+    while let Some(item) = stream.next().await {
+        let run = item.map_err(|e| {
+            Exit::infra(format!("cannot list open runs: {}", short(&e.to_string())))
+        })?;
+        seen += 1;
+        let build = build_of(run.raw(), deployment).unwrap_or_else(|| UNVERSIONED.to_owned());
+        *counts.entry(build).or_insert(0) += 1;
+    }
+    Ok((counts, seen >= MAX_OPEN_RUNS))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use temporalio_common::protos::temporal::api::common::v1::{Payload, SearchAttributes};
+
+    #[test]
+    fn a_listed_runs_build_comes_from_its_deployment_version_attribute() {
+        let mut run = WorkflowExecutionInfo::default();
+        assert_eq!(build_of(&run, "baton"), None);
+        run.search_attributes = Some(SearchAttributes {
+            indexed_fields: [(
+                VERSION_ATTRIBUTE.to_owned(),
+                Payload {
+                    data: br#""baton:0.1.0-abc""#.to_vec(),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+        });
+        assert_eq!(build_of(&run, "baton").as_deref(), Some("0.1.0-abc"));
+        assert_eq!(build_of(&run, "other"), None, "another deployment's run");
+    }
+}
