@@ -123,20 +123,27 @@ fn words(cmd: &str) -> Vec<String> {
 
 #[test]
 fn every_baton_command_in_the_ci_examples_parses() {
-    for (name, yaml) in [
+    for (name, yaml, main_command) in [
         (
             "github-actions.yml",
             include_str!("../../deploy/ci/github-actions.yml"),
+            "submit",
         ),
         (
             "gitlab-ci.yml",
             include_str!("../../deploy/ci/gitlab-ci.yml"),
+            "submit",
+        ),
+        (
+            "replay-gate.yml",
+            include_str!("../../deploy/ci/replay-gate.yml"),
+            "replay-check",
         ),
     ] {
         let cmds = commands(yaml);
         assert!(
-            cmds.iter().any(|c| c.get(1).is_some_and(|s| s == "submit")),
-            "{name}: no submit found in {cmds:?}"
+            cmds.iter().any(|c| c.get(1).is_some_and(|s| s == main_command)),
+            "{name}: no {main_command} found in {cmds:?}"
         );
         for cmd in &cmds {
             if let Err(e) = Cli::try_parse_from(cmd) {

@@ -53,7 +53,7 @@ impl Default for DeploymentSettings {
 
 /// When a worker promotes its own version to current.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String")]
 pub(crate) enum Promote {
     /// Only when the deployment has no current version.
     IfNone,
@@ -61,6 +61,22 @@ pub(crate) enum Promote {
     Always,
     /// Never: `temporal worker deployment set-current-version` does it.
     Never,
+}
+
+impl TryFrom<String> for Promote {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.trim() {
+            "if-none" => Ok(Self::IfNone),
+            "always" => Ok(Self::Always),
+            "never" => Ok(Self::Never),
+            other => Err(format!(
+                "{other:?} is not a promote policy: use \"if-none\" (default: when the \
+                 deployment has no current version), \"always\" or \"never\""
+            )),
+        }
+    }
 }
 
 impl DeploymentSettings {
