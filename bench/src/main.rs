@@ -32,6 +32,9 @@
 //! `cache_control` breakpoints and with them stripped, against a local server that accounts
 //! like Anthropic's cache.
 //!
+//! Replay gate (`baton-bench replay-check`, [`replay_check`], issue 17): `baton replay-check`
+//! over runs of ~1,000 history events, cold and against a warm cache.
+//!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
 //! directory to keep the event histories the numbers were read from.
@@ -48,6 +51,7 @@ mod inprocess;
 mod peer;
 mod per_turn;
 mod procfs;
+mod replay_check;
 mod report;
 mod scenario;
 mod stats;
@@ -88,6 +92,8 @@ enum Command {
     /// Prompt caching: billed input tokens of a 50-turn Anthropic conversation behind a
     /// 40k-token prefix, with and without `cache_control` breakpoints.
     Caching(CachingArgs),
+    /// Replay gate: `baton replay-check` over runs of ~1,000 events, cold and with a warm cache.
+    ReplayCheck(ReplayCheckArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
@@ -188,6 +194,16 @@ struct CachingArgs {
     /// Approximate tokens of the system prompt + tools.
     #[arg(long, default_value_t = caching::Settings::FULL.prefix_tokens)]
     prefix_tokens: usize,
+}
+
+#[derive(Debug, Args)]
+struct ReplayCheckArgs {
+    /// Runs to replay.
+    #[arg(long, default_value_t = replay_check::Settings::FULL.runs)]
+    runs: u32,
+    /// Tool turns per run (~12 history events each).
+    #[arg(long, default_value_t = replay_check::Settings::FULL.turns)]
+    turns: u32,
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +317,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::ReplayCheck(args) => {
+            let report = replay_check::run(replay_check::Settings {
+                runs: args.runs,
+                turns: args.turns,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::All(args) => {
             // The whole table of BENCHMARKS.md in under 10 minutes on 2 cores: per-turn on both
             // dev-server settings (the headline), every other scenario on the fast one.
@@ -374,6 +398,14 @@ async fn main() -> anyhow::Result<()> {
             let report = caching::run(caching::Settings::FULL).await?;
             println!("{}", report.render());
             lap("caching");
+            let report = replay_check::run(if short {
+                replay_check::Settings::SHORT
+            } else {
+                replay_check::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+            lap("replay-check");
             // Scenario 6 needs a venv from PyPI: when it cannot be set up (PyPI slow or
             // unreachable), say why and go on, so that CI does not fail for it.
             match peer::prepare().await {

@@ -142,7 +142,8 @@ fn every_baton_command_in_the_ci_examples_parses() {
     ] {
         let cmds = commands(yaml);
         assert!(
-            cmds.iter().any(|c| c.get(1).is_some_and(|s| s == main_command)),
+            cmds.iter()
+                .any(|c| c.get(1).is_some_and(|s| s == main_command)),
             "{name}: no {main_command} found in {cmds:?}"
         );
         for cmd in &cmds {

@@ -754,7 +754,7 @@ pub(crate) struct ReplayCheck {
     pub(crate) skipped: usize,
     /// Events replayed.
     pub(crate) events: usize,
-    /// Wall time of fetching and replaying.
+    /// Wall time of the whole check: connecting, listing, fetching and replaying.
     pub(crate) seconds: f64,
     /// Each run that would fail on this build, and where.
     pub(crate) diverged: Vec<crate::replay_check::Diverged>,

@@ -61,6 +61,7 @@ pub(crate) async fn run(args: ReplayCheckArgs) -> Result<i32, Exit> {
         .build_id
         .clone()
         .unwrap_or_else(|| baton_workflows::BUILD_ID.to_owned());
+    let started = std::time::Instant::now();
     let client = connect().await?;
     let query = visibility_query(args.query.as_deref(), args.since, SystemTime::now());
     let runs = list(&client, &query, args.limit as usize).await?;
@@ -73,7 +74,6 @@ pub(crate) async fn run(args: ReplayCheckArgs) -> Result<i32, Exit> {
         .into_iter()
         .partition(|r| !cache.covers(r.run_id(), r.history_length()));
     let replayer = replayer(&client)?;
-    let started = std::time::Instant::now();
     let mut diverged = Vec::new();
     let mut events = 0usize;
     let mut done = 0usize;
