@@ -422,6 +422,9 @@ pub(crate) enum FleetCommand {
     /// The deployment's current and ramping builds, and for each build the open runs pinned to
     /// it (from visibility) and whether it has drained.
     Status(FleetStatusArgs),
+    /// This build's patch markers and the open runs that lack each: which can be deprecated or
+    /// retired (AGENTS.md "Patches").
+    Patches(FleetStatusArgs),
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,11 @@
 //! `baton fleet status`: the Worker Deployment's builds as the server routes them (current,
 //! ramping, draining, drained) and, for each build, the open runs pinned to it, counted from
 //! visibility. An old build can be retired once it shows no open runs (and "drained").
+//!
+//! `baton fleet patches`: for each patch marker of this build's registry, the open runs that
+//! lack it (their `TemporalChangeVersion` search attribute, which the SDK keeps, does not list
+//! it). With pinned runs only the unversioned ones can ever be replayed by another build, so a
+//! marker no unversioned open run lacks can move to its next stage (AGENTS.md "Patches").
 
 use std::collections::BTreeMap;
 
@@ -185,6 +190,95 @@ fn build_of(run: &WorkflowExecutionInfo, deployment: &str) -> Option<String> {
     })
 }
 
+/// The system search attribute listing the patch markers a run recorded.
+const CHANGE_ATTRIBUTE: &str = "TemporalChangeVersion";
+
+/// `baton fleet patches`.
+pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
+    use baton_workflows::workflow::patches::{REGISTRY, Stage};
+    let client = connect().await?;
+    let mut runs = Vec::new();
+    let (_, truncated) = for_each_open_run(&client, |run| {
+        let markers = keywords(run, CHANGE_ATTRIBUTE);
+        runs.push((build_of(run, &args.deployment).is_some(), markers));
+    })
+    .await?;
+    let markers = REGISTRY
+        .iter()
+        .filter(|p| p.stage != Stage::Retired)
+        .map(|p| {
+            let lacking = runs.iter().filter(|(_, m)| !m.iter().any(|id| id == p.id));
+            let (pinned, unversioned) =
+                lacking.fold(
+                    (0, 0),
+                    |(p, u), (pinned, _)| {
+                        if *pinned { (p + 1, u) } else { (p, u + 1) }
+                    },
+                );
+            let stage = match p.stage {
+                Stage::Active => "active",
+                Stage::Deprecated => "deprecated",
+                Stage::Retired => "retired",
+            };
+            let next = if p.stage == Stage::Active {
+                "deprecated"
+            } else {
+                "retired"
+            };
+            let verdict = if unversioned == 0 {
+                format!("can be {next}: no open run that could move to another build lacks it")
+            } else {
+                format!("keep: {unversioned} unversioned open run(s) lack it")
+            };
+            json::FleetPatch {
+                id: p.id.to_owned(),
+                stage: stage.to_owned(),
+                open_runs_without: pinned + unversioned,
+                unversioned_without: unversioned,
+                verdict,
+            }
+        })
+        .collect::<Vec<_>>();
+    let report = json::FleetPatches {
+        open_runs: runs.len(),
+        open_runs_truncated: truncated,
+        markers,
+    };
+    if args.json {
+        json::print(&report)?;
+    } else {
+        println!(
+            "{} open run(s){}",
+            report.open_runs,
+            if truncated {
+                " (counted up to the bound)"
+            } else {
+                ""
+            }
+        );
+        println!(
+            "{:<28} {:<11} {:>12} {:>12}  VERDICT",
+            "PATCH", "STAGE", "RUNS W/O", "UNVERSIONED"
+        );
+        for m in &report.markers {
+            println!(
+                "{:<28} {:<11} {:>12} {:>12}  {}",
+                m.id, m.stage, m.open_runs_without, m.unversioned_without, m.verdict
+            );
+        }
+    }
+    Ok(exit::COMPLETED)
+}
+
+/// The strings of a keyword-list search attribute of `run` (none when absent).
+fn keywords(run: &WorkflowExecutionInfo, name: &str) -> Vec<String> {
+    run.search_attributes
+        .as_ref()
+        .and_then(|a| a.indexed_fields.get(name))
+        .and_then(|p| serde_json::from_slice::<Vec<String>>(&p.data).ok())
+        .unwrap_or_default()
+}
+
 /// The system search attribute naming a run's deployment version.
 const VERSION_ATTRIBUTE: &str = "TemporalWorkerDeploymentVersion";
 
@@ -194,22 +288,35 @@ async fn open_runs_by_build(
     client: &Client,
     deployment: &str,
 ) -> Result<(BTreeMap<String, usize>, bool), Exit> {
+    let mut counts = BTreeMap::new();
+    let (_, truncated) = for_each_open_run(client, |run| {
+        let build = build_of(run, deployment).unwrap_or_else(|| UNVERSIONED.to_owned());
+        *counts.entry(build).or_insert(0) += 1;
+    })
+    .await?;
+    Ok((counts, truncated))
+}
+
+/// Calls `f` on each open `AgentRun` (up to [`MAX_OPEN_RUNS`]); how many, and whether the bound
+/// stopped the listing.
+async fn for_each_open_run(
+    client: &Client,
+    mut f: impl FnMut(&WorkflowExecutionInfo),
+) -> Result<(usize, bool), Exit> {
     let query = format!("WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'");
     let mut stream = client.list_workflows(
         query,
         WorkflowListOptions::builder().limit(MAX_OPEN_RUNS).build(),
     );
-    let mut counts = BTreeMap::new();
     let mut seen = 0;
     while let Some(item) = stream.next().await {
         let run = item.map_err(|e| {
             Exit::infra(format!("cannot list open runs: {}", short(&e.to_string())))
         })?;
         seen += 1;
-        let build = build_of(run.raw(), deployment).unwrap_or_else(|| UNVERSIONED.to_owned());
-        *counts.entry(build).or_insert(0) += 1;
+        f(run.raw());
     }
-    Ok((counts, seen >= MAX_OPEN_RUNS))
+    Ok((seen, seen >= MAX_OPEN_RUNS))
 }
 
 #[cfg(test)]
@@ -234,5 +341,25 @@ mod tests {
         });
         assert_eq!(build_of(&run, "baton").as_deref(), Some("0.1.0-abc"));
         assert_eq!(build_of(&run, "other"), None, "another deployment's run");
+    }
+
+    #[test]
+    fn a_runs_patch_markers_come_from_its_change_version_attribute() {
+        let mut run = WorkflowExecutionInfo::default();
+        assert!(keywords(&run, CHANGE_ATTRIBUTE).is_empty());
+        run.search_attributes = Some(SearchAttributes {
+            indexed_fields: [(
+                CHANGE_ATTRIBUTE.to_owned(),
+                Payload {
+                    data: br#"["run-outputs-v1","strict-shell-rules-v1"]"#.to_vec(),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+        });
+        assert_eq!(
+            keywords(&run, CHANGE_ATTRIBUTE),
+            ["run-outputs-v1", "strict-shell-rules-v1"]
+        );
     }
 }

@@ -782,3 +782,25 @@ pub(crate) struct FleetBuild {
     /// Open runs pinned to it.
     pub(crate) open_runs: usize,
 }
+
+/// `baton fleet patches --json`: each patch marker and the open runs that lack it.
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetPatches {
+    pub(crate) open_runs: usize,
+    pub(crate) open_runs_truncated: bool,
+    pub(crate) markers: Vec<FleetPatch>,
+}
+
+/// One patch marker of this build's registry.
+#[derive(Debug, Serialize)]
+pub(crate) struct FleetPatch {
+    pub(crate) id: String,
+    /// `active` or `deprecated`.
+    pub(crate) stage: String,
+    /// Open runs that did not record it (they started before it, or have not reached it yet).
+    pub(crate) open_runs_without: usize,
+    /// Of them, runs on no deployment version: the ones another build could replay.
+    pub(crate) unversioned_without: usize,
+    /// Whether it can move to its next stage, and why.
+    pub(crate) verdict: String,
+}

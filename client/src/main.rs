@@ -98,6 +98,9 @@ async fn main() {
         Command::Fleet {
             command: cli::FleetCommand::Status(a),
         } => fleet::status(a).await,
+        Command::Fleet {
+            command: cli::FleetCommand::Patches(a),
+        } => fleet::patches(a).await,
         Command::CodecServer(a) => codec_server::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
