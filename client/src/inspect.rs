@@ -75,10 +75,12 @@ pub(crate) async fn snapshot(
     }
     let mut status = memo_status.unwrap_or_default();
     reconcile(&mut status, temporal_status);
-    if temporal_status == WorkflowExecutionStatus::Running
-        && let Some(failing) = failing_workflow_task(h, &desc).await
-    {
-        status.last_event = failing;
+    if temporal_status == WorkflowExecutionStatus::Running {
+        if let Some(failing) = failing_workflow_task(h, &desc).await {
+            status.last_event = failing;
+        } else if let Some(pinned) = waiting_for_its_build(&desc) {
+            status.last_event = pinned;
+        }
     }
     Ok(Snapshot {
         temporal_status,
@@ -143,6 +145,33 @@ async fn failing_workflow_task(
     Some(format!(
         "the run's workflow tasks are failing (attempt {}): {message}; see the workers' logs",
         pending.attempt
+    ))
+}
+
+/// When no worker took the run's workflow task and the run is pinned to a build (Worker
+/// Versioning): only that build's workers may take it, so say which.
+fn waiting_for_its_build(desc: &temporalio_client::WorkflowExecutionDescription) -> Option<String> {
+    use temporalio_common::protos::temporal::api::enums::v1::{
+        PendingWorkflowTaskState, VersioningBehavior,
+    };
+    let raw = desc.raw();
+    let pending = raw.pending_workflow_task.as_ref()?;
+    if pending.state() != PendingWorkflowTaskState::Scheduled {
+        return None;
+    }
+    let info = raw
+        .workflow_execution_info
+        .as_ref()?
+        .versioning_info
+        .as_ref()?;
+    if info.behavior() != VersioningBehavior::Pinned {
+        return None;
+    }
+    let version = info.deployment_version.as_ref()?;
+    Some(format!(
+        "waiting for a worker of build {} (deployment {}): the run is pinned to that build; \
+         start its workers if none is left (`baton fleet status`)",
+        version.build_id, version.deployment_name
     ))
 }
 

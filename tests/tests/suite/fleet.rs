@@ -193,7 +193,13 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
     let plain_queue = unique("fleet-unversioned");
     let _plain = worker(&server, &plain_queue, &[("BATON_DEPLOYMENT__NAME", "")]);
     let r4_script = shell_script(dir.path(), "r4", "Shell first.", &["echo r4 > r4.txt"]);
-    let r4 = submit(&server, &plain_queue, &unique("r4"), &["--script", &r4_script], "r4");
+    let r4 = submit(
+        &server,
+        &plain_queue,
+        &unique("r4"),
+        &["--script", &r4_script],
+        "r4",
+    );
     wait_state(&server, &r4, "AWAITING_APPROVAL", Duration::from_secs(60));
     let patches = baton(&server, &["fleet", "patches", "--json"]).unwrap();
     let patches = patches.json().unwrap();
@@ -212,10 +218,19 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
     // its current segment yet, so none recorded that marker (the unversioned one counts).
     let strict = marker("strict-shell-rules-v1");
     assert_eq!(strict["open_runs_without"], 0, "{strict}");
-    assert!(strict["verdict"].as_str().unwrap().starts_with("can be deprecated"), "{strict}");
+    assert!(
+        strict["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("can be deprecated"),
+        "{strict}"
+    );
     let can = marker("continue-as-new-v1");
     assert_eq!(can["unversioned_without"], 1, "{can}");
-    assert!(can["verdict"].as_str().unwrap().starts_with("keep"), "{can}");
+    assert!(
+        can["verdict"].as_str().unwrap().starts_with("keep"),
+        "{can}"
+    );
     let out = baton(&server, &["cancel", &r4]).unwrap();
     assert_eq!(out.code, 0, "{out}");
 
@@ -248,4 +263,37 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
     // Build A still ran the runs pinned to it; both workers are still up.
     assert!(a.is_running() && b.is_running());
     assert!(std::fs::read_to_string(a.workspace_root().join(&r1).join("r1.txt")).is_ok());
+
+    // B's workers go away while a run pinned to B waits: A does not take it, and status says
+    // which build it waits for; B back, it finishes.
+    let r5_script = shell_script(dir.path(), "r5", "Shell first.", &["echo r5 > r5.txt"]);
+    let r5 = submit(
+        &server,
+        &queue,
+        &unique("r5"),
+        &["--script", &r5_script],
+        "r5",
+    );
+    let status = wait_state(&server, &r5, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    b.terminate().unwrap();
+    let out = baton(&server, &["approve", &r5, &call, "--signal"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let status = wait_until_blocking(Duration::from_secs(30), "status names build B", || {
+        let v = baton(&server, &["status", &r5, "--json"])?.json()?;
+        Ok(v["last_event"]
+            .as_str()
+            .is_some_and(|e| e.contains("waiting for a worker of build fleet-b"))
+            .then_some(v))
+    })
+    .unwrap();
+    println!("status of a run pinned to a build with no worker: {status}");
+    let _b_again = worker(&server, &queue, &b_env);
+    let r = result(&server, &r5, 0);
+    assert_eq!(r["answer"], "All done.", "{r}");
+    assert!(
+        task_builds(&server, &r5, None)
+            .iter()
+            .all(|b| b == "fleet-b")
+    );
 }
