@@ -104,6 +104,19 @@ pub(crate) async fn run(args: ReplayCheckArgs) -> Result<i32, Exit> {
     if let Some(path) = &cache_path {
         cache.save(path);
     }
+    // Histories this process cannot decrypt say nothing about the build: say what is missing.
+    let sealed = diverged
+        .iter()
+        .filter(|d| d.message.contains(baton_codec::KEYS_ENV))
+        .count();
+    if sealed > 0 {
+        return Err(Exit::usage(format!(
+            "cannot decrypt the histories of {sealed} run(s): set {} (and {}) to the workers' \
+             payload encryption keys, then check again",
+            baton_codec::KEYS_ENV,
+            baton_codec::ACTIVE_KEY_ENV
+        )));
+    }
     let report = json::ReplayCheck {
         build_id,
         query,

@@ -297,3 +297,45 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
             .all(|b| b == "fleet-b")
     );
 }
+
+#[test]
+fn replay_check_decrypts_histories_with_the_codec_keys_and_says_when_it_cannot() {
+    let server = DevServer::start_baton(&[]).unwrap();
+    let queue = unique("fleet-sealed");
+    let keys = format!("k1={}", codec_key());
+    let with_keys = [("BATON_CODEC_KEYS", keys.as_str())];
+    let _w = worker(&server, &queue, &with_keys);
+    let dir = tempfile::tempdir().unwrap();
+    let script = shell_script(dir.path(), "sealed", "Shell first.", &["echo s > s.txt"]);
+    let id = unique("sealed");
+    let submit = [
+        "submit",
+        "--task-queue",
+        &queue,
+        "--id",
+        &id,
+        "--script",
+        &script,
+        "go",
+    ];
+    let out = baton_with(&server, &submit, &with_keys, None).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    wait_until_blocking(Duration::from_secs(60), "the run waits", || {
+        let v = baton_with(&server, &["status", &id, "--json"], &with_keys, None)?.json()?;
+        Ok((v["state"] == "AWAITING_APPROVAL").then_some(()))
+    })
+    .unwrap();
+    let (code, report) = replay_check(&server, &with_keys);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["replayed"], 1, "{report}");
+    let out = baton_with_timeout(
+        &server,
+        &["replay-check", "--no-cache"],
+        &[],
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("BATON_CODEC_KEYS"), "{out}");
+}
