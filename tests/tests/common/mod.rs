@@ -119,3 +119,29 @@ pub fn approval_script(dir: &Path, name: &str, shell_calls: &[&str]) -> String {
 pub fn shell_script(dir: &Path, name: &str, text: &str, shell_calls: &[&str]) -> String {
     shell_script_after(dir, name, Vec::new(), text, shell_calls)
 }
+
+/// Run ids of every segment of workflow `id`, oldest first.
+pub fn segments(server: &DevServer, id: &str) -> Vec<String> {
+    let query = format!("WorkflowId = '{id}'");
+    let out = server
+        .temporal(&["workflow", "list", "--query", &query, "-o", "json"])
+        .unwrap()
+        .ensure_success()
+        .unwrap();
+    let mut runs: Vec<(String, String)> = out
+        .json()
+        .unwrap()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (
+                r["startTime"].as_str().unwrap_or_default().to_owned(),
+                r["execution"]["runId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    runs.sort();
+    runs.into_iter().map(|(_, r)| r).collect()
+}

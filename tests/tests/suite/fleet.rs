@@ -34,32 +34,6 @@ fn task_builds(server: &DevServer, id: &str, run_id: Option<&str>) -> Vec<String
         .collect()
 }
 
-/// Run ids of every segment of workflow `id`, oldest first.
-fn segments(server: &DevServer, id: &str) -> Vec<String> {
-    let query = format!("WorkflowId = '{id}'");
-    let out = server
-        .temporal(&["workflow", "list", "--query", &query, "-o", "json"])
-        .unwrap()
-        .ensure_success()
-        .unwrap();
-    let mut runs: Vec<(String, String)> = out
-        .json()
-        .unwrap()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            (
-                r["startTime"].as_str().unwrap_or_default().to_owned(),
-                r["execution"]["runId"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    runs.sort();
-    runs.into_iter().map(|(_, r)| r).collect()
-}
-
 fn replay_check(server: &DevServer, env: &[(&str, &str)]) -> (i32, Value) {
     let out = baton_with_timeout(
         server,

@@ -25,32 +25,6 @@ fn fast_server() -> DevServer {
     .unwrap()
 }
 
-/// Ids of every run (segment) of workflow `id`, oldest first.
-fn segments(server: &DevServer, id: &str) -> Vec<String> {
-    let query = format!("WorkflowId = '{id}'");
-    let out = server
-        .temporal(&["workflow", "list", "--query", &query, "-o", "json"])
-        .unwrap()
-        .ensure_success()
-        .unwrap();
-    let mut runs: Vec<(String, String)> = out
-        .json()
-        .unwrap()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|r| {
-            (
-                r["startTime"].as_str().unwrap_or_default().to_owned(),
-                r["execution"]["runId"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    runs.sort();
-    runs.into_iter().map(|(_, r)| r).collect()
-}
-
 /// Sizes of every payload's data in a history.
 fn payload_sizes(v: &Value, out: &mut Vec<usize>) {
     match v {
