@@ -227,3 +227,171 @@ fn a_500_turn_run_keeps_history_bounded_and_continues_as_new_with_an_approval_pe
     );
     assert!(out.stdout.contains("turn 3: step 3."));
 }
+
+/// What a run's history costs, from the server's own count (`historySizeBytes` of
+/// `temporal workflow describe`, the protobuf size the server limits) and, per event type,
+/// the payload bytes (decoded) in the CLI's JSON of the history.
+#[derive(Debug, Default)]
+struct HistoryCost {
+    /// `historySizeBytes` summed over every segment.
+    server_bytes: u64,
+    /// Segments (1 + continue-as-new count).
+    segments: usize,
+    /// Event type -> (events, payload bytes).
+    by_event: std::collections::BTreeMap<String, (usize, usize)>,
+}
+
+impl HistoryCost {
+    fn measure(server: &DevServer, id: &str) -> Self {
+        let mut cost = HistoryCost::default();
+        for r in segments(server, id) {
+            let out = server
+                .temporal(&["workflow", "describe", "-w", id, "-r", &r, "-o", "json"])
+                .unwrap()
+                .ensure_success()
+                .unwrap();
+            let info = &out.json().unwrap()["workflowExecutionInfo"];
+            let size = info["historySizeBytes"]
+                .as_str()
+                .map(|s| s.parse::<u64>().unwrap())
+                .or_else(|| info["historySizeBytes"].as_u64())
+                .unwrap_or_else(|| panic!("no historySizeBytes in {info}"));
+            cost.server_bytes += size;
+            cost.segments += 1;
+            let history = server.workflow_history_json(id, Some(&r)).unwrap();
+            // Activity events are split by activity type (completions name theirs through
+            // the scheduled event).
+            let mut activity = std::collections::HashMap::new();
+            for e in history["events"].as_array().unwrap() {
+                let attributes = &e["activityTaskScheduledEventAttributes"];
+                let scheduled = attributes["activityType"]["name"].as_str();
+                if let Some(name) = scheduled {
+                    activity.insert(e["eventId"].as_str().unwrap_or("").to_owned(), name);
+                }
+                let of = e["activityTaskCompletedEventAttributes"]["scheduledEventId"]
+                    .as_str()
+                    .and_then(|id| activity.get(id).copied());
+                let event = e["eventType"].as_str().unwrap_or("?");
+                let event = event.strip_prefix("EVENT_TYPE_").unwrap_or(event);
+                let kind = match scheduled.or(of) {
+                    Some(name) => format!("{event} {name}"),
+                    None => event.to_owned(),
+                };
+                let mut sizes = Vec::new();
+                payload_sizes(e, &mut sizes);
+                let entry = cost.by_event.entry(kind).or_default();
+                entry.0 += 1;
+                entry.1 += sizes.iter().sum::<usize>();
+            }
+        }
+        cost
+    }
+
+    /// One line per event type, largest payload share first.
+    fn breakdown(&self, turns: usize) -> String {
+        let mut rows: Vec<_> = self.by_event.iter().collect();
+        rows.sort_by_key(|(_, (_, bytes))| std::cmp::Reverse(*bytes));
+        rows.iter()
+            .map(|(kind, (n, bytes))| {
+                format!(
+                    "  {kind}: {n} events, {bytes} payload bytes ({} per turn)\n",
+                    bytes / turns
+                )
+            })
+            .collect()
+    }
+}
+
+/// A scripted run of `turns` turns whose every turn but the last adds `text_bytes` of
+/// assistant text and a shell call printing about `output_bytes`, different every turn.
+fn scripted_turns(turns: usize, text_bytes: usize, output_bytes: usize) -> Vec<Value> {
+    (0..turns)
+        .map(|i| {
+            if i == turns - 1 {
+                return json!({"text": "All steps are done."});
+            }
+            let mut text = format!("turn {i}: ");
+            while text.len() < text_bytes {
+                text.push_str(&varied(i * 31 + text.len()));
+                text.push(' ');
+            }
+            text.truncate(text_bytes);
+            // `seq` lines of ~30 bytes: the output differs per turn and has the size asked.
+            let lines = (output_bytes / 30).max(1);
+            let command = format!("seq -f 'step {i:04} output line %05g' 1 {lines}");
+            json!({"text": text, "tool_calls": [{"name": "shell",
+                   "arguments": json!({"command": command}).to_string()}]})
+        })
+        .collect()
+}
+
+/// Submits a scripted run (see [`scripted_turns`]) and returns its id once it has finished.
+fn run_scripted(
+    server: &DevServer,
+    queue: &str,
+    dir: &std::path::Path,
+    name: &str,
+    turns: &[Value],
+) -> String {
+    let script = script(dir, name, json!(turns));
+    let run = unique(name);
+    let max_turns = (turns.len() + 10).to_string();
+    submit(
+        server,
+        queue,
+        &run,
+        &[
+            "--script",
+            script.to_str().unwrap(),
+            "--require-approval",
+            "write_file",
+            "--max-turns",
+            &max_turns,
+            "--segment-turns",
+            "200",
+        ],
+        "take the steps",
+    );
+    run
+}
+
+#[test]
+fn history_bytes_per_event_type_of_small_and_4_kib_turns() {
+    const TURNS: usize = 40;
+    let server = fast_server();
+    let queue = unique("cost");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let small = run_scripted(
+        &server,
+        &queue,
+        dir.path(),
+        "small",
+        &scripted_turns(TURNS, 60, 40),
+    );
+    let large = run_scripted(
+        &server,
+        &queue,
+        dir.path(),
+        "large",
+        &scripted_turns(TURNS, 1200, 3000),
+    );
+    for run in [&small, &large] {
+        let r = result(&server, run, 0);
+        assert_eq!(r["answer"], "All steps are done.", "{r}");
+    }
+    let small_cost = HistoryCost::measure(&server, &small);
+    let large_cost = HistoryCost::measure(&server, &large);
+    println!(
+        "small turns: {} server bytes, {} per turn\n{}",
+        small_cost.server_bytes,
+        small_cost.server_bytes / TURNS as u64,
+        small_cost.breakdown(TURNS)
+    );
+    println!(
+        "4 KiB turns: {} server bytes, {} per turn\n{}",
+        large_cost.server_bytes,
+        large_cost.server_bytes / TURNS as u64,
+        large_cost.breakdown(TURNS)
+    );
+}
