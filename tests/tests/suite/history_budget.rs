@@ -303,8 +303,12 @@ impl HistoryCost {
 }
 
 /// A scripted run of `turns` turns whose every turn but the last adds `text_bytes` of
-/// assistant text and a shell call printing about `output_bytes`, different every turn.
+/// assistant text and a shell call printing about `output_bytes`, different every turn. The
+/// script is padded past the CLI's inline limit with turns the run never reaches, so it goes
+/// to the blob store and each model call's input carries a reference to it, as a real model's
+/// carries none: the history measured is the run's, not the script's.
 fn scripted_turns(turns: usize, text_bytes: usize, output_bytes: usize) -> Vec<Value> {
+    let unreached = json!({"text": "x".repeat(70 * 1024)});
     (0..turns)
         .map(|i| {
             if i == turns - 1 {
@@ -322,6 +326,7 @@ fn scripted_turns(turns: usize, text_bytes: usize, output_bytes: usize) -> Vec<V
             json!({"text": text, "tool_calls": [{"name": "shell",
                    "arguments": json!({"command": command}).to_string()}]})
         })
+        .chain([unreached])
         .collect()
 }
 
