@@ -239,6 +239,9 @@ struct HistoryCost {
     segments: usize,
     /// Event type -> (events, payload bytes).
     by_event: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Payload bytes of the largest `WorkflowExecutionStarted` (a continued segment's input
+    /// is the checkpoint).
+    largest_start: usize,
 }
 
 impl HistoryCost {
@@ -279,6 +282,9 @@ impl HistoryCost {
                 };
                 let mut sizes = Vec::new();
                 payload_sizes(e, &mut sizes);
+                if event == "WORKFLOW_EXECUTION_STARTED" {
+                    cost.largest_start = cost.largest_start.max(sizes.iter().sum());
+                }
                 let entry = cost.by_event.entry(kind).or_default();
                 entry.0 += 1;
                 entry.1 += sizes.iter().sum::<usize>();
@@ -337,6 +343,7 @@ fn run_scripted(
     dir: &std::path::Path,
     name: &str,
     turns: &[Value],
+    segment_turns: usize,
 ) -> String {
     let script = script(dir, name, json!(turns));
     let run = unique(name);
@@ -353,50 +360,174 @@ fn run_scripted(
             "--max-turns",
             &max_turns,
             "--segment-turns",
-            "200",
+            &segment_turns.to_string(),
         ],
         "take the steps",
     );
     run
 }
 
-#[test]
-fn history_bytes_per_event_type_of_small_and_4_kib_turns() {
-    const TURNS: usize = 40;
+/// `baton result RUN --wait --json` of a run that finishes within `timeout`.
+fn result_within(server: &DevServer, run: &str, timeout: Duration) -> Value {
+    let args = ["result", run, "--wait", "--json"];
+    let out = baton_with_timeout(server, &args, &[], None, timeout).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    out.json().unwrap()
+}
+
+/// History of the same scripted run with ~100-byte turns and with ~4 KiB turns (1.2 KB of
+/// assistant text and a 3 KB tool output each), run side by side on one worker started with
+/// `env`; prints both with their breakdown per event type.
+fn small_and_large_turns(
+    turns: usize,
+    segment_turns: usize,
+    env: &[(&str, &str)],
+) -> (HistoryCost, HistoryCost) {
     let server = fast_server();
     let queue = unique("cost");
-    let _w = worker(&server, &queue, &[]);
+    let _w = worker(&server, &queue, env);
     let dir = tempfile::tempdir().unwrap();
-    let small = run_scripted(
-        &server,
-        &queue,
-        dir.path(),
-        "small",
-        &scripted_turns(TURNS, 60, 40),
-    );
-    let large = run_scripted(
-        &server,
-        &queue,
-        dir.path(),
-        "large",
-        &scripted_turns(TURNS, 1200, 3000),
-    );
-    for run in [&small, &large] {
-        let r = result(&server, run, 0);
+    let small = scripted_turns(turns, 60, 40);
+    let large = scripted_turns(turns, 1200, 3000);
+    let small = run_scripted(&server, &queue, dir.path(), "small", &small, segment_turns);
+    let large = run_scripted(&server, &queue, dir.path(), "large", &large, segment_turns);
+    let mut costs = Vec::new();
+    for (run, label) in [(&small, "100-byte turns"), (&large, "4 KiB turns")] {
+        let r = result_within(&server, run, Duration::from_secs(600));
         assert_eq!(r["answer"], "All steps are done.", "{r}");
+        assert_eq!(r["turns"], turns as u64, "{r}");
+        let cost = HistoryCost::measure(&server, run);
+        println!(
+            "{label} ({turns} turns, {env:?}): {} history bytes in {} segments (server \
+             historySizeBytes), {} per turn, largest segment input {} bytes\n{}",
+            cost.server_bytes,
+            cost.segments,
+            cost.server_bytes / turns as u64,
+            cost.largest_start,
+            cost.breakdown(turns)
+        );
+        costs.push(cost);
     }
-    let small_cost = HistoryCost::measure(&server, &small);
-    let large_cost = HistoryCost::measure(&server, &large);
+    let large = costs.pop().unwrap();
+    (costs.pop().unwrap(), large)
+}
+
+/// Issue 17's acceptance, on a shorter run than its 300 turns (the figure for 300 is the
+/// ignored test below, in BENCHMARKS.md): 4 KiB turns cost under 1.5x the history of
+/// 100-byte turns, and 300 of them would stay under 5 MB. Two segments: the checkpoint a
+/// continued run starts from carries previews too.
+#[test]
+fn turns_adding_4_kib_cost_under_1_5x_the_history_of_100_byte_turns() {
+    const TURNS: usize = 80;
+    let (small, large) = small_and_large_turns(TURNS, 40, &[]);
+    let per_turn = |c: &HistoryCost| c.server_bytes as f64 / TURNS as f64;
+    let ratio = per_turn(&large) / per_turn(&small);
     println!(
-        "small turns: {} server bytes, {} per turn\n{}",
-        small_cost.server_bytes,
-        small_cost.server_bytes / TURNS as u64,
-        small_cost.breakdown(TURNS)
+        "bytes per turn: {:.0} (100-byte turns), {:.0} (4 KiB turns), ratio {ratio:.2}",
+        per_turn(&small),
+        per_turn(&large)
     );
-    println!(
-        "4 KiB turns: {} server bytes, {} per turn\n{}",
-        large_cost.server_bytes,
-        large_cost.server_bytes / TURNS as u64,
-        large_cost.breakdown(TURNS)
+    assert!(
+        ratio < 1.5,
+        "4 KiB turns cost {ratio:.2}x the 100-byte ones"
     );
+    assert!(
+        per_turn(&large) * 300.0 < 5_000_000.0,
+        "300 turns would make {:.0} bytes of history",
+        per_turn(&large) * 300.0
+    );
+    assert_eq!(large.segments, 2);
+    // The checkpoint holds previews: it grows by far less than the ~4.2 KB each of the
+    // segment's 40 turns added.
+    let added = 40 * 4200;
+    assert!(
+        large.largest_start - small.largest_start < added / 4,
+        "checkpoint {} bytes for 4 KiB turns, {} for 100-byte ones",
+        large.largest_start,
+        small.largest_start
+    );
+}
+
+/// The 300-turn figures of BENCHMARKS.md "History bytes per turn": with the default limit,
+/// and with `inline_bytes` at its maximum (64 KiB: 4 KiB turns stay inline, as before
+/// issue 17). About 2 minutes; run with `--ignored`.
+#[test]
+#[ignore]
+fn history_bytes_of_300_turns_for_benchmarks() {
+    const TURNS: usize = 300;
+    let (small, large) = small_and_large_turns(TURNS, 200, &[]);
+    assert!(large.server_bytes < 5_000_000, "{}", large.server_bytes);
+    let ratio = large.server_bytes as f64 / small.server_bytes as f64;
+    println!("ratio {ratio:.2}");
+    assert!(ratio < 1.5);
+    small_and_large_turns(TURNS, 200, &[("BATON_HISTORY__INLINE_BYTES", "65536")]);
+}
+
+#[test]
+fn long_texts_outputs_and_arguments_reach_the_model_whole_and_history_as_previews() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("by-ref");
+    let base = llm.base_url();
+    let w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let text = format!("PLAN-START {} PLAN-END", varied(1).repeat(3));
+    let content = format!("{}CONTENT-END", "notes line\n".repeat(300));
+    let write = json!({"path": "notes.txt", "content": content}).to_string();
+    let shell = json!({"command": "seq -f 'output line %05g' 1 200; printf 'OUTPUT-%sEND\\n' ''"})
+        .to_string();
+    let mut reply =
+        MockOpenAi::tool_calls_reply(&[("c1", "write_file", &write), ("c2", "shell", &shell)]);
+    reply["choices"][0]["message"]["content"] = json!(text);
+    llm.push(reply);
+    llm.push_text("Done.");
+    let run = unique("run-by-ref");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "openai", "--no-approval"],
+        "write notes",
+    );
+    assert_eq!(result(&server, &run, 0)["answer"], "Done.");
+
+    // The tool got the exact arguments; the model got every text whole.
+    let ws = w.workspace_root().join(&run);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        content
+    );
+    let sent = llm.requests()[1].messages();
+    let assistant = sent.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["content"], text.as_str());
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"],
+        write.as_str()
+    );
+    let outputs: Vec<&str> = sent
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        outputs[1].contains("output line 00200\nOUTPUT-END"),
+        "{outputs:?}"
+    );
+
+    // History holds previews: none of the long texts' ends, and markers naming the blobs.
+    let history = history_text(&server, &run);
+    for end in ["PLAN-END", "CONTENT-END", "OUTPUT-END", "output line 00200"] {
+        assert!(!history.contains(end), "{end} is in history");
+    }
+    assert!(history.contains("bytes in all, in the blob store as"));
+    assert!(history.contains("PLAN-START"), "previews are readable");
+
+    // The transcript shows everything whole.
+    let out = baton(&server, &["transcript", &run, "--json"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    for end in ["PLAN-END", "CONTENT-END", "OUTPUT-END"] {
+        assert!(
+            out.stdout.contains(end),
+            "{end} missing from the transcript"
+        );
+    }
 }
