@@ -328,12 +328,12 @@ impl LlmService {
                 request.from as usize,
                 request.upto as usize,
             );
-            // The summary is made from the whole content, not history's previews.
-            self.conversations
-                .with_full_content(&mut request.items)
-                .await
-                .map_err(|e| store_failure(e, attempt))?;
         }
+        // The summary is made from the whole content, not history's previews.
+        self.conversations
+            .with_full_content(&mut request.items)
+            .await
+            .map_err(|e| store_failure(e, attempt))?;
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let provider = request
             .model

@@ -141,24 +141,7 @@ fn a_500_turn_run_keeps_history_bounded_and_continues_as_new_with_an_approval_pe
             }
         })
         .collect();
-    let script = script(dir.path(), "long", json!(turns));
-    let run = unique("run-long");
-    submit(
-        &server,
-        &queue,
-        &run,
-        &[
-            "--script",
-            script.to_str().unwrap(),
-            "--require-approval",
-            "write_file",
-            "--max-turns",
-            "600",
-            "--segment-turns",
-            "200",
-        ],
-        "take 499 steps",
-    );
+    let run = run_scripted(&server, &queue, dir.path(), "run-long", &turns, 200);
     // The approval is requested right at a segment boundary: it is pending across it.
     let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(600));
     let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
