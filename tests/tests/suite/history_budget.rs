@@ -514,3 +514,49 @@ fn long_texts_outputs_and_arguments_reach_the_model_whole_and_history_as_preview
         );
     }
 }
+
+#[test]
+fn calls_whose_cut_arguments_look_alike_are_not_taken_for_a_loop() {
+    // Three writes to one path whose contents differ only past the preview: history holds the
+    // same cut arguments three times, the exact ones (and their digests) differ.
+    let server = DevServer::start().unwrap();
+    let queue = unique("cut-loop");
+    let w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let content = |i: usize| format!("{}version {i}\n", "same start\n".repeat(200));
+    let mut turns: Vec<Value> = (0..3)
+        .map(|i| {
+            let arguments = json!({"path": "notes.txt", "content": content(i)}).to_string();
+            json!({"tool_calls": [{"name": "write_file", "arguments": arguments}]})
+        })
+        .collect();
+    turns.push(json!({"text": "Wrote three versions."}));
+    // Padded past the CLI's inline limit (turns never reached): the script goes to the blob
+    // store, so history holds only what the run recorded.
+    turns.push(json!({"text": "x".repeat(70 * 1024)}));
+    let script = script(dir.path(), "cut-loop", json!(turns));
+    let run = unique("run-cut-loop");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--script", script.to_str().unwrap(), "--no-approval"],
+        "write three versions",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Wrote three versions.", "{r}");
+    let ws = w.workspace_root().join(&run);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        content(2)
+    );
+    let history = history_text(&server, &run);
+    assert!(
+        history.contains("kept in the blob store"),
+        "arguments were cut"
+    );
+    assert!(
+        !history.contains("version 2"),
+        "history holds no exact arguments"
+    );
+}
