@@ -101,11 +101,13 @@ pub async fn offload_arguments(
     let id = store.put(call.arguments.clone().into_bytes()).await?;
     call.arguments_ref = id.to_string();
     let digest = arguments_digest(&call.arguments);
+    let bytes = call.arguments.len().min(u32::MAX as usize) as u32;
     let (shortened, subject_cut) = shorten_arguments(&call.arguments, PREVIEW_BYTES);
     call.arguments = shortened;
     call.cut = Some(CutArguments {
         digest,
         subject_cut,
+        bytes,
     });
     Ok(())
 }
@@ -223,6 +225,7 @@ mod tests {
         assert_eq!(shown["path"], "src/a.rs");
         let cut = call.cut.clone().unwrap();
         assert!(!cut.subject_cut);
+        assert_eq!(cut.bytes as usize, exact.to_string().len());
         assert!(call.arguments.len() < 400, "{}", call.arguments);
         let id = BlobId::parse(&call.arguments_ref).unwrap();
         assert_eq!(store.get(&id).await.unwrap(), exact.to_string().as_bytes());

@@ -236,6 +236,7 @@ mod tests {
                 a.tool_calls[0].cut = Some(baton_proto::CutArguments {
                     digest: digest.into(),
                     subject_cut: false,
+                    bytes: 4000,
                 });
             }
             item

@@ -762,6 +762,7 @@ mod tests {
         let cut = Some(baton_proto::CutArguments {
             digest: "d".into(),
             subject_cut: true,
+            bytes: 70_010,
         });
         let mut c = shell("ls -la [cut: 70000 bytes in all, kept in the blob store]");
         c.cut = cut.clone();

@@ -151,7 +151,13 @@ pub fn item_chars(i: &Item) -> usize {
             text_bytes(a)
                 + a.tool_calls
                     .iter()
-                    .map(|c| c.name.len() + c.arguments.len() + c.id.len())
+                    .map(|c| {
+                        let arguments = c
+                            .cut
+                            .as_ref()
+                            .map_or(c.arguments.len(), |k| k.bytes as usize);
+                        c.name.len() + arguments + c.id.len()
+                    })
                     .sum::<usize>()
         }
         Some(item::Kind::ToolResult(r)) => content_bytes(r) + r.call_id.len(),
