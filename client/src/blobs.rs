@@ -1,5 +1,6 @@
-//! Reading the blob store from the CLI: full tool outputs and the older part of a continued
-//! run's conversation live there, not in history. The store is configured like the workers'
+//! Reading the blob store from the CLI: full tool outputs, long texts, outputs and arguments
+//! (kept by reference) and the older part of a continued run's conversation live there, not in
+//! history. The store is configured like the workers'
 //! (`BATON_STORE__BACKEND`, `BATON_STORE__DIR`, `BATON_STORE__S3__BUCKET`, ...; default a
 //! local `.baton/blobs`).
 
@@ -27,7 +28,11 @@ pub(crate) async fn resolve(items: &mut [Item], head: &str) -> Vec<String> {
     let needs_store = items.iter().any(|i| match &i.kind {
         Some(item::Kind::Stub(_)) => true,
         Some(item::Kind::ToolResult(r)) => {
-            r.full_output.is_empty() && !r.full_output_ref.is_empty()
+            (r.full_output.is_empty() && !r.full_output_ref.is_empty())
+                || r.content_stored.is_some()
+        }
+        Some(item::Kind::Assistant(a)) => {
+            a.text_stored.is_some() || a.tool_calls.iter().any(|c| !c.arguments_ref.is_empty())
         }
         _ => false,
     });
@@ -63,7 +68,17 @@ pub(crate) async fn resolve(items: &mut [Item], head: &str) -> Vec<String> {
             )),
         }
     }
+    // Texts, outputs and arguments kept by reference: whole, as the model saw them.
+    let conversations = Conversations::new(store.clone());
     for slot in items.iter_mut() {
+        if let Err(e) = conversations
+            .with_full_content(std::slice::from_mut(slot))
+            .await
+        {
+            warnings.push(format!(
+                "content kept in the blob store could not be read: {e}"
+            ));
+        }
         if let Some(item::Kind::ToolResult(r)) = &mut slot.kind
             && r.full_output.is_empty()
             && !r.full_output_ref.is_empty()

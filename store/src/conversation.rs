@@ -14,7 +14,7 @@ use baton_workflows::view::{self, cut_text};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-use crate::{BlobId, SharedStore, StoreError, get_json, put_json};
+use crate::{BlobId, SharedStore, StoreError, get_json, inline, put_json};
 
 /// Conversations a worker keeps assembled in memory.
 pub const CACHED_CONVERSATIONS: usize = 64;
@@ -66,6 +66,7 @@ pub enum ConversationError {
 pub struct Conversations {
     store: SharedStore,
     cache: Mutex<VecDeque<(String, Arc<Vec<Item>>)>>,
+    inline_bytes: usize,
 }
 
 impl Conversations {
@@ -74,7 +75,15 @@ impl Conversations {
         Self {
             store,
             cache: Mutex::new(VecDeque::new()),
+            inline_bytes: inline::DEFAULT_INLINE_BYTES,
         }
+    }
+
+    /// Reply text and tool-call arguments longer than `bytes` go to the blob store (worker
+    /// setting `[history] inline_bytes`; see [`crate::inline`]).
+    pub fn with_inline_bytes(mut self, bytes: usize) -> Self {
+        self.inline_bytes = bytes;
+        self
     }
 
     /// The store underneath.
@@ -329,50 +338,40 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 /// An LLM response is trimmed for history when its JSON passes this (a margin under
 /// [`MAX_PAYLOAD_BYTES`] for the fields around it).
 pub const RESPONSE_BUDGET_BYTES: usize = 192 * 1024;
-/// Tool-call arguments longer than this go to the blob store when a response is trimmed.
-pub const MAX_INLINE_ARGUMENTS: usize = 16 * 1024;
 /// A provider's reasoning part longer than this always goes to the blob store: it is opaque
 /// to everything but the provider it goes back to, and encrypted reasoning of every turn
 /// would otherwise grow the run's history fast.
 pub const MAX_INLINE_REASONING: usize = 1024;
-/// String values in trimmed arguments are cut to this length ...
-const CUT_STRING_TO: usize = 1024;
-/// ... except these fields, which approval rules match and which are kept whole up to this.
-const KEEP_WHOLE: [&str; 2] = ["command", "path"];
-const KEEP_WHOLE_UP_TO: usize = 64 * 1024;
 
 impl Conversations {
-    /// Keeps a model reply small enough for history: reasoning parts over
-    /// [`MAX_INLINE_REASONING`] go to the blob store (`data_ref`); when its JSON still passes
-    /// [`RESPONSE_BUDGET_BYTES`], long tool-call arguments go to the blob store
-    /// (`arguments_ref`) and stay inline with long string values cut (approval rules still
-    /// see `command` and `path`), and the reasoning text, then the reply text, are cut.
+    /// Keeps a model reply small for history: reasoning parts over [`MAX_INLINE_REASONING`]
+    /// go to the blob store (`data_ref`); so do the text of a reply with tool calls and each
+    /// call's arguments when over the inline limit (previews stay inline, see
+    /// [`crate::inline`]). When its JSON still passes [`RESPONSE_BUDGET_BYTES`], the
+    /// reasoning text, then an inline reply text, are cut.
     pub async fn bound_message(
         &self,
         message: &mut baton_proto::AssistantMessage,
     ) -> Result<(), ConversationError> {
+        let store = self.store.as_ref();
         for part in &mut message.reasoning_parts {
             if part.data.len() > MAX_INLINE_REASONING && part.data_ref.is_empty() {
-                let id = self
-                    .store
+                let id = store
                     .put(std::mem::take(&mut part.data).into_bytes())
                     .await?;
                 part.data_ref = id.to_string();
             }
         }
+        if !message.tool_calls.is_empty() && message.text_stored.is_none() {
+            message.text_stored =
+                inline::offload_text(store, self.inline_bytes, &mut message.text).await?;
+        }
+        for call in &mut message.tool_calls {
+            inline::offload_arguments(store, self.inline_bytes, call).await?;
+        }
         let size = |m: &baton_proto::AssistantMessage| {
             serde_json::to_vec(m).map(|v| v.len()).unwrap_or(usize::MAX)
         };
-        if size(message) <= RESPONSE_BUDGET_BYTES {
-            return Ok(());
-        }
-        for call in &mut message.tool_calls {
-            if call.arguments.len() > MAX_INLINE_ARGUMENTS && call.arguments_ref.is_empty() {
-                let id = self.store.put(call.arguments.clone().into_bytes()).await?;
-                call.arguments_ref = id.to_string();
-                call.arguments = shorten_arguments(&call.arguments);
-            }
-        }
         if size(message) > RESPONSE_BUDGET_BYTES {
             cut_text(&mut message.reasoning, RESPONSE_BUDGET_BYTES / 8);
         }
@@ -407,11 +406,34 @@ impl Conversations {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// The view with every call's exact arguments, as the model wrote them, and every
-    /// reasoning part's data, as the provider sent it.
+    /// The whole text of blob `id` (content kept by reference).
+    async fn text_of(&self, id: &str, what: &str) -> Result<String, ConversationError> {
+        let id = BlobId::parse(id)?;
+        let bytes = self.store.get(&id).await?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| {
+            StoreError::Decode {
+                id,
+                detail: format!("{what} must be UTF-8 text: {e}"),
+            }
+            .into()
+        })
+    }
+
+    /// The view with every call's exact arguments, as the model wrote them, every reply text
+    /// and tool output whole, and every reasoning part's data, as the provider sent it.
     pub async fn with_full_content(&self, view: &mut [Item]) -> Result<(), ConversationError> {
         for entry in view.iter_mut() {
+            if let Some(baton_proto::item::Kind::ToolResult(r)) = &mut entry.kind
+                && let Some(stored) = &r.content_stored
+            {
+                r.content = self.text_of(&stored.blob, "a tool output").await?;
+                r.content_stored = None;
+            }
             if let Some(baton_proto::item::Kind::Assistant(a)) = &mut entry.kind {
+                if let Some(stored) = &a.text_stored {
+                    a.text = self.text_of(&stored.blob, "a reply's text").await?;
+                    a.text_stored = None;
+                }
                 for call in &mut a.tool_calls {
                     if !call.arguments_ref.is_empty() {
                         call.arguments = self.full_arguments(call).await?;
@@ -420,59 +442,13 @@ impl Conversations {
                 }
                 for part in &mut a.reasoning_parts {
                     if !part.data_ref.is_empty() {
-                        let id = BlobId::parse(&part.data_ref)?;
-                        let bytes = self.store.get(&id).await?;
-                        part.data =
-                            String::from_utf8(bytes.to_vec()).map_err(|e| StoreError::Decode {
-                                id,
-                                detail: format!("a reasoning part must be UTF-8 text: {e}"),
-                            })?;
+                        part.data = self.text_of(&part.data_ref, "a reasoning part").await?;
                         part.data_ref.clear();
                     }
                 }
             }
         }
         Ok(())
-    }
-}
-
-/// Arguments with long string values cut, still valid JSON when they were.
-fn shorten_arguments(arguments: &str) -> String {
-    fn cut(value: &mut serde_json::Value, key: Option<&str>) {
-        match value {
-            serde_json::Value::String(s) => {
-                let keep = if key.is_some_and(|k| KEEP_WHOLE.contains(&k)) {
-                    KEEP_WHOLE_UP_TO
-                } else {
-                    CUT_STRING_TO
-                };
-                if s.len() > keep {
-                    let total = s.len();
-                    cut_text(s, keep);
-                    s.push_str(&format!(
-                        " [cut: {total} bytes in all, kept in the blob store]"
-                    ));
-                }
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| cut(v, None)),
-            serde_json::Value::Object(map) => {
-                for (k, v) in map.iter_mut() {
-                    cut(v, Some(k.as_str()));
-                }
-            }
-            _ => {}
-        }
-    }
-    match serde_json::from_str::<serde_json::Value>(arguments) {
-        Ok(mut value) => {
-            cut(&mut value, None);
-            value.to_string()
-        }
-        Err(_) => {
-            let mut s = arguments.to_owned();
-            cut_text(&mut s, CUT_STRING_TO);
-            s
-        }
     }
 }
 

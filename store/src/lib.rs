@@ -15,11 +15,14 @@
 //!   accepts it), per-file counts, `diffstat`, and `extract` of chosen files.
 //! - [`conversation`]: conversation chains (segments naming their parent), run context and
 //!   arguments by reference, with a per-worker cache of assembled conversations.
+//! - [`inline`]: content by reference (issue 17): tool outputs, reply text and arguments over
+//!   `[history] inline_bytes` stored once, previews in history.
 
 mod blob;
 pub mod changes;
 pub mod conversation;
 mod error;
+pub mod inline;
 pub mod local;
 pub mod s3;
 mod settings;

@@ -339,11 +339,16 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         store.clone(),
         settings.workspace_snapshots,
     )
-    .with_sandbox(sandbox);
+    .with_sandbox(sandbox)
+    .with_inline_bytes(settings.history.inline_bytes);
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
-        .register_activities(LlmService::new(providers, store.clone()).with_models(models))
+        .register_activities(
+            LlmService::new(providers, store.clone())
+                .with_models(models)
+                .with_inline_bytes(settings.history.inline_bytes),
+        )
         .register_activities(tools.clone())
         .register_activities(WorkspaceService::new(tools, settings.git.clone()))
         .deployment_options(settings.deployment.options())

@@ -72,6 +72,8 @@ pub(crate) struct Settings {
     /// of all its processes on the host; when the worker is not root, on top of the processes
     /// its uid already has (default 512).
     pub(crate) sandbox_max_processes: u64,
+    /// What stays in workflow history (`[history]`).
+    pub(crate) history: HistorySection,
     /// OpenAI-compatible provider.
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
@@ -89,7 +91,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 25] = [
+const SETTING_KEYS: [&str; 26] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -111,6 +113,7 @@ const SETTING_KEYS: [&str; 25] = [
     "sandbox_uid",
     "sandbox_gid",
     "sandbox_max_processes",
+    "history",
     "openai",
     "anthropic",
     "openai_responses",
@@ -318,6 +321,38 @@ impl ProviderSection {
     }
 }
 
+/// `[history]`: what stays in workflow history.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct HistorySection {
+    /// Tool outputs, reply texts and tool-call arguments longer than this many bytes go to the
+    /// blob store once; history carries a reference and a short preview (default 1024).
+    pub(crate) inline_bytes: usize,
+}
+
+impl Default for HistorySection {
+    fn default() -> Self {
+        Self {
+            inline_bytes: baton_store::inline::DEFAULT_INLINE_BYTES,
+        }
+    }
+}
+
+impl HistorySection {
+    fn check(&self) -> anyhow::Result<()> {
+        use baton_store::inline::{MAX_INLINE_BYTES, MIN_INLINE_BYTES};
+        if !(MIN_INLINE_BYTES..=MAX_INLINE_BYTES).contains(&self.inline_bytes) {
+            anyhow::bail!(
+                "history.inline_bytes = {} is out of range: between {MIN_INLINE_BYTES} and \
+                 {MAX_INLINE_BYTES} (content longer than this goes to the blob store; \
+                 BATON_HISTORY__INLINE_BYTES sets it too)",
+                self.inline_bytes
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Self {
@@ -343,6 +378,7 @@ impl Default for Settings {
             sandbox_uid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_gid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
+            history: HistorySection::default(),
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
             openai_responses: ProviderSection::default(),
@@ -409,6 +445,7 @@ impl Settings {
             section.budget().check(key)?;
         }
         self.deployment.check()?;
+        self.history.check()?;
         Ok(())
     }
 
@@ -654,6 +691,26 @@ output_usd_per_mtok = 0.25
                 "openai.request_timeout_secs = 7200 is out of range: between 1 and 3300"
             ),
         );
+    }
+
+    #[test]
+    fn an_absurd_inline_limit_is_refused_naming_the_key() {
+        assert_eq!(read("").history.inline_bytes, 1024);
+        read("[history]\ninline_bytes = 4096\n").check().unwrap();
+        for bad in ["0", "100", "65537"] {
+            let err = format!(
+                "{:#}",
+                read(&format!("[history]\ninline_bytes = {bad}\n"))
+                    .check()
+                    .unwrap_err()
+            );
+            assert!(
+                err.starts_with(&format!(
+                    "history.inline_bytes = {bad} is out of range: between 256 and 65536"
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]

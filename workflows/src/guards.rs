@@ -74,10 +74,15 @@ pub fn detect_loop(conversation: &[Item]) -> Option<String> {
     if replies.len() < LOOP_WINDOW {
         return None;
     }
+    // Arguments kept by reference are cut in history: their digest (of the exact arguments)
+    // stands for them.
     let batch = |a: &AssistantMessage| -> Vec<(String, String)> {
         a.tool_calls
             .iter()
-            .map(|c| (c.name.clone(), normalize_json(&c.arguments)))
+            .map(|c| match &c.cut {
+                None => (c.name.clone(), normalize_json(&c.arguments)),
+                Some(cut) => (c.name.clone(), format!("sha256:{}", cut.digest)),
+            })
             .collect()
     };
     let first = batch(replies[0]);
@@ -87,6 +92,15 @@ pub fn detect_loop(conversation: &[Item]) -> Option<String> {
             "the model made the same tool calls ({}) {LOOP_WINDOW} times in a row",
             names.join(", ")
         ));
+    }
+    let blob = |r: &AssistantMessage| r.text_stored.as_ref().map(|t| t.blob.clone());
+    if replies.iter().any(|r| r.text_stored.is_some()) {
+        // Long texts are in the blob store and history holds previews, which may agree where
+        // the texts do not: only the same whole text (the same blob) counts as a repeat.
+        let same = replies.iter().all(|r| blob(r) == blob(replies[0]));
+        return same.then(|| {
+            format!("the model's last {LOOP_WINDOW} replies are identical (the same long text)")
+        });
     }
     let texts: Vec<&str> = replies.iter().map(|r| r.text.trim()).collect();
     if texts
@@ -109,7 +123,7 @@ pub fn detect_loop(conversation: &[Item]) -> Option<String> {
 }
 
 /// JSON text in a canonical form, so `{"a":1, "b":2}` and `{"b":2,"a":1}` compare equal.
-fn normalize_json(text: &str) -> String {
+pub fn normalize_json(text: &str) -> String {
     serde_json::from_str::<serde_json::Value>(text)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| text.trim().to_owned())
@@ -210,5 +224,51 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(breaker_thresholds(Some(&p)), (2, 5));
+    }
+
+    #[test]
+    fn calls_and_texts_by_reference_are_compared_by_their_whole_content() {
+        // Arguments cut for history look the same; their digests (of the exact arguments)
+        // differ: not a loop. The same digests are.
+        let by_ref = |digest: &str| {
+            let mut item = assistant("", &[("write_file", r#"{"path":"a","content":"x…"}"#)]);
+            if let Some(item::Kind::Assistant(a)) = &mut item.kind {
+                a.tool_calls[0].cut = Some(baton_proto::CutArguments {
+                    digest: digest.into(),
+                    subject_cut: false,
+                    bytes: 4000,
+                });
+            }
+            item
+        };
+        let conv = vec![by_ref("d1"), by_ref("d2"), by_ref("d1")];
+        assert_eq!(detect_loop(&conv), None);
+        let conv = vec![by_ref("d1"), by_ref("d1"), by_ref("d1")];
+        assert!(detect_loop(&conv).unwrap().contains("same tool calls"));
+
+        // Long texts with the same preview but different blobs are not repeats.
+        let preview = "I will now look at the parser module and the retry config again";
+        let text = |blob: &str, call: &str| {
+            let mut item = assistant(preview, &[("read_file", call)]);
+            if let Some(item::Kind::Assistant(a)) = &mut item.kind {
+                a.text_stored = Some(baton_proto::StoredText {
+                    blob: blob.into(),
+                    bytes: 4000,
+                });
+            }
+            item
+        };
+        let conv = vec![
+            text("b1", r#"{"path":"a"}"#),
+            text("b2", r#"{"path":"b"}"#),
+            text("b3", r#"{"path":"c"}"#),
+        ];
+        assert_eq!(detect_loop(&conv), None);
+        let conv = vec![
+            text("b1", r#"{"path":"a"}"#),
+            text("b1", r#"{"path":"b"}"#),
+            text("b1", r#"{"path":"c"}"#),
+        ];
+        assert!(detect_loop(&conv).unwrap().contains("identical"));
     }
 }

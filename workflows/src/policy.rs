@@ -184,6 +184,14 @@ pub fn assess(
             }
         }
     };
+    // The matched field was cut for history (the exact arguments are in the blob store): a
+    // rule may have matched what was cut, so nothing is allowed without a human.
+    let cut = call.cut.as_ref().is_some_and(|c| c.subject_cut);
+    let assessment = if cut && assessment == Assessment::AutoApprove {
+        Assessment::AskHuman
+    } else {
+        assessment
+    };
     if assessment == Assessment::AskHuman && policy.mode == MODE_NEVER_ASK {
         return Assessment::Reject {
             reason: format!(
@@ -744,5 +752,46 @@ mod tests {
         assert_eq!(validate(&p), Ok(()));
         p.approvers[0].identities.clear();
         assert!(validate(&p).unwrap_err().contains("no identities"));
+    }
+
+    #[test]
+    fn a_call_whose_matched_field_was_cut_never_runs_without_a_human() {
+        // The exact command is in the blob store; history holds a cut one. An allow rule that
+        // matches the kept prefix must not let it run, a deny rule still refuses it.
+        let sh = def(tools::SHELL);
+        let cut = Some(baton_proto::CutArguments {
+            digest: "d".into(),
+            subject_cut: true,
+            bytes: 70_010,
+        });
+        let mut c = shell("ls -la [cut: 70000 bytes in all, kept in the blob store]");
+        c.cut = cut.clone();
+        let allow = policy(&[], vec![rule("shell", "ls*", "allow")]);
+        assert_eq!(assess_both(&c, &sh, &allow, &[]), Assessment::AskHuman);
+        assert_eq!(
+            assess_both(&c, &sh, &policy(&[], vec![]), &[]),
+            Assessment::AskHuman
+        );
+        let deny = policy(&[], vec![rule("shell", "ls*", "deny")]);
+        assert!(matches!(
+            assess_both(&c, &sh, &deny, &[]),
+            Assessment::Reject { .. }
+        ));
+        let mut never = allow.clone();
+        never.mode = MODE_NEVER_ASK.into();
+        assert!(matches!(
+            assess_both(&c, &sh, &never, &[]),
+            Assessment::Reject { .. }
+        ));
+        // Read-only tools too.
+        let mut read = call("read_file", r#"{"path":"src/a.rs"}"#);
+        read.cut = cut;
+        assert_eq!(
+            assess_both(&read, &def(tools::READ_FILE), &policy(&[], vec![]), &[]),
+            Assessment::AskHuman
+        );
+        // Not cut: as before.
+        c.cut = None;
+        assert_eq!(assess_both(&c, &sh, &allow, &[]), Assessment::AutoApprove);
     }
 }

@@ -29,7 +29,7 @@ pub fn elided_placeholder(r: &ToolResult) -> String {
     format!(
         "[{} bytes of output from {} were removed to fit the context window; run the tool \
          again if you still need them]",
-        r.content.len(),
+        content_bytes(r),
         r.name
     )
 }
@@ -39,10 +39,25 @@ pub fn is_elided(item: &Item, index: usize, elide_before: usize) -> bool {
     index < elide_before && tool_output_chars(item).is_some_and(|n| n >= ELIDE_MIN_BYTES)
 }
 
+/// Bytes of a tool result's whole content (kept by reference: its recorded size, not the
+/// preview's).
+pub fn content_bytes(r: &ToolResult) -> usize {
+    r.content_stored
+        .as_ref()
+        .map_or(r.content.len(), |s| s.bytes as usize)
+}
+
+/// Bytes of a reply's whole text (see [`content_bytes`]).
+pub fn text_bytes(a: &baton_proto::AssistantMessage) -> usize {
+    a.text_stored
+        .as_ref()
+        .map_or(a.text.len(), |s| s.bytes as usize)
+}
+
 /// Characters of a tool result's content (also of a stubbed one); `None` for other items.
 pub fn tool_output_chars(item: &Item) -> Option<usize> {
     match &item.kind {
-        Some(item::Kind::ToolResult(r)) => Some(r.content.len()),
+        Some(item::Kind::ToolResult(r)) => Some(content_bytes(r)),
         Some(item::Kind::Stub(s)) if s.kind == STUB_TOOL_RESULT => Some(s.chars as usize),
         _ => None,
     }
@@ -68,6 +83,7 @@ pub fn items(conversation: &[Item], elide_before: usize, from: usize, to: usize)
             Some(item::Kind::ToolResult(r)) if is_elided(it, i, elide_before) => Item {
                 kind: Some(item::Kind::ToolResult(ToolResult {
                     content: elided_placeholder(r),
+                    content_stored: None,
                     full_output: String::new(),
                     full_output_ref: String::new(),
                     snapshot: String::new(),
@@ -132,13 +148,19 @@ pub fn item_chars(i: &Item) -> usize {
     match &i.kind {
         Some(item::Kind::User(u)) => u.text.len(),
         Some(item::Kind::Assistant(a)) => {
-            a.text.len()
+            text_bytes(a)
                 + a.tool_calls
                     .iter()
-                    .map(|c| c.name.len() + c.arguments.len() + c.id.len())
+                    .map(|c| {
+                        let arguments = c
+                            .cut
+                            .as_ref()
+                            .map_or(c.arguments.len(), |k| k.bytes as usize);
+                        c.name.len() + arguments + c.id.len()
+                    })
                     .sum::<usize>()
         }
-        Some(item::Kind::ToolResult(r)) => r.content.len() + r.call_id.len(),
+        Some(item::Kind::ToolResult(r)) => content_bytes(r) + r.call_id.len(),
         Some(item::Kind::Stub(s)) => s.chars as usize,
         None => 0,
     }
@@ -343,5 +365,41 @@ mod tests {
         assert!(is_assistant(&stub(&Item {
             kind: Some(item::Kind::Assistant(Default::default()))
         })));
+    }
+
+    #[test]
+    fn outputs_by_reference_count_and_elide_by_their_whole_size() {
+        let by_ref = Item {
+            kind: Some(item::Kind::ToolResult(ToolResult {
+                call_id: "c".into(),
+                name: "shell".into(),
+                content: "preview\n[baton: 3000 bytes in all, in the blob store as ab]".into(),
+                content_stored: Some(baton_proto::StoredText {
+                    blob: "ab".into(),
+                    bytes: 3000,
+                }),
+                ..Default::default()
+            })),
+        };
+        assert_eq!(tool_output_chars(&by_ref), Some(3000));
+        assert_eq!(item_chars(&by_ref), 3001);
+        let conv = vec![user("task"), by_ref.clone(), by_ref];
+        let view = model_view(
+            &conv,
+            &ViewSpec {
+                elide_before: 2,
+                ..Default::default()
+            },
+        );
+        let result = |i: &Item| match &i.kind {
+            Some(item::Kind::ToolResult(r)) => r.clone(),
+            other => panic!("{other:?}"),
+        };
+        // Elided: the placeholder names the whole size, and nothing is restored into it.
+        let elided = result(&view[1]);
+        assert!(elided.content.contains("3000 bytes"), "{}", elided.content);
+        assert!(elided.content_stored.is_none());
+        // Shown: the reference stays, for the LLM activity to restore.
+        assert_eq!(result(&view[2]).content_stored.unwrap().blob, "ab");
     }
 }

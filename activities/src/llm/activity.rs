@@ -224,6 +224,13 @@ impl LlmService {
         self.models = models;
         self
     }
+
+    /// Keeps reply texts and tool-call arguments longer than `bytes` in the blob store, a
+    /// preview in history (`[history] inline_bytes`).
+    pub fn with_inline_bytes(mut self, bytes: usize) -> Self {
+        self.conversations = self.conversations.with_inline_bytes(bytes);
+        self
+    }
 }
 
 /// Attempts of a model call whose blob store fails (the workflow's retry policy paces them:
@@ -322,6 +329,11 @@ impl LlmService {
                 request.upto as usize,
             );
         }
+        // The summary is made from the whole content, not history's previews.
+        self.conversations
+            .with_full_content(&mut request.items)
+            .await
+            .map_err(|e| store_failure(e, attempt))?;
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let provider = request
             .model

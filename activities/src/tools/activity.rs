@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
-use baton_store::{BlobId, SharedStore, snapshot};
+use baton_store::{BlobId, SharedStore, inline, snapshot};
 
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
@@ -54,6 +54,9 @@ pub struct ToolService {
     workspace_root: PathBuf,
     store: SharedStore,
     snapshots: bool,
+    /// Outputs longer than this go to the blob store, a preview stays in history
+    /// (`[history] inline_bytes`).
+    inline_bytes: usize,
     /// How tool processes are sandboxed on this worker.
     sandbox: Arc<SandboxSettings>,
     /// One lock per run workspace: restores and snapshots never overlap.
@@ -78,9 +81,17 @@ impl ToolService {
             workspace_root,
             store,
             snapshots,
+            inline_bytes: baton_store::inline::DEFAULT_INLINE_BYTES,
             sandbox: Arc::new(SandboxSettings::default()),
             locks: Arc::default(),
         }
+    }
+
+    /// Keeps outputs longer than `bytes` in the blob store, a preview in history (default
+    /// [`baton_store::inline::DEFAULT_INLINE_BYTES`]).
+    pub fn with_inline_bytes(mut self, bytes: usize) -> Self {
+        self.inline_bytes = bytes;
+        self
     }
 
     /// Sandboxes tool processes with `settings` (default: [`SandboxSettings::default`]); logs
@@ -156,8 +167,14 @@ impl ToolService {
         }
     }
 
-    /// Moves a full output into the blob store (the result keeps its preview).
-    async fn offload_full_output(&self, run_id: &str, result: &mut ToolResult) {
+    /// Moves a full output into the blob store (the result keeps its preview), and the
+    /// content too when it is longer than the inline limit. A store that fails leaves them
+    /// inline (they are capped), with a warning.
+    async fn offload_outputs(&self, run_id: &str, result: &mut ToolResult) {
+        let inline = inline::offload_result(self.store.as_ref(), self.inline_bytes, result);
+        if let Err(e) = inline.await {
+            warn!(run_id, cause = %e, "tool output not stored; it stays in history whole");
+        }
         if result.full_output.is_empty() {
             return;
         }
@@ -449,7 +466,7 @@ impl ToolService {
                         call.id, result.content
                     );
                 }
-                self.offload_full_output(&run_id, &mut result).await;
+                self.offload_outputs(&run_id, &mut result).await;
                 if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
                     result.snapshot = id;
                 }

@@ -482,6 +482,11 @@ async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
         ),
         (("BATON_STORE__BACKEND", "floppy"), 2, "floppy"),
         (
+            ("BATON_HISTORY__INLINE_BYTES", "0"),
+            2,
+            "history.inline_bytes = 0 is out of range: between 256 and 65536",
+        ),
+        (
             ("TEMPORAL_ADDRESS", closed.as_str()),
             1,
             "cannot reach Temporal",

@@ -276,7 +276,7 @@ impl RunState {
             id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
             name: QUESTION_TOOL.to_owned(),
             arguments: serde_json::json!({ "question": question }).to_string(),
-            arguments_ref: String::new(),
+            ..Default::default()
         };
         self.push_event(
             now_ms,

@@ -228,6 +228,7 @@ fn parses_a_message() {
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "Need both files.".into(),
                 // Exactly as they arrived, at the blocks before them (text, two tool calls).
+                text_stored: None,
                 reasoning_parts: vec![
                     part(
                         "thinking",
@@ -394,6 +395,7 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "Two files; read both.".into(),
+            text_stored: None,
             reasoning_parts: vec![part(
                 "thinking",
                 r#"{"type":"thinking","thinking":"Two files; read both.","signature":"EqQBCgIYAhIM"}"#,

@@ -134,6 +134,7 @@ fn parses_tool_calls_usage_and_reasoning() {
                 ],
                 finish_reason: FinishReason::ToolCalls as i32,
                 reasoning: "hmm".into(),
+                text_stored: None,
                 reasoning_parts: vec![reasoning_content_part("hmm")],
             }),
             usage: Some(Usage {
@@ -246,6 +247,7 @@ fn expected_stream_response() -> LlmResponse {
             ],
             finish_reason: FinishReason::ToolCalls as i32,
             reasoning: "The user wants two files.".into(),
+            text_stored: None,
             reasoning_parts: vec![reasoning_content_part("The user wants two files.")],
         }),
         usage: Some(Usage {

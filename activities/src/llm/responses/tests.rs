@@ -43,6 +43,7 @@ fn assistant(text: &str, calls: &[(&str, &str, &str)], parts: Vec<ReasoningPart>
         tool_calls: crate::llm::test_items::calls(calls),
         finish_reason: FinishReason::ToolCalls as i32,
         reasoning: "summary, not sent back".into(),
+        text_stored: None,
         reasoning_parts: parts,
     })
 }
@@ -207,6 +208,7 @@ fn expected_tool_call_message() -> LlmResponse {
                 ..Default::default()
             }],
             finish_reason: FinishReason::ToolCalls as i32,
+            text_stored: None,
             reasoning_parts: vec![part(PROVIDER, &raw_output_item(TOOL_CALL_JSON, 0), 0)],
         }),
         usage: Some(Usage {
@@ -262,6 +264,7 @@ fn expected_stream_message() -> LlmResponse {
                 ..Default::default()
             }],
             finish_reason: FinishReason::ToolCalls as i32,
+            text_stored: None,
             reasoning_parts: vec![part(
                 PROVIDER,
                 r#"{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Look for main."}],"encrypted_content":"gAAAAABstream1=="}"#,
