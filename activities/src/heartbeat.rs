@@ -13,7 +13,7 @@
 //! any interval below, so each beat is one `RecordActivityTaskHeartbeat` call and the interval
 //! here, not 0.8 x the timeout, decides how close to the timeout a heartbeat arrives.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use temporalio_common::data_converters::TemporalSerializable;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -22,6 +22,28 @@ use tokio::task::JoinHandle;
 /// The worker's `max_heartbeat_throttle_interval`: at most this between two heartbeat calls
 /// of one activity, so no beat of the activities (every 1 s or more) is held back.
 pub const HEARTBEAT_THROTTLE: Duration = Duration::from_secs(1);
+
+/// Leeway for the difference between this host's clock and the server's.
+const CLOCK_LEEWAY: Duration = Duration::from_secs(2);
+
+/// Whether the server has timed this attempt out before it began here: it was handed to this
+/// worker (`started`, the server's clock) longer ago than its heartbeat timeout plus
+/// [`CLOCK_LEEWAY`], and it has not heartbeated yet. That is a worker that stalled while it held
+/// the task (a frozen VM, a stopped process: its polls stay open and take retries); the server
+/// has retried the call since, so running it here would run it twice.
+pub(crate) fn timed_out_before_start(
+    heartbeat_timeout: Option<Duration>,
+    started: Option<SystemTime>,
+    now: SystemTime,
+) -> bool {
+    let (Some(timeout), Some(started)) = (heartbeat_timeout, started) else {
+        return false;
+    };
+    !timeout.is_zero()
+        && now
+            .duration_since(started)
+            .is_ok_and(|waited| waited > timeout + CLOCK_LEEWAY)
+}
 
 /// Heartbeats of one activity attempt, sent every `every` from a task of their own until
 /// dropped. The first beat comes after one period: a quick call sends none at all (a beat at
@@ -86,5 +108,26 @@ mod tests {
             assert!(HEARTBEAT_THROTTLE <= every, "{every:?} would be throttled");
             assert!(every * 3 <= timeout, "{every:?} against {timeout:?}");
         }
+    }
+
+    #[test]
+    fn an_attempt_handed_over_longer_ago_than_its_timeout_is_not_run() {
+        let now = SystemTime::now();
+        let ago = |secs| Some(now - Duration::from_secs(secs));
+        let timeout = Some(TOOL_HEARTBEAT);
+        assert!(!timed_out_before_start(timeout, ago(0), now));
+        // Within the timeout plus the clock leeway: run.
+        assert!(!timed_out_before_start(timeout, ago(4), now));
+        assert!(timed_out_before_start(timeout, ago(6), now));
+        assert!(timed_out_before_start(timeout, ago(60), now));
+        // No heartbeat timeout, no start time, or a start in this host's future: run.
+        assert!(!timed_out_before_start(None, ago(60), now));
+        assert!(!timed_out_before_start(Some(Duration::ZERO), ago(60), now));
+        assert!(!timed_out_before_start(timeout, None, now));
+        assert!(!timed_out_before_start(
+            timeout,
+            Some(now + Duration::from_secs(60)),
+            now
+        ));
     }
 }

@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, snapshot};
 
-use crate::heartbeat::Heartbeat;
+use crate::heartbeat::{Heartbeat, timed_out_before_start};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
@@ -327,6 +327,14 @@ impl ToolService {
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
         let attempt = info.attempt;
+        if timed_out_before_start(
+            info.heartbeat_timeout,
+            info.started_time,
+            std::time::SystemTime::now(),
+        ) {
+            warn!(run_id, call_id = %call.id, attempt, "attempt not run: the server timed it out before this worker took it up (a stalled worker), and retried it");
+            return Err(ActivityError::cancelled());
+        }
         let workspace = self.workspace_of(&run_id);
         let previous: ToolProgress = ctx
             .heartbeat_details()

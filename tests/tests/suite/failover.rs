@@ -297,11 +297,13 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
     );
 }
 
-/// A worker that stalls (SIGSTOP here; a starved host in life) past the heartbeat timeout looks
-/// dead to the server, which retries the call on another worker. When the stalled worker wakes,
-/// its next heartbeat is answered "not found": its attempt is cancelled and its process group
-/// killed, even a process the retry cannot find by its idempotency key (it cleared its
-/// environment), so the superseded attempt stops within a beat instead of running on.
+/// A worker that stalls (SIGSTOP here; a frozen VM in life) past the heartbeat timeout looks
+/// dead to the server, which retries the call. The stalled worker's open polls take retries
+/// too (each times out in turn) until one reaches the other worker. When the stalled worker
+/// wakes, its running attempt's next heartbeat is answered "not found": the attempt is
+/// cancelled and its process group killed, even a process the retry cannot find by its
+/// idempotency key (it cleared its environment); and the retries its polls took, timed out
+/// already, are not run.
 #[test]
 fn a_stalled_workers_call_is_retried_elsewhere_and_its_attempt_stops_when_it_wakes() {
     let server = DevServer::start().unwrap();
@@ -347,9 +349,9 @@ fn a_stalled_workers_call_is_retried_elsewhere_and_its_attempt_stops_when_it_wak
     .unwrap();
     workers[victim].signal(Signal::SIGSTOP).unwrap();
     let stopped = Instant::now();
-    let retried = wait_until_blocking(Duration::from_secs(30), "the retry", || {
+    let retried = wait_until_blocking(Duration::from_secs(60), "a retry", || {
         let text = std::fs::read_to_string(&marks).unwrap_or_default();
-        Ok(text.contains("attempt 2").then_some(()))
+        Ok((text.lines().count() >= 2).then_some(()))
     });
     let retried_after = stopped.elapsed();
     let r = retried.map(|()| result(&server, &run, 0));
@@ -376,10 +378,15 @@ fn a_stalled_workers_call_is_retried_elsewhere_and_its_attempt_stops_when_it_wak
         log.contains(&format!("tool cancelled run_id=\"{run}\"")),
         "the woken worker cancelled its attempt:\n{log}"
     );
-    assert_eq!(
-        std::fs::read_to_string(&marks).unwrap(),
-        "attempt 1\nattempt 2\n",
-        "the superseded attempt never finished"
+    // Only the first attempt and the one retry that ran elsewhere: the superseded attempt never
+    // finished, and no timed-out retry ran on the woken worker.
+    let marks = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = marks.lines().collect();
+    assert_eq!(lines.len(), 2, "{marks}");
+    assert_eq!(lines[0], "attempt 1");
+    assert!(
+        lines[1].starts_with("attempt ") && lines[1] != "attempt 1",
+        "{marks}"
     );
 }
 
