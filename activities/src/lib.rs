@@ -10,7 +10,8 @@
 //!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
 //! - [`workspace`]: the workspace activities (`prepare_workspace`, `collect_changes`, `deliver`:
 //!   [`workspace::WorkspaceService`]): a run's source in, its change set and delivery out.
-//! - `heartbeat`: heartbeating while an activity's work runs (model calls, workspace work).
+//! - `heartbeat`: heartbeats from a task of their own for a whole activity attempt (tool, model
+//!   and workspace activities); [`HEARTBEAT_THROTTLE`], the worker's heartbeat throttle.
 //! - [`git`]: clones of a run's git source and delivery (commit, push, GitHub pull request),
 //!   through real `git` processes with the worker's credentials.
 //!
@@ -20,6 +21,7 @@
 
 pub mod git;
 mod heartbeat;
+pub use heartbeat::HEARTBEAT_THROTTLE;
 pub mod llm;
 pub mod tools;
 pub mod workspace;

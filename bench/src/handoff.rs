@@ -12,6 +12,8 @@
 //!   started; the approval arrives. The workflow task that follows replays the whole history
 //!   on the cold worker: its started -> completed time, from the server's history, is the
 //!   replay time.
+//! - Heartbeat traffic ([`crate::heartbeats`]): heartbeat calls per minute of a tool call and
+//!   of a model call, the price of a short heartbeat timeout.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,6 +28,7 @@ use baton_workflows::{
 };
 use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowHandle};
 
+use crate::heartbeats::{self, Traffic};
 use crate::{bare, history, per_turn, scenario, stats};
 
 /// `graceful_shutdown_secs` of the workers in the SIGTERM measurement.
@@ -41,6 +44,8 @@ pub(crate) struct Settings {
     /// Turns of the cold-replay run.
     pub(crate) replay_turns: u32,
     pub(crate) fast_server: bool,
+    /// Seconds of the model call and of the tool call whose heartbeats are counted (0: none).
+    pub(crate) traffic_secs: u32,
 }
 
 /// The result of the hand-off scenario.
@@ -57,6 +62,8 @@ pub(crate) struct HandoffReport {
     pub(crate) replay_ms: f64,
     /// The approval update sent -> the approved call started, seconds.
     pub(crate) approval_to_call_s: f64,
+    /// Heartbeat calls of a model call and a tool call (`traffic_secs` > 0).
+    pub(crate) traffic: Option<Traffic>,
 }
 
 /// Runs the scenario on a fresh dev server.
@@ -72,6 +79,28 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<HandoffReport> {
         llm: &llm,
         queue: &queue,
         root: root.path(),
+    };
+    let traffic = if settings.traffic_secs > 0 {
+        eprintln!(
+            "hand-off: heartbeat calls of a {} s model call and a {} s tool call",
+            settings.traffic_secs, settings.traffic_secs
+        );
+        let t = heartbeats::measure(
+            &llm,
+            root.path(),
+            settings.fast_server,
+            settings.traffic_secs,
+        )
+        .await
+        .context("heartbeat traffic")?;
+        eprintln!(
+            "  {:.1} per tool-minute, {:.1} per model-minute",
+            t.per_tool_minute(),
+            t.per_llm_minute()
+        );
+        Some(t)
+    } else {
+        None
     };
     let mut workers = vec![pool.spawn().await?, pool.spawn().await?];
     eprintln!(
@@ -108,31 +137,35 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<HandoffReport> {
         replay_events: replay.0,
         replay_ms: replay.1,
         approval_to_call_s: replay.2,
+        traffic,
     })
 }
 
-struct Pool<'a> {
-    server: &'a DevServer,
-    llm: &'a MockOpenAi,
-    queue: &'a str,
-    root: &'a Path,
+/// Workers of one queue sharing a workspace root, with the mock model.
+pub(crate) struct Pool<'a> {
+    pub(crate) server: &'a DevServer,
+    pub(crate) llm: &'a MockOpenAi,
+    pub(crate) queue: &'a str,
+    pub(crate) root: &'a Path,
 }
 
 impl Pool<'_> {
     async fn spawn(&self) -> anyhow::Result<Worker> {
+        self.spawn_with(&[]).await
+    }
+
+    /// A ready worker of the pool with `extra` environment.
+    pub(crate) async fn spawn_with(&self, extra: &[(&str, &str)]) -> anyhow::Result<Worker> {
         let url = self.llm.base_url();
         let grace = GRACE.as_secs().to_string();
-        let mut worker = Worker::spawn_with_workspace(
-            self.server,
-            self.queue,
-            self.root,
-            &[
-                ("OPENAI_BASE_URL", url.as_str()),
-                ("BATON_GRACEFUL_SHUTDOWN_SECS", grace.as_str()),
-                // The runs write marks outside their workspace (`--sandbox off`).
-                ("BATON_ALLOW_SANDBOX_OFF", "true"),
-            ],
-        )?;
+        let mut env = vec![
+            ("OPENAI_BASE_URL", url.as_str()),
+            ("BATON_GRACEFUL_SHUTDOWN_SECS", grace.as_str()),
+            // The runs write marks outside their workspace (`--sandbox off`).
+            ("BATON_ALLOW_SANDBOX_OFF", "true"),
+        ];
+        env.extend_from_slice(extra);
+        let mut worker = Worker::spawn_with_workspace(self.server, self.queue, self.root, &env)?;
         worker.wait_ready(Duration::from_secs(60)).await?;
         Ok(worker)
     }
@@ -256,7 +289,7 @@ impl Pool<'_> {
 
 /// A run with only the shell tool, no approval needed, no sandbox (its marks file lies outside
 /// the workspace).
-fn shell_spec() -> RunSpec {
+pub(crate) fn shell_spec() -> RunSpec {
     RunSpec {
         task: "Run the command.".to_owned(),
         model: Some(ModelConfig {
@@ -274,7 +307,7 @@ fn shell_spec() -> RunSpec {
     }
 }
 
-async fn start(
+pub(crate) async fn start(
     client: &Client,
     queue: &str,
     id: &str,
@@ -325,13 +358,13 @@ impl HandoffReport {
             "### Hand-off latency ({} reps, {} dev server)\n\n\
              | event | measured from | median s | p95 s | max s | target |\n\
              |---|---|--:|--:|--:|---|\n\
-             | SIGKILL of the worker running a shell call | the kill | {} | < heartbeat timeout \
-             {}s + 2 s |\n\
+             | SIGKILL of the worker running a shell call | the kill | {} | < 5 s (this build's \
+             heartbeat timeout: {} s) |\n\
              | SIGTERM of that worker (grace {}s) | the end of the grace period | {} | < 2 s |\n\n\
              Cold replay: a {}-turn run ({} events, one segment) on a new worker: the workflow \
              task after the approval took **{:.0} ms** (started -> completed, server clock); the \
              approved call started {:.2} s after the approval was sent (including the {}s \
-             sticky-queue timeout of the dead worker).\n",
+             sticky-queue timeout of the dead worker).\n{}",
             self.settings.reps,
             if self.settings.fast_server {
                 "fast"
@@ -346,7 +379,22 @@ impl HandoffReport {
             self.replay_events,
             self.replay_ms,
             self.approval_to_call_s,
-            3
+            3,
+            self.traffic.map(render_traffic).unwrap_or_default()
         )
     }
+}
+
+fn render_traffic(t: Traffic) -> String {
+    format!(
+        "\nHeartbeat calls (`RecordActivityTaskHeartbeat` at the server's frontend): {:.0} in a \
+         {} s tool call = **{:.1} per tool-minute**; {:.0} in a {} s model call = **{:.1} per \
+         model-minute**.\n",
+        t.tool_calls,
+        t.secs,
+        t.per_tool_minute(),
+        t.llm_calls,
+        t.secs,
+        t.per_llm_minute()
+    )
 }

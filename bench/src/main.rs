@@ -19,7 +19,7 @@
 //! `bench/peer/`, run in a venv from PyPI), next to baton and the bare Rust loop.
 //!
 //! Scenarios 2 to 4: [`throughput`] (concurrent runs), [`handoff`] (SIGKILL/SIGTERM to retry,
-//! cold replay) and [`density`] (worker memory with many waiting runs); [`procfs`] reads CPU
+//! cold replay, and [`heartbeats`]: heartbeat calls per tool-minute) and [`density`] (worker memory with many waiting runs); [`procfs`] reads CPU
 //! time and resident memory.
 //!
 //! Scenario 7, workspace upload (`baton-bench upload`, [`upload`]): a 10,000-file, 100 MiB tree
@@ -45,6 +45,7 @@ mod caching;
 mod density;
 mod first_call;
 mod handoff;
+mod heartbeats;
 mod history;
 mod host;
 mod inprocess;
@@ -157,6 +158,10 @@ struct HandoffArgs {
     /// history.transferProcessorMaxPollRPS=1000`.
     #[arg(long)]
     fast_server: bool,
+    /// Seconds of the model call and of the tool call whose heartbeat calls are counted
+    /// (0: skip).
+    #[arg(long, default_value_t = 60)]
+    traffic_secs: u32,
 }
 
 #[derive(Debug, Args)]
@@ -279,6 +284,7 @@ async fn main() -> anyhow::Result<()> {
                 reps: args.reps,
                 replay_turns: args.replay_turns,
                 fast_server: args.fast_server,
+                traffic_secs: args.traffic_secs,
             })
             .await?;
             println!("{}", report.render());
@@ -375,6 +381,7 @@ async fn main() -> anyhow::Result<()> {
                 reps: if short { 1 } else { 3 },
                 replay_turns: if short { 20 } else { 500 },
                 fast_server: true,
+                traffic_secs: if short { 5 } else { 60 },
             })
             .await?;
             println!("{}", report.render());

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use baton_activities::{
+    HEARTBEAT_THROTTLE,
     llm::{LlmService, Providers},
     tools::ToolService,
     workspace::WorkspaceService,
@@ -357,6 +358,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             settings.sticky_queue_timeout_secs.max(1),
         ))
         .graceful_shutdown_period(settings.graceful_shutdown())
+        // Each heartbeat of the activities is sent (the default throttles to 0.8 x the
+        // heartbeat timeout, which would leave a 4 s timeout a 0.8 s margin).
+        .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
         .activity_inbound_interceptor(ActivityObserver::new(
             metrics.as_ref().map(|m| m.baton.clone()),
         ))

@@ -14,14 +14,16 @@ use tracing::{info, warn};
 use super::{
     LlmError, ModelTable, Provider, RetryBudget, anthropic, compact, openai, responses, scripted,
 };
-use crate::heartbeat::with_heartbeat;
+use crate::heartbeat::{Heartbeat, until_cancelled};
 use baton_store::{
     SharedStore,
     conversation::{ConversationError, Conversations},
 };
 
-/// How often the activity heartbeats while it waits for the provider.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// How often a model activity heartbeats: five beats per `LLM_HEARTBEAT` (10 s), so four in a
+/// row may be late or lost before the server takes a live call for dead (one
+/// `RecordActivityTaskHeartbeat` call each, see `heartbeat`).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// Provider settings of a worker. Keys live here, never in workflow inputs; `Debug` never
 /// prints them.
@@ -279,18 +281,14 @@ impl LlmService {
             .map(|m| m.provider.clone())
             .unwrap_or_default();
         info!(run_id, provider, attempt, "llm call started");
+        // The whole attempt beats, blob store reads and writes included.
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let resolved = self
             .conversations
             .resolve(request)
             .await
             .map_err(|e| store_failure(e, attempt))?;
-        match with_heartbeat(
-            &ctx,
-            HEARTBEAT_EVERY,
-            self.providers.generate(&resolved.request),
-        )
-        .await?
-        {
+        match until_cancelled(&ctx, self.providers.generate(&resolved.request)).await? {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
                 self.models
@@ -316,6 +314,7 @@ impl LlmService {
         mut request: CompactRequest,
     ) -> Result<CompactResponse, ActivityError> {
         let attempt = ctx.info().attempt;
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         if let Some(history) = request.history.take() {
             let (_, items) = self
                 .conversations
@@ -351,7 +350,7 @@ impl LlmService {
             return Ok(compact::extract(&request));
         }
         let llm_request = compact::summary_request(&request);
-        match with_heartbeat(&ctx, HEARTBEAT_EVERY, self.providers.generate(&llm_request)).await? {
+        match until_cancelled(&ctx, self.providers.generate(&llm_request)).await? {
             Ok(mut response) => {
                 self.models
                     .annotate(llm_request.model.as_ref(), &mut response);

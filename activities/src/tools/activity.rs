@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, inline, snapshot};
 
+use crate::heartbeat::{Heartbeat, timed_out_before_start};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
@@ -44,8 +45,10 @@ fn sandbox_failure(e: &SandboxError) -> ActivityError {
     }
 }
 
-/// How often a running tool heartbeats (the SDK throttles to 0.8 x the heartbeat timeout).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How often a tool call (and a workspace activity) heartbeats: three beats per
+/// `TOOL_HEARTBEAT` (3 s), so two in a row may be late or lost before the server takes a live
+/// attempt for dead. One `RecordActivityTaskHeartbeat` call each (see `heartbeat`).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 /// Implements the `run_tool` activity contract. Clones share the per-run workspace locks (the
 /// workspace activities hold one).
@@ -341,6 +344,14 @@ impl ToolService {
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
         let attempt = info.attempt;
+        if timed_out_before_start(
+            info.heartbeat_timeout,
+            info.started_time,
+            std::time::SystemTime::now(),
+        ) {
+            warn!(run_id, call_id = %call.id, attempt, "attempt not run: the server timed it out before this worker took it up (a stalled worker), and retried it");
+            return Err(ActivityError::cancelled());
+        }
         let workspace = self.workspace_of(&run_id);
         let previous: ToolProgress = ctx
             .heartbeat_details()
@@ -375,6 +386,21 @@ impl ToolService {
         if base.is_empty() {
             base = previous.base_snapshot.clone();
         }
+        // The attempt beats from here to its end, its restore and snapshot included; the
+        // details carry the base known so far (a retry of a retry must not lose it).
+        let started = tokio::time::Instant::now();
+        let known_base = Arc::new(std::sync::Mutex::new(base.clone()));
+        let progress = {
+            let known_base = known_base.clone();
+            move || ToolProgress {
+                elapsed_secs: started.elapsed().as_secs(),
+                base_snapshot: known_base
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            }
+        };
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, progress.clone());
         if attempt > 1 || request.retry_confirmed {
             // An earlier attempt's processes may still run on this host (its worker was killed
             // outright): they must not write into the workspace of this one.
@@ -396,16 +422,16 @@ impl ToolService {
                 .await
                 .unwrap_or_default();
         }
-        let progress = |elapsed_secs: u64| ToolProgress {
-            elapsed_secs,
-            base_snapshot: base.clone(),
-        };
+        known_base
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone_from(&base);
         if snapshots && request.snapshot.is_empty() {
             // The base is not in the call's input (the run had no snapshot yet): a retry of
             // this call must start from it, so record it before the call runs. Calls with a
             // base in their input skip this: a heartbeat now would only make the server
             // re-arm its heartbeat timer, and a SIGKILLed worker's call would be retried later.
-            let _ = ctx.record_heartbeat(progress(0)).await;
+            let _ = ctx.record_heartbeat(progress()).await;
         }
         let sandbox = Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())
             .map_err(|e| sandbox_failure(&e))?;
@@ -424,8 +450,13 @@ impl ToolService {
             cancel: cancel.clone(),
             sandbox,
         };
+        if ctx.is_cancelled() {
+            // Superseded while it set up (the server timed this attempt out and retried the
+            // call: the heartbeat was answered "not found"), or the run was cancelled.
+            info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool cancelled before it started");
+            return Err(ActivityError::cancelled());
+        }
         info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool started");
-        let started = tokio::time::Instant::now();
         // Arguments too long for history are in the blob store.
         let mut call = call;
         if !call.arguments_ref.is_empty() {
@@ -439,17 +470,12 @@ impl ToolService {
         }
         let run = tools::execute(&tool_ctx, &call);
         tokio::pin!(run);
-        let mut beat = tokio::time::interval_at(
-            tokio::time::Instant::now() + HEARTBEAT_EVERY,
-            HEARTBEAT_EVERY,
-        );
-        let outcome = loop {
-            tokio::select! {
-                r = &mut run => break r,
-                _ = ctx.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
-                _ = beat.tick() => {
-                    let _ = ctx.record_heartbeat(progress(started.elapsed().as_secs())).await;
-                }
+        // On cancellation the tool stops (and reaps) its processes itself, then returns.
+        let outcome = tokio::select! {
+            r = &mut run => r,
+            _ = ctx.cancelled() => {
+                cancel.cancel();
+                run.await
             }
         };
         match outcome {

@@ -26,7 +26,7 @@ pub mod shell;
 mod walk;
 pub mod workspace;
 
-pub use activity::ToolService;
+pub use activity::{HEARTBEAT_EVERY, ToolService};
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -8,8 +8,10 @@
 //!   git-style patch ([`baton_store::changes`]).
 //! - `deliver`: commits the change set on the starting commit and pushes it, and opens a pull
 //!   request ([`crate::git::deliver`]); idempotent.
+//!
+//! They share the tool calls' heartbeat timeout (`TOOL_HEARTBEAT`) and interval.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use baton_proto::{
     Changes, CollectRequest, DeliverRequest, Delivered, FileChange, PrepareRequest,
@@ -24,15 +26,12 @@ use tracing::info;
 
 use crate::{
     git::{self, GitError, GitSettings},
-    heartbeat::with_heartbeat,
-    tools::ToolService,
+    heartbeat::{Heartbeat, until_cancelled},
+    tools::{HEARTBEAT_EVERY, ToolService},
 };
 
 /// Files listed one by one in a change set (`Changes.files`); the patch holds them all.
 pub const MAX_LISTED_FILES: usize = 500;
-
-/// How often a long workspace activity heartbeats.
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// Implements the workspace activity contracts, on the workspaces of a [`ToolService`] (whose
 /// per-run locks it shares).
@@ -92,6 +91,8 @@ impl WorkspaceService {
         ctx: ActivityContext,
         request: PrepareRequest,
     ) -> Result<PreparedWorkspace, ActivityError> {
+        // The whole attempt beats, waits for the workspace lock included.
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let run_id = run_id_of(&ctx);
         let source = request
             .source
@@ -122,7 +123,7 @@ impl WorkspaceService {
                 let restore = self
                     .tools
                     .ensure_snapshot(&run_id, &workspace, &s.id, false);
-                with_heartbeat(&ctx, HEARTBEAT_EVERY, restore).await??;
+                until_cancelled(&ctx, restore).await??;
                 let manifest: snapshot::Manifest = baton_store::get_json(store.as_ref(), &id)
                     .await
                     .map_err(|e| unavailable(format!("snapshot {id} is unreadable: {e}")))?;
@@ -150,11 +151,9 @@ impl WorkspaceService {
                 let lock = self.tools.lock_of(&run_id);
                 let _held = lock.lock().await;
                 let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
-                let cloned = with_heartbeat(&ctx, HEARTBEAT_EVERY, clone)
-                    .await?
-                    .map_err(git_failure)?;
+                let cloned = until_cancelled(&ctx, clone).await?.map_err(git_failure)?;
                 let take = snapshot::take(store.as_ref(), &workspace);
-                let taken = with_heartbeat(&ctx, HEARTBEAT_EVERY, take)
+                let taken = until_cancelled(&ctx, take)
                     .await?
                     .map_err(|e| retryable(format!("cannot snapshot the clone: {e}")))?;
                 info!(run_id, url = %source.url, commit = %cloned.commit, files = taken.files, "workspace cloned");
@@ -175,6 +174,8 @@ impl WorkspaceService {
         ctx: ActivityContext,
         request: CollectRequest,
     ) -> Result<Changes, ActivityError> {
+        // The whole attempt beats, waits for the workspace lock included.
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let run_id = run_id_of(&ctx);
         let store = self.tools.store();
         let parse = |id: &str| {
@@ -196,7 +197,7 @@ impl WorkspaceService {
         };
         let after = parse(&final_snapshot)?;
         let work = changes::change_set(store.as_ref(), base.as_ref(), &after);
-        let set = with_heartbeat(&ctx, HEARTBEAT_EVERY, work)
+        let set = until_cancelled(&ctx, work)
             .await?
             .map_err(|e| retryable(format!("cannot compute the change set: {e}")))?;
         let patch_bytes = set.patch.len() as u64;
@@ -249,6 +250,8 @@ impl WorkspaceService {
         ctx: ActivityContext,
         request: DeliverRequest,
     ) -> Result<Delivered, ActivityError> {
+        // The whole attempt beats, waits for the workspace lock included.
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let run_id = run_id_of(&ctx);
         let store = self.tools.store();
         let changes = request.changes.clone().unwrap_or_default();
@@ -272,7 +275,7 @@ impl WorkspaceService {
             scratch.path(),
             &worker_env,
         );
-        let delivered = with_heartbeat(&ctx, HEARTBEAT_EVERY, work).await?;
+        let delivered = until_cancelled(&ctx, work).await?;
         let url = request
             .git
             .as_ref()

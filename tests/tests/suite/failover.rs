@@ -14,8 +14,10 @@ use baton_tests::*;
 use common::*;
 use serde_json::json;
 
-/// Heartbeat timeout of tool activities (workflows/src/workflow.rs `TOOL_HEARTBEAT`).
-const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
+use baton_workflows::workflow::TOOL_HEARTBEAT;
+
+/// How often a tool call heartbeats (`baton_activities::tools::HEARTBEAT_EVERY`).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 fn marker() -> String {
     // A fractional sleep duration unique to this test, so pgrep finds only our processes.
@@ -71,7 +73,7 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     let m = marker();
     let sleep_arg = format!("{SLEEP}.{m}");
     // A background job that outlives `sh`: without baton killing it, the first attempt's copy
-    // would write after the retry restored the workspace (14 s > the 10 s heartbeat timeout
+    // would write after the retry restored the workspace (14 s > the 4 s heartbeat timeout
     // after which the retry starts), and late.txt would have two lines.
     let late_arg = format!("14.{m}");
     let command = format!(
@@ -287,9 +289,104 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
         exited < Duration::from_secs(10),
         "graceful shutdown took {exited:?}"
     );
+    // Through a heartbeat timeout it would take the grace period, then at least the timeout
+    // less one beat (the last beat came at most one beat before the worker exited).
     assert!(
-        handed_over < Duration::from_secs(2) + TOOL_HEARTBEAT,
+        handed_over < Duration::from_secs(2) + TOOL_HEARTBEAT - HEARTBEAT_EVERY,
         "the tool moved after {handed_over:?}, not faster than a heartbeat timeout"
+    );
+}
+
+/// A worker that stalls (SIGSTOP here; a frozen VM in life) past the heartbeat timeout looks
+/// dead to the server, which retries the call. The stalled worker's open polls take retries
+/// too (each times out in turn) until one reaches the other worker. When the stalled worker
+/// wakes, its running attempt's next heartbeat is answered "not found": the attempt is
+/// cancelled and its process group killed, even a process the retry cannot find by its
+/// idempotency key (it cleared its environment); and the retries its polls took, timed out
+/// already, are not run.
+#[test]
+fn a_stalled_workers_call_is_retried_elsewhere_and_its_attempt_stops_when_it_wakes() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("stall");
+    let workspace = tempfile::tempdir().unwrap();
+    let mut workers = fleet(
+        &server,
+        &queue,
+        2,
+        workspace.path(),
+        &[("BATON_ALLOW_SANDBOX_OFF", "true")],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    let m = marker();
+    let sleep_arg = format!("30.{m}");
+    let command = format!(
+        "echo \"attempt $BATON_ATTEMPT\" >> '{marks}'; if [ \"$BATON_ATTEMPT\" = 1 ]; then \
+         exec env -i sh -c 'sleep {sleep_arg}; echo late >> {marks}'; fi",
+        marks = marks.display()
+    );
+    let s = script(
+        dir.path(),
+        "stall",
+        json!([
+            {"tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "Moved on."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-stall"),
+        &["--script", &s, "--no-approval", "--sandbox", "off"],
+        "sleep",
+    );
+    let (victim, _) = worker_running_the_tool(&workers, &run);
+    wait_until_blocking(Duration::from_secs(30), "the first attempt's sleep", || {
+        Ok((!pids_matching(&sleep_arg).is_empty()).then_some(()))
+    })
+    .unwrap();
+    workers[victim].signal(Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let retried = wait_until_blocking(Duration::from_secs(60), "a retry", || {
+        let text = std::fs::read_to_string(&marks).unwrap_or_default();
+        Ok((text.lines().count() >= 2).then_some(()))
+    });
+    let retried_after = stopped.elapsed();
+    let r = retried.map(|()| result(&server, &run, 0));
+    let still_running = !pids_matching(&sleep_arg).is_empty();
+    workers[victim].signal(Signal::SIGCONT).unwrap();
+    let woke = Instant::now();
+    let gone = wait_until_blocking(
+        Duration::from_secs(10),
+        "the woken worker to stop its superseded tool",
+        || Ok(pids_matching(&sleep_arg).is_empty().then_some(())),
+    );
+    let stopped_after = woke.elapsed();
+    kill_leftovers(&sleep_arg);
+    let r = r.unwrap();
+    gone.unwrap();
+    eprintln!("retried {retried_after:?} after the stall; stopped {stopped_after:?} after waking");
+    assert_eq!(r["answer"], "Moved on.");
+    assert!(
+        still_running,
+        "the retry killed the first attempt's sleep: the test needs one it cannot find"
+    );
+    let log = workers[victim].log();
+    assert!(
+        log.contains(&format!("tool cancelled run_id=\"{run}\"")),
+        "the woken worker cancelled its attempt:\n{log}"
+    );
+    // Only the first attempt and the one retry that ran elsewhere: the superseded attempt never
+    // finished, and no timed-out retry ran on the woken worker.
+    let marks = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = marks.lines().collect();
+    assert_eq!(lines.len(), 2, "{marks}");
+    assert_eq!(lines[0], "attempt 1");
+    assert!(
+        lines[1].starts_with("attempt ") && lines[1] != "attempt 1",
+        "{marks}"
     );
 }
 

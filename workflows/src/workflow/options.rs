@@ -16,13 +16,26 @@ use crate::activities::FailureType;
 /// LLM activity: start-to-close timeout of one attempt. An envelope: the worker's
 /// `request_timeout_secs` of each provider (checked against it at start-up) bounds the request.
 pub const LLM_START_TO_CLOSE: Duration = Duration::from_secs(60 * 60);
-/// LLM activity: heartbeat timeout (the activity heartbeats while it waits on the provider).
-pub const LLM_HEARTBEAT: Duration = Duration::from_secs(30);
+/// LLM activity: heartbeat timeout (the activity heartbeats every 2 s while it runs), so a
+/// model call on a killed worker is retried within ~10 s (was 30 s; a model call is
+/// idempotent, a retry costs its tokens again). See [`TOOL_HEARTBEAT`] for why changing it is
+/// safe for running workflows.
+pub const LLM_HEARTBEAT: Duration = Duration::from_secs(10);
 /// LLM activity: the most attempts of one call. An envelope: the activity gives up sooner, on
 /// the worker's `max_attempts` of the provider, and sets each retry's delay itself.
 pub const LLM_MAX_ATTEMPTS: u32 = 100;
-/// Tool activity: heartbeat timeout, so a dead worker's call moves on within seconds.
-pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Tool activity (and workspace activities): heartbeat timeout, so a SIGKILLed worker's call is
+/// retried elsewhere within ~4 s (BENCHMARKS.md "Hand-off latency"; was 10 s). The activities
+/// beat every 1 s from a task of their own, one heartbeat call each (`activities/src/heartbeat.rs`),
+/// so a heartbeat may be up to 2 s late before a live attempt is taken for dead: the margin
+/// of the old 10 s, whose heartbeats the SDK sent every 8 s. Also the longest Temporal outage a
+/// running tool survives.
+///
+/// Changing a heartbeat timeout changes no workflow command, only an attribute of the
+/// `ScheduleActivityTask` command, which replay does not compare (core matches activity id
+/// and type): recorded histories replay (`suite::replay::`); an activity already scheduled
+/// keeps the timeout it was scheduled with, the run's later ones get the new one.
+pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(3);
 /// Tool activity: attempts (infrastructure failures only; ordinary failures are results).
 pub const TOOL_MAX_ATTEMPTS: u32 = 5;
 
