@@ -319,7 +319,8 @@ fn a_stalled_workers_call_is_retried_elsewhere_and_its_attempt_stops_when_it_wak
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks");
     let m = marker();
-    let sleep_arg = format!("30.{m}");
+    // Outlives any retry delay (the stalled worker's polls may take a few attempts first).
+    let sleep_arg = format!("300.{m}");
     let command = format!(
         "echo \"attempt $BATON_ATTEMPT\" >> '{marks}'; if [ \"$BATON_ATTEMPT\" = 1 ]; then \
          exec env -i sh -c 'sleep {sleep_arg}; echo late >> {marks}'; fi",
