@@ -8,7 +8,8 @@
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
 //! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys),
 //! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
-//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`).
+//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`), [`replay_check`] (the replay
+//! gate before a rollout), [`fleet`] (`fleet status`, `fleet patches`: Worker Versioning).
 
 mod ask;
 mod blobs;
