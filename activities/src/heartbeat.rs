@@ -45,6 +45,30 @@ pub(crate) fn timed_out_before_start(
             .is_ok_and(|waited| waited > timeout + CLOCK_LEEWAY)
 }
 
+/// How long an attempt that looks timed out waits for the server to confirm it.
+const CONFIRM_STALE: Duration = Duration::from_secs(3);
+
+/// Whether the server has superseded this attempt before it began: it looks timed out by the
+/// clocks ([`timed_out_before_start`]), and the server confirms it. A heartbeat with `details`
+/// (the previous attempt's, so a retry loses nothing) asks; the server's "not found" cancels
+/// the attempt. A worker whose clock runs ahead sees no cancellation and runs the attempt,
+/// [`CONFIRM_STALE`] late, instead of refusing every attempt.
+pub(crate) async fn superseded<T>(ctx: &ActivityContext, details: T) -> bool
+where
+    T: TemporalSerializable + Send + Sync + 'static,
+{
+    let info = ctx.info();
+    if !timed_out_before_start(info.heartbeat_timeout, info.started_time, SystemTime::now()) {
+        return false;
+    }
+    if ctx.record_heartbeat(details).await.is_err() {
+        return false;
+    }
+    tokio::time::timeout(CONFIRM_STALE, ctx.cancelled())
+        .await
+        .is_ok()
+}
+
 /// Heartbeats of one activity attempt, sent every `every` from a task of their own until
 /// dropped. The first beat comes after one period: a quick call sends none at all (a beat at
 /// once would only re-arm the server's heartbeat timer, so a dead worker's call would be

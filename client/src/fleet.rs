@@ -179,12 +179,7 @@ fn build_of(run: &WorkflowExecutionInfo, deployment: &str) -> Option<String> {
         .filter(|v| v.deployment_name == deployment && !v.build_id.is_empty())
         .map(|v| v.build_id.clone());
     from_info.or_else(|| {
-        let payload = run
-            .search_attributes
-            .as_ref()?
-            .indexed_fields
-            .get(VERSION_ATTRIBUTE)?;
-        let value: String = serde_json::from_slice(&payload.data).ok()?;
+        let value: String = attribute(run, VERSION_ATTRIBUTE)?;
         let (name, build) = value.split_once(':')?;
         (name == deployment && !build.is_empty()).then(|| build.to_owned())
     })
@@ -270,13 +265,15 @@ pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
     Ok(exit::COMPLETED)
 }
 
+/// A search attribute of `run` as the JSON value the server keeps (None when absent).
+fn attribute<T: serde::de::DeserializeOwned>(run: &WorkflowExecutionInfo, name: &str) -> Option<T> {
+    let payload = run.search_attributes.as_ref()?.indexed_fields.get(name)?;
+    serde_json::from_slice(&payload.data).ok()
+}
+
 /// The strings of a keyword-list search attribute of `run` (none when absent).
 fn keywords(run: &WorkflowExecutionInfo, name: &str) -> Vec<String> {
-    run.search_attributes
-        .as_ref()
-        .and_then(|a| a.indexed_fields.get(name))
-        .and_then(|p| serde_json::from_slice::<Vec<String>>(&p.data).ok())
-        .unwrap_or_default()
+    attribute(run, name).unwrap_or_default()
 }
 
 /// The system search attribute naming a run's deployment version.

@@ -84,7 +84,7 @@ pub(crate) async fn run(args: ReplayCheckArgs) -> Result<i32, Exit> {
             events += events_of.len();
             histories.push((run, events_of));
         }
-        let failures = replay_all(&replayer, &histories).await?;
+        let failures = replay(&replayer, histories.iter().map(|(_, e)| e.as_slice())).await?;
         for ((run, events_of), failure) in histories.iter().zip(failures) {
             match failure {
                 None => cache.record(run.run_id(), run.history_length()),
@@ -227,26 +227,15 @@ fn as_history(events: &[HistoryEvent]) -> WorkflowHistory {
 }
 
 /// The replay failure of each history (None = replays), in order.
-async fn replay_all(
+async fn replay<'a>(
     replayer: &WorkflowReplayer,
-    histories: &[(&WorkflowExecution, Vec<HistoryEvent>)],
+    histories: impl IntoIterator<Item = &'a [HistoryEvent]>,
 ) -> Result<Vec<Option<WorkflowReplayFailure>>, Exit> {
     let results = replayer
-        .replay_workflows(histories.iter().map(|(_, e)| as_history(e)))
+        .replay_workflows(histories.into_iter().map(as_history))
         .await
         .map_err(|e| Exit::infra(format!("replay failed: {e}")))?;
     Ok(results.into_iter().map(|r| r.replay_failure).collect())
-}
-
-async fn replay_one(
-    replayer: &WorkflowReplayer,
-    events: &[HistoryEvent],
-) -> Result<Option<WorkflowReplayFailure>, Exit> {
-    let mut results = replayer
-        .replay_workflows([as_history(events)])
-        .await
-        .map_err(|e| Exit::infra(format!("replay failed: {e}")))?;
-    Ok(results.pop().and_then(|r| r.replay_failure))
 }
 
 /// Where `events` (which failed with `failure`) parts from this build's code.
@@ -271,7 +260,8 @@ async fn locate(
     let (mut good, mut bad) = (0usize, cuts.len());
     while bad - good > 1 {
         let mid = (good + bad) / 2;
-        match replay_one(replayer, &events[..=cuts[mid - 1]]).await? {
+        let prefix = &events[..=cuts[mid - 1]];
+        match replay(replayer, [prefix]).await?.pop().flatten() {
             Some(_) => bad = mid,
             None => good = mid,
         }

@@ -273,18 +273,8 @@ impl ModelTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::test_items::usage;
     use pretty_assertions::assert_eq;
-
-    fn usage(input: u32, read: u32, write: u32, output: u32) -> Usage {
-        Usage {
-            input_tokens: input,
-            output_tokens: output,
-            total_tokens: input + output,
-            cache_read_tokens: read,
-            cache_write_tokens: write,
-            ..Default::default()
-        }
-    }
 
     /// Rounded to a thousandth of a cent.
     fn rounded(usd: f64) -> i64 {
@@ -334,32 +324,32 @@ mod tests {
         // = 0.015 + 0.024 + 0.05625 + 0.03 = $0.12525.
         let sonnet = t.lookup("claude-sonnet-4-5").unwrap();
         assert_eq!(
-            rounded(sonnet.cost_usd(&usage(100_000, 80_000, 15_000, 2_000))),
+            rounded(sonnet.cost_usd(&usage(100_000, 2_000, 80_000, 15_000))),
             rounded(0.12525)
         );
         // gpt-4o: 10,000 prompt tokens, 6,144 cached, 500 output:
         // 3,856 x $2.50 + 6,144 x $1.25 + 500 x $10 = 0.00964 + 0.00768 + 0.005 = $0.02232.
         let gpt4o = t.lookup("gpt-4o").unwrap();
         assert_eq!(
-            rounded(gpt4o.cost_usd(&usage(10_000, 6_144, 0, 500))),
+            rounded(gpt4o.cost_usd(&usage(10_000, 500, 6_144, 0))),
             rounded(0.02232)
         );
         // No cache: 1M in, 1M out of gpt-5 = $1.25 + $10.
         let gpt5 = t.lookup("gpt-5").unwrap();
         assert_eq!(
-            rounded(gpt5.cost_usd(&usage(1_000_000, 0, 0, 1_000_000))),
+            rounded(gpt5.cost_usd(&usage(1_000_000, 1_000_000, 0, 0))),
             rounded(11.25)
         );
         // A provider that reports more cached than prompt tokens never gives a negative part.
-        assert!(gpt4o.cost_usd(&usage(100, 200, 0, 0)) > 0.0);
-        assert_eq!(ModelInfo::default().cost_usd(&usage(1000, 0, 0, 1000)), 0.0);
+        assert!(gpt4o.cost_usd(&usage(100, 0, 200, 0)) > 0.0);
+        assert_eq!(ModelInfo::default().cost_usd(&usage(1000, 1000, 0, 0)), 0.0);
     }
 
     #[test]
     fn annotate_sets_the_window_and_the_cost_of_known_models_only() {
         let t = ModelTable::defaults();
         let reply = || LlmResponse {
-            usage: Some(usage(10_000, 6_144, 0, 500)),
+            usage: Some(usage(10_000, 500, 6_144, 0)),
             ..Default::default()
         };
         let config = |model: &str, ttl: &str| ModelConfig {
@@ -378,7 +368,7 @@ mod tests {
         assert_eq!(unknown, reply());
         // claude-haiku-4-5, 10k written to a 1-hour cache, nothing else: 10k x $2 (2x input).
         let written = || LlmResponse {
-            usage: Some(usage(10_000, 0, 10_000, 0)),
+            usage: Some(usage(10_000, 0, 0, 10_000)),
             ..Default::default()
         };
         let mut hour = written();

@@ -1,7 +1,8 @@
 //! Conversation items for the provider tests: one way to write a user message, an assistant
-//! turn with tool calls, and a tool result, shared by every wire format's tests.
+//! turn with tool calls, a tool result and a usage with cache tokens, shared by every wire
+//! format's tests and the price table's.
 
-use baton_proto::{AssistantMessage, Item, ToolCall, ToolResult, UserMessage, item};
+use baton_proto::{AssistantMessage, Item, ToolCall, ToolResult, Usage, UserMessage, item};
 
 /// A user message.
 pub(crate) fn user(text: &str) -> Item {
@@ -48,5 +49,17 @@ pub(crate) fn result(call_id: &str, content: &str, is_error: bool) -> Item {
             is_error,
             ..Default::default()
         })),
+    }
+}
+
+/// Baton's usage: `input` counts the cache's `read` and `write` tokens.
+pub(crate) fn usage(input: u32, output: u32, read: u32, write: u32) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: input + output,
+        cache_read_tokens: read,
+        cache_write_tokens: write,
+        ..Default::default()
     }
 }

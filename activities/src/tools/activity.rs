@@ -18,25 +18,8 @@ use tracing::{info, warn};
 use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, inline, snapshot};
 
-use crate::heartbeat::{Heartbeat, timed_out_before_start};
+use crate::heartbeat::{self, Heartbeat};
 use crate::tools::{self, ToolContext, ToolError, orphans};
-
-/// How long an attempt that looks timed out waits for the server to confirm it.
-const CONFIRM_STALE: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Whether the server has superseded this attempt: it looked timed out by the clocks (see
-/// [`timed_out_before_start`]), so ask the server with a heartbeat (the same details, so a
-/// retry loses nothing) and wait for the cancellation its "not found" answer brings. A worker
-/// whose clock runs ahead sees no cancellation and runs the attempt, [`CONFIRM_STALE`] late,
-/// instead of refusing every attempt.
-async fn superseded(ctx: &ActivityContext, details: ToolProgress) -> bool {
-    if ctx.record_heartbeat(details).await.is_err() {
-        return false;
-    }
-    tokio::time::timeout(CONFIRM_STALE, ctx.cancelled())
-        .await
-        .is_ok()
-}
 
 /// An infrastructure failure of the activity (retried).
 fn infrastructure(message: String) -> ActivityError {
@@ -368,12 +351,7 @@ impl ToolService {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let stale = timed_out_before_start(
-            info.heartbeat_timeout,
-            info.started_time,
-            std::time::SystemTime::now(),
-        );
-        if stale && superseded(&ctx, previous.clone()).await {
+        if heartbeat::superseded(&ctx, previous.clone()).await {
             warn!(run_id, call_id = %call.id, attempt, "attempt not run: the server timed it out before this worker took it up (a stalled worker), and retried it");
             return Err(ActivityError::cancelled());
         }

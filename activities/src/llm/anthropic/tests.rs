@@ -10,23 +10,11 @@ use crate::llm::{
 };
 use baton_proto::{
     AssistantMessage, FinishReason, Item, LlmResponse, ModelConfig, ReasoningPart, ToolCall,
-    ToolDefinition, Usage,
+    ToolDefinition,
 };
 use pretty_assertions::assert_eq;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-
-/// Baton's usage: `input` counts the cache's `read` and `write` tokens.
-pub(super) fn usage(input: u32, output: u32, read: u32, write: u32) -> Usage {
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        total_tokens: input + output,
-        cache_read_tokens: read,
-        cache_write_tokens: write,
-        ..Default::default()
-    }
-}
 
 /// An anthropic reasoning part.
 pub(super) fn part(kind: &str, data: &str, position: u32) -> ReasoningPart {

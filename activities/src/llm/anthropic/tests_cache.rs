@@ -12,9 +12,9 @@ use super::{
     Anthropic,
     cache::{MAX_BREAKPOINTS, cache_control, count_breakpoints, strip_breakpoints},
     request_body_for,
-    tests::{assistant, provider, sample_request, usage},
+    tests::{assistant, provider, sample_request},
 };
-use crate::llm::test_items::{result, user};
+use crate::llm::test_items::{result, usage, user};
 use crate::llm::{
     LlmError, Provider,
     test_server::{Reply, serve_once},
