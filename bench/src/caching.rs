@@ -189,6 +189,7 @@ fn base_request(settings: &Settings) -> LlmRequest {
                 description: filler(&format!("tool {i}"), settings.prefix_tokens / 4 / tools),
                 parameters: r#"{"type":"object","properties":{"path":{"type":"string"}}}"#.into(),
                 read_only: true,
+                mcp: None,
             })
             .collect(),
         conversation: vec![Item {

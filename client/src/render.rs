@@ -43,6 +43,9 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
         TerminationReason::WorkspaceUnavailable => {
             "the run's workspace could not be prepared (git URL, ref or credentials, or a missing snapshot); see the detail"
         }
+        TerminationReason::ToolsUnavailable => {
+            "an MCP server the run named (--mcp) could not be used at its start; see the detail, check the workers' [mcp.servers] settings, or submit with --mcp-unavailable continue"
+        }
         TerminationReason::OutputInvalid => {
             "the final answer did not match --output-schema, even after a corrective turn"
         }

@@ -5,8 +5,8 @@
 
 use baton_proto::{
     Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
-    InstructionsRequest, LlmRequest, LlmResponse, PrepareRequest, PreparedWorkspace, ToolRequest,
-    ToolResult, WorkspaceInstructions,
+    InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, PrepareRequest,
+    PreparedWorkspace, ToolRequest, ToolResult, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -41,11 +41,35 @@ impl ToolActivities {
         unimplemented!()
     }
 
+    /// Calls one tool of an MCP server (`request.mcp` names it). The tool's own errors
+    /// (`isError`) come back as a result with `is_error`; a server that is down or breaks the
+    /// protocol fails the attempt (retried); a server this worker does not have fails with
+    /// [`FailureType::McpUnavailable`] (not retried).
+    #[activity(name = "mcp_call_tool")]
+    pub fn mcp_call_tool(request: ToolRequest) -> Result<ToolResult, ActivityError> {
+        unimplemented!()
+    }
+
     /// Reads what the system prompt needs from the run's workspace (its path, AGENTS.md).
     #[activity(name = "read_instructions")]
     pub fn read_instructions(
         request: InstructionsRequest,
     ) -> Result<WorkspaceInstructions, ActivityError> {
+        unimplemented!()
+    }
+}
+
+/// MCP servers.
+pub struct McpActivities;
+
+#[activity_definitions]
+impl McpActivities {
+    /// Lists the tools of one MCP server (every page), filtered to the request's names. A
+    /// server this worker does not have, or that refuses the handshake, fails with
+    /// [`FailureType::McpUnavailable`] (not retried); one that does not start or answer in time
+    /// fails the attempt (retried).
+    #[activity(name = "mcp_list_tools")]
+    pub fn mcp_list_tools(request: McpListRequest) -> Result<McpToolList, ActivityError> {
         unimplemented!()
     }
 }
@@ -85,6 +109,11 @@ pub use workspace_activities::Deliver;
 /// Marker of the `prepare_workspace` activity, for implementations.
 pub use workspace_activities::PrepareWorkspace;
 
+/// Marker of the `mcp_list_tools` activity, for implementations.
+pub use mcp_activities::McpListTools;
+/// Marker of the `mcp_call_tool` activity, for implementations.
+pub use tool_activities::McpCallTool;
+
 /// Marker of the `compact_context` activity, for implementations.
 pub use llm_activities::CompactContext;
 /// Marker of the `llm_generate` activity, for implementations (`#[activity(definition = ..)]`).
@@ -121,11 +150,14 @@ pub enum FailureType {
     /// The run's workspace source cannot be had: a git URL or ref that does not exist,
     /// refused credentials, a snapshot missing from the store (not retried).
     WorkspaceUnavailable,
+    /// An MCP server that cannot be used by this worker: not configured, its program missing,
+    /// or it refused the handshake (not retried).
+    McpUnavailable,
 }
 
 impl FailureType {
     /// Every failure type.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::ProviderFatal,
         Self::ContextOverflow,
         Self::StoreUnavailable,
@@ -135,6 +167,7 @@ impl FailureType {
         Self::ProviderUnreachable,
         Self::ProviderBadResponse,
         Self::WorkspaceUnavailable,
+        Self::McpUnavailable,
     ];
 
     /// The type name on the wire.
@@ -149,6 +182,7 @@ impl FailureType {
             Self::ProviderUnreachable => "ProviderUnreachable",
             Self::ProviderBadResponse => "ProviderBadResponse",
             Self::WorkspaceUnavailable => "WorkspaceUnavailable",
+            Self::McpUnavailable => "McpUnavailable",
         }
     }
 
@@ -185,6 +219,7 @@ mod tests {
                 "ProviderUnreachable",
                 "ProviderBadResponse",
                 "WorkspaceUnavailable",
+                "McpUnavailable",
             ]
         );
         for t in FailureType::ALL {

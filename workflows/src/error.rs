@@ -67,6 +67,12 @@ pub enum StateError {
         /// What is wrong with it and how to fix it.
         detail: String,
     },
+    /// The spec's MCP servers cannot be used as written.
+    #[error("invalid MCP servers: {detail}")]
+    InvalidMcp {
+        /// What is wrong with them and how to fix it.
+        detail: String,
+    },
     /// The spec's output schema is not a JSON Schema.
     #[error("invalid --output-schema: {detail}")]
     InvalidOutputSchema {

@@ -6,6 +6,8 @@
 //! - [`guards`]: loop guards (circuit breaker thresholds, loop detection).
 //! - [`prompt`]: the system prompt builder.
 //! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
+//! - [`mcp`]: MCP tools (issue 18): model-facing names, listed tools as definitions, spec
+//!   checks.
 //! - [`view`]: the model's view of a conversation (elision, summary, stubs), shared with the
 //!   model activity.
 //! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
@@ -21,6 +23,7 @@ pub mod activities;
 pub mod error;
 pub mod guards;
 pub mod machine;
+pub mod mcp;
 pub mod policy;
 pub mod prompt;
 pub mod schema;

@@ -3,7 +3,8 @@
 //! Order of precedence for a call:
 //! 1. rules remembered from approvals with `remember: true` (allow);
 //! 2. the policy's `rules`, in order: the first rule whose tool and pattern match decides;
-//! 3. `require_approval` (tool names, or `*` for every tool that is not read-only): ask;
+//! 3. `require_approval` (tool names, MCP tool patterns such as `mcp__*` or `mcp__github__*`,
+//!    or `*`; never a read-only tool): ask;
 //! 4. otherwise allow (read-only tools always end here unless a rule named them).
 //!
 //! In `never_ask` mode (CI), anything that would ask a human is rejected with a reason the
@@ -73,9 +74,9 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
                 rule.action
             ));
         }
-        if rule.tool != "*" && tools::definition(&rule.tool).is_none() {
+        if rule.tool != "*" && !known_tool(&rule.tool) {
             return Err(format!(
-                "rule {}: unknown tool '{}'; use one of {} or *",
+                "rule {}: unknown tool '{}'; use one of {}, an MCP tool pattern (mcp__*,                  mcp__<server>__*, mcp__<server>__<tool>) or *",
                 i + 1,
                 rule.tool,
                 tools::BUILTIN_TOOLS.join(", ")
@@ -83,12 +84,10 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         }
     }
     for (i, rule) in policy.approvers.iter().enumerate() {
-        if rule.tool != "*"
-            && rule.tool != crate::machine::QUESTION_TOOL
-            && tools::definition(&rule.tool).is_none()
+        if rule.tool != "*" && rule.tool != crate::machine::QUESTION_TOOL && !known_tool(&rule.tool)
         {
             return Err(format!(
-                "approvers entry {}: unknown tool '{}'; use one of {}, {} or *",
+                "approvers entry {}: unknown tool '{}'; use one of {}, {}, an MCP tool pattern                  (mcp__*, mcp__<server>__*, mcp__<server>__<tool>) or *",
                 i + 1,
                 rule.tool,
                 tools::BUILTIN_TOOLS.join(", "),
@@ -123,7 +122,7 @@ pub fn may_decide(
     tool: &str,
     identity: &str,
 ) -> Result<(), Vec<String>> {
-    let Some(rule) = approvers.iter().find(|r| r.tool == tool || r.tool == "*") else {
+    let Some(rule) = approvers.iter().find(|r| tool_matches(&r.tool, tool)) else {
         return Ok(());
     };
     if rule.identities.iter().any(|p| wildcard(p, identity)) {
@@ -176,7 +175,7 @@ pub fn assess(
             let listed = policy
                 .require_approval
                 .iter()
-                .any(|name| (name == &tool.name || name == "*") && !tool.read_only);
+                .any(|name| tool_matches(name, &tool.name) && !tool.read_only);
             if listed {
                 Assessment::AskHuman
             } else {
@@ -224,6 +223,9 @@ pub fn remembered_rule(call: &ToolCall, matching: Matching) -> Option<ToolRule> 
             (false, true) => format!("{} *", words.join(" ")),
             (false, false) => format!("{}*", words.join(" ")),
         }
+    } else if crate::mcp::is_mcp_name(&call.name) && subject.is_empty() {
+        // An MCP tool without a path: the approval covers the tool.
+        String::new()
     } else if strict && (subject.is_empty() || subject.contains(['*', '?'])) {
         return None;
     } else {
@@ -253,8 +255,21 @@ fn subject(call: &ToolCall) -> String {
 }
 
 fn rule_matches(rule: &ToolRule, tool: &str, subject: &str) -> bool {
-    (rule.tool == "*" || rule.tool == tool)
-        && (rule.pattern.is_empty() || wildcard(&rule.pattern, subject))
+    tool_matches(&rule.tool, tool) && (rule.pattern.is_empty() || wildcard(&rule.pattern, subject))
+}
+
+/// Whether a rule's tool field (a name, `*`, or an MCP tool pattern such as `mcp__*` or
+/// `mcp__github__*`) covers `tool`.
+pub fn tool_matches(pattern: &str, tool: &str) -> bool {
+    pattern == "*"
+        || pattern == tool
+        || (crate::mcp::is_tool_pattern(pattern) && wildcard(pattern, tool))
+}
+
+/// A built-in tool's name or an MCP tool pattern (the run's MCP tools are known only once
+/// their servers are listed).
+fn known_tool(name: &str) -> bool {
+    tools::definition(name).is_some() || crate::mcp::is_tool_pattern(name)
 }
 
 /// [`Matching::Strict`] for a shell command (see there).

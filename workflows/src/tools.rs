@@ -86,6 +86,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
         description: description.to_owned(),
         parameters: parameters.to_owned(),
         read_only,
+        mcp: None,
     })
 }
 

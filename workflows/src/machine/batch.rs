@@ -28,7 +28,8 @@ impl RunState {
                 call: Some(c.call.clone()),
                 timeout_seconds: self.tool_timeout(&c.call),
                 snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
-                mutating: !tools::definition(&c.call.name).is_some_and(|d| d.read_only),
+                mutating: !self.tool_def(&c.call.name).is_some_and(|d| d.read_only),
+                mcp: self.tool_def(&c.call.name).and_then(|d| d.mcp.clone()),
                 confirm_retries: self
                     .spec
                     .approval
@@ -92,6 +93,11 @@ impl RunState {
                 self.push_event(now_ms, run_event::Kind::ApprovalRequested(p));
             }
         }
+    }
+
+    /// The definition of an enabled tool (built-in or MCP).
+    pub(super) fn tool_def(&self, name: &str) -> Option<&ToolDefinition> {
+        self.tools.iter().find(|t| t.name == name)
     }
 
     /// A call must name an enabled tool and carry a JSON object of arguments.
@@ -200,14 +206,19 @@ impl RunState {
         for planned in batch.calls {
             let result = match planned.disposition {
                 Disposition::Run { .. } => {
-                    if !tools::definition(&planned.call.name).is_some_and(|d| d.read_only) {
-                        self.outputs.touched = true;
-                    }
                     let mut r = results.next().unwrap_or_else(|| ToolResult {
                         content: "internal error: the tool produced no result".to_owned(),
                         is_error: true,
                         ..Default::default()
                     });
+                    // MCP tools change the workspace only when their server runs in it (then
+                    // the call leaves a snapshot).
+                    let touches = if crate::mcp::is_mcp_name(&planned.call.name) {
+                        !r.snapshot.is_empty()
+                    } else {
+                        !tools::definition(&planned.call.name).is_some_and(|d| d.read_only)
+                    };
+                    self.outputs.touched |= touches;
                     r.call_id = planned.call.id.clone();
                     r.name = planned.call.name.clone();
                     r

@@ -50,6 +50,8 @@
 //! | any | `on_workspace_prepared` (once, before the first step) | unchanged | note, the starting snapshot |
 //! | not `Finished` | `on_workspace_failed` | `Finished` (`WorkspaceUnavailable`) | |
 //! | any | `on_instructions` (once, before the first step) | unchanged | note |
+//! | not `Finished` | `on_mcp_listed` (once, before the first step: the spec's MCP servers) | unchanged | the tools join the run, a note per server |
+//! | not `Finished` | `on_mcp_listed`, a server could not be used (or lacks a named tool), `mcp_unavailable` not `continue` | `Finished` (`ToolsUnavailable`) | |
 //!
 //! An input in a phase the table does not list for it changes nothing. The workflow never
 //! sends one (it feeds each step's outcome back in the phase that asked for it), so each such
@@ -73,6 +75,7 @@
 //! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
 //! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
+//! - `mcp.rs`: the run's MCP servers listed at its start.
 //! - `status.rs`: status, pending calls, events, [`describe_event`].
 
 use std::{collections::BTreeSet, fmt};
@@ -91,6 +94,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod end;
+mod mcp;
 mod outputs;
 mod status;
 mod turn;
@@ -343,6 +347,10 @@ pub struct RunState {
     /// submitted.
     #[serde(default)]
     pub model_context_window: u32,
+    /// The spec's MCP servers were listed (their tools are in `tools`): never again in this
+    /// run, later segments included.
+    #[serde(default)]
+    pub mcp_listed: bool,
 }
 
 /// A compaction summary.
@@ -388,6 +396,8 @@ impl RunState {
             policy::validate(p).map_err(|detail| StateError::InvalidPolicy { detail })?;
         }
         outputs::validate(&spec)?;
+        crate::mcp::validate(&spec.mcp, &spec.mcp_unavailable)
+            .map_err(|detail| StateError::InvalidMcp { detail })?;
         let conversation = vec![user(&spec.task, false)];
         let mut state = Self::blank(run_id, spec, tools, conversation, now_ms);
         state.base_limits = state.spec.limits.clone();
@@ -442,6 +452,7 @@ impl RunState {
             base_limits: None,
             outputs: Outputs::default(),
             model_context_window: 0,
+            mcp_listed: false,
         }
     }
 

@@ -1,13 +1,15 @@
 //! A batch of approved tool calls: in parallel up to the run's limit, or one at a time with
 //! snapshot chaining when a call changes the workspace; read-only calls as local activities
-//! when the run asks for it.
+//! when the run asks for it; MCP tools' calls as `mcp_call_tool` activities.
+
+use std::pin::Pin;
 
 use baton_proto::{ToolRequest, ToolResult};
 use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
 
 use super::{
     AgentRun, failure_message, now_ms,
-    options::{local_tool_options, tool_options},
+    options::{local_tool_options, mcp_tool_options, tool_options},
     patches::PATCH_SERIAL_MUTATING,
 };
 use crate::activities::ToolActivities;
@@ -37,7 +39,8 @@ pub(super) async fn run_tools(
         .unwrap_or_default();
     // Read-only calls as local activities (the run asked for it; they change nothing, so
     // running one again after a worker failure is harmless).
-    let local = ctx.state(|s| s.run.spec.local_read_tools) && requests.iter().all(|r| !r.mutating);
+    let local = ctx.state(|s| s.run.spec.local_read_tools)
+        && requests.iter().all(|r| !r.mutating && r.mcp.is_none());
     for group in requests.chunks(chunk) {
         let ids: Vec<String> = group
             .iter()
@@ -61,9 +64,22 @@ pub(super) async fn run_tools(
         } else {
             let futures: Vec<_> = group
                 .iter()
-                .map(|r| {
-                    let opts = tool_options(r, token);
-                    ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                .map(|r| -> Pin<Box<dyn Future<Output = _> + '_>> {
+                    if r.mcp.is_some() {
+                        let opts = mcp_tool_options(r, token);
+                        Box::pin(ctx.execute_activity(
+                            ToolActivities::mcp_call_tool,
+                            with_snapshot(r),
+                            opts,
+                        ))
+                    } else {
+                        let opts = tool_options(r, token);
+                        Box::pin(ctx.execute_activity(
+                            ToolActivities::run_tool,
+                            with_snapshot(r),
+                            opts,
+                        ))
+                    }
                 })
                 .collect();
             temporalio_workflow::join_all(futures).await

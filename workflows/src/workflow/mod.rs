@@ -9,6 +9,7 @@
 //! - [`options`](self::options): activity and timer options, the step token;
 //! - [`outputs`](self::outputs): the workspace prepared from its source, the change set and
 //!   delivery when the run ends;
+//! - [`mcp`](self::mcp): the run's MCP servers listed before its first step;
 //! - [`status`](self::status): the memo, search attributes and UI details (three generations);
 //! - [`patches`]: the registry of patch markers and the histories that cover them;
 //! - [`variant`]: a test-only switch that makes this build's workflow code differ (fleet tests).
@@ -16,6 +17,7 @@
 mod approval;
 mod batch;
 mod deadline;
+mod mcp;
 mod options;
 mod outputs;
 pub mod patches;
@@ -43,7 +45,8 @@ use self::{
 };
 pub use self::{
     options::{
-        LLM_HEARTBEAT, LLM_MAX_ATTEMPTS, LLM_START_TO_CLOSE, TOOL_HEARTBEAT, TOOL_MAX_ATTEMPTS,
+        LLM_HEARTBEAT, LLM_MAX_ATTEMPTS, LLM_START_TO_CLOSE, MCP_LIST_MAX_ATTEMPTS,
+        MCP_MAX_ATTEMPTS, TOOL_HEARTBEAT, TOOL_MAX_ATTEMPTS,
     },
     status::{
         SA_AWAITING_APPROVAL, SA_LABELS, SA_STATE, SA_SUBMITTER, SA_TURNS,
@@ -136,6 +139,8 @@ impl AgentRun {
             let now = now_ms(ctx.workflow_time());
             ctx.state_mut(|s| s.run.on_instructions(outcome.ok(), now));
         }
+        // Runs without MCP servers (every run recorded before them) schedule nothing here.
+        mcp::discover(ctx).await;
         loop {
             let (length, suggested) = (ctx.history_length(), ctx.continue_as_new_suggested());
             if ctx.state(|s| s.run.wants_continue_as_new(length, suggested))

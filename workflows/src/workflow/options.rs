@@ -38,6 +38,12 @@ pub const LLM_MAX_ATTEMPTS: u32 = 100;
 pub const TOOL_HEARTBEAT: Duration = Duration::from_secs(3);
 /// Tool activity: attempts (infrastructure failures only; ordinary failures are results).
 pub const TOOL_MAX_ATTEMPTS: u32 = 5;
+/// MCP tool call: attempts. A server that is down is retried like a provider outage: with
+/// backoff up to 30 s, about 4 minutes in all.
+pub const MCP_MAX_ATTEMPTS: u32 = 12;
+/// MCP listing: attempts (a server that does not start or answer in time; one this worker does
+/// not have or that refuses the handshake fails at once).
+pub const MCP_LIST_MAX_ATTEMPTS: u32 = 4;
 
 /// The cancellation token of one step's timers, waits and activities: a child of the run's,
 /// owned by the step.
@@ -140,6 +146,56 @@ fn workspace_options(
         .cancellation_type(ActivityCancellationType::TryCancel)
         .cancellation_token(token.clone())
         .summary(summary.to_owned())
+        .build()
+}
+
+/// Options of `mcp_list_tools` for `server`: the server may have to start (a stdio process)
+/// before it answers; the activity heartbeats while it waits.
+pub(super) fn mcp_list_options(server: &str, token: &WorkflowCancellationToken) -> ActivityOptions {
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(2 * 60))
+        .heartbeat_timeout(TOOL_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_secs(1))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(10))
+                .maximum_attempts(MCP_LIST_MAX_ATTEMPTS)
+                .non_retryable_error_types([
+                    FailureType::McpUnavailable.as_str(),
+                    FailureType::BadInput.as_str(),
+                ])
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::TryCancel)
+        .cancellation_token(token.clone())
+        .summary(format!("mcp_list_tools: {server}"))
+        .build()
+}
+
+/// Options of `mcp_call_tool`: like a tool call's, with the longer retry of an outage.
+pub(super) fn mcp_tool_options(
+    request: &ToolRequest,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
+    let tool = ToolActivity::of(request);
+    ActivityOptions::with_start_to_close_timeout(tool.timeout)
+        .activity_id(tool.activity_id)
+        .heartbeat_timeout(TOOL_HEARTBEAT)
+        .retry_policy(
+            RetryPolicy::builder()
+                .initial_interval(Duration::from_millis(200))
+                .backoff_coefficient(2.0)
+                .maximum_interval(Duration::from_secs(30))
+                .maximum_attempts(MCP_MAX_ATTEMPTS)
+                .non_retryable_error_types([
+                    FailureType::BadInput.as_str(),
+                    FailureType::McpUnavailable.as_str(),
+                ])
+                .build(),
+        )
+        .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+        .cancellation_token(token.clone())
+        .summary(tool.summary)
         .build()
 }
 

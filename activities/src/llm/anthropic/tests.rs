@@ -68,12 +68,14 @@ pub(super) fn sample_request() -> LlmRequest {
                 description: "Reads a file.".into(),
                 parameters: r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#.into(),
                 read_only: true,
+                mcp: None,
             },
             ToolDefinition {
                 name: "list_files".into(),
                 description: "Lists files.".into(),
                 parameters: "not a schema".into(),
                 read_only: true,
+                mcp: None,
             },
         ],
         ..Default::default()

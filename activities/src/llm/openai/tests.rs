@@ -57,6 +57,7 @@ pub(super) fn sample_request() -> LlmRequest {
             description: "d".into(),
             parameters: r#"{"type":"object","properties":{"command":{"type":"string"}}}"#.into(),
             read_only: false,
+            mcp: None,
         }],
         ..Default::default()
     }

@@ -45,6 +45,7 @@ fn request(effort: &str, cache_key: &str) -> LlmRequest {
             description: "today's date".into(),
             parameters: r#"{"type":"object","properties":{}}"#.into(),
             read_only: true,
+            mcp: None,
         }],
         cache_key: cache_key.into(),
         ..Default::default()

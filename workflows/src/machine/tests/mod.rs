@@ -19,6 +19,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod cost;
+mod mcp;
 mod outputs;
 mod phases;
 mod turn;
