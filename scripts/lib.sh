@@ -73,3 +73,9 @@ wait_for_temporal() {
   echo "Temporal at $address did not become ready" >&2
   return 1
 }
+
+# Installs the reference MCP servers (npm, pinned in tests/mcp/package-lock.json) the e2e
+# tests run, into <target>/mcp-servers.
+ensure_mcp_servers() {
+  "$(dirname "${BASH_SOURCE[0]}")/mcp-servers.sh" >/dev/null
+}

@@ -7,5 +7,6 @@ cd "$(dirname "$0")/.."
 ensure_temporal
 ensure_moto
 ensure_git
+ensure_mcp_servers
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads="${BATON_TEST_THREADS:-4}" "$@"
