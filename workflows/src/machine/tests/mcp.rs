@@ -55,6 +55,11 @@ fn a_server_is_listed_once_and_its_tools_reach_the_model() {
     assert!(names.contains(&"mcp__fs__read_text_file"));
     assert!(names.contains(&"mcp__fs__write_file"));
     assert!(
+        req.system_prompt.contains("come from MCP servers (fs)"),
+        "{}",
+        req.system_prompt
+    );
+    assert!(
         s.events.iter().any(|e| matches!(&e.kind,
             Some(run_event::Kind::Note(n)) if n.contains("MCP server 'fs' (secure-filesystem-server 0.2.0): 2 tools (1 read-only)"))),
         "{:?}",
