@@ -69,7 +69,7 @@ pub(crate) async fn execute(
         Ok(Err(e)) => {
             let failure = connection.unreachable(format!(
                 "tools/call of '{tool}' failed: {}",
-                client::error_chain(&e)
+                client::describe(&e)
             ));
             pool.retire(server, &connection, "tools/call failed").await;
             return Err(failure);

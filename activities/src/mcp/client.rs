@@ -104,14 +104,19 @@ impl Drop for Connection {
         self.service.cancellation_token().cancel();
         // Wrappers (`npx`, `sh -c`) leave grandchildren that rmcp's graceful close does not
         // reach: the whole group goes.
-        if let Some(pid) = self.group.and_then(|p| i32::try_from(p).ok())
-            && pid > 0
-        {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_group(self.group);
+    }
+}
+
+/// SIGKILLs the process group `group` (a stdio server and whatever it started).
+fn kill_group(group: Option<u32>) {
+    if let Some(pid) = group.and_then(|p| i32::try_from(p).ok())
+        && pid > 0
+    {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -185,14 +190,6 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
             }
         })
     });
-    let kill_group = || {
-        if let Some(pid) = group.and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    };
     match handshake(name, &what, settings, transport).await {
         Ok(service) => Ok(Connection {
             server: name.to_owned(),
@@ -202,7 +199,7 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
             stderr: tail,
         }),
         Err(mut e) => {
-            kill_group();
+            kill_group(group);
             // The reason a server crashed at start is on its stderr, written as it exited.
             if let Some(reader) = reader {
                 let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
@@ -298,7 +295,7 @@ fn classify_init(name: &str, what: &str, e: ClientInitializeError) -> McpError {
             message: format!("{}: {}", error.code.0, error.message),
         };
     }
-    let chain = error_chain(&e);
+    let chain = baton_store::error_chain(&e);
     if e.is_authorization_required() || chain.contains("HTTP 401") || chain.contains("HTTP 403") {
         return McpError::Unauthorized {
             server: name.to_owned(),
@@ -306,26 +303,27 @@ fn classify_init(name: &str, what: &str, e: ClientInitializeError) -> McpError {
             detail: chain,
         };
     }
+    let reason = match &e {
+        // Without the transport's Rust type name.
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", baton_store::error_chain(&*error.error))
+        }
+        _ => chain,
+    };
     McpError::Unreachable {
         server: name.to_owned(),
         what: what.to_owned(),
-        reason: chain,
+        reason,
         stderr: Vec::new(),
     }
 }
 
-/// An error and its sources, joined by ": " (each only once when a message repeats its
-/// source).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
+/// A failed request, without the transport's Rust type name.
+pub(crate) fn describe(e: &rmcp::service::ServiceError) -> String {
+    match e {
+        rmcp::service::ServiceError::TransportSend(error) => {
+            baton_store::error_chain(&*error.error)
         }
-        source = s.source();
+        other => baton_store::error_chain(other),
     }
-    out
 }

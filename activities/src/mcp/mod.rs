@@ -59,8 +59,8 @@ impl McpService {
         let tools = match listed {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                let error = connection
-                    .unreachable(format!("tools/list failed: {}", client::error_chain(&e)));
+                let error =
+                    connection.unreachable(format!("tools/list failed: {}", client::describe(&e)));
                 self.pool
                     .retire(server, &connection, "tools/list failed")
                     .await;

@@ -112,6 +112,19 @@ async fn call_tool(
 
 const CALL: Duration = Duration::from_secs(20);
 
+/// [`call_tool`] within [`CALL`], which must not fail.
+async fn ok(
+    pool: &McpPool,
+    store: &SharedStore,
+    server: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> ToolResult {
+    call_tool(pool, store, server, tool, arguments, CALL)
+        .await
+        .unwrap_or_else(|e| panic!("{server}/{tool}: {e}"))
+}
+
 #[tokio::test]
 async fn filesystem_tools_are_listed_filtered_and_called() {
     let Some(modules) = servers_dir() else { return };
@@ -166,16 +179,14 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
 
     let store = store(dir.path());
     let path = shared.join("hello.txt").display().to_string();
-    let read = call_tool(
+    let read = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!({ "path": path }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         (read.content.as_str(), read.is_error),
         ("hello from baton\n", false)
@@ -184,30 +195,26 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
     assert_eq!(read.call_id, "call-1");
 
     let new = shared.join("new.txt");
-    let wrote = call_tool(
+    let wrote = ok(
         &pool,
         &store,
         "fs",
         "write_file",
         serde_json::json!({ "path": new.display().to_string(), "content": "written\n" }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(!wrote.is_error, "{}", wrote.content);
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "written\n");
 
     // The tool's own error is a result the model sees, not a failure.
-    let outside = call_tool(
+    let outside = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!({ "path": "/etc/passwd" }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(outside.is_error);
     assert!(
         outside.content.contains("outside allowed directories"),
@@ -215,16 +222,14 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
         outside.content
     );
     // Arguments that are not an object never reach the server.
-    let bad = call_tool(
+    let bad = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!(["x"]),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(
         bad.is_error && bad.content.contains("not a JSON object"),
         "{}",
@@ -301,28 +306,24 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     assert_eq!(listed.tools.len(), 2);
     assert!(listed.listed >= 13, "{}", listed.listed);
 
-    let echo = call_tool(
+    let echo = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "hi"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!((echo.content.as_str(), echo.is_error), ("Echo: hi", false));
 
-    let image = call_tool(
+    let image = ok(
         &pool,
         &store,
         "every",
         "get-tiny-image",
         serde_json::json!({}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(image.attachments.len(), 1, "{image:?}");
     let attachment = &image.attachments[0];
     assert_eq!(
@@ -342,29 +343,25 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     assert!(image.content.contains(&stub), "{}", image.content);
     assert!(!image.content.contains("iVBOR"), "base64 left in the text");
 
-    let weather = call_tool(
+    let weather = ok(
         &pool,
         &store,
         "every",
         "get-structured-content",
         serde_json::json!({"location": "New York"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     let json: serde_json::Value = serde_json::from_str(&weather.content).unwrap();
     assert_eq!(json["temperature"], serde_json::json!(33));
 
-    let sum = call_tool(
+    let sum = ok(
         &pool,
         &store,
         "every",
         "get-sum",
         serde_json::json!({"a": "x", "b": 2}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(sum.is_error, "{}", sum.content);
     assert!(sum.content.contains("Invalid"), "{}", sum.content);
 
@@ -382,36 +379,33 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     assert!(slow.is_error, "{}", slow.content);
     assert!(slow.content.contains("within 1 s"), "{}", slow.content);
     // The pool reconnects after the timeout.
-    let again = call_tool(
+    let again = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "again"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(again.content, "Echo: again");
     pool.close_all().await;
 }
 
-/// Asserts `e` is retryable and its message has every one of `parts`.
-fn retryable(e: &McpError, parts: &[&str]) {
-    assert!(!e.is_unavailable(), "not retryable: {e}");
+/// Asserts `e` is `McpUnavailable` (or retryable) and its message has every one of `parts`.
+fn expect(e: &McpError, unavailable: bool, parts: &[&str]) {
+    assert_eq!(e.is_unavailable(), unavailable, "{e}");
     let message = e.to_string();
     for part in parts {
         assert!(message.contains(part), "{part:?} not in {message}");
     }
 }
 
-/// Asserts `e` is `McpUnavailable` and its message has every one of `parts`.
+fn retryable(e: &McpError, parts: &[&str]) {
+    expect(e, false, parts);
+}
+
 fn unavailable(e: &McpError, parts: &[&str]) {
-    assert!(e.is_unavailable(), "retryable: {e}");
-    let message = e.to_string();
-    for part in parts {
-        assert!(message.contains(part), "{part:?} not in {message}");
-    }
+    expect(e, true, parts);
 }
 
 #[tokio::test]
@@ -555,32 +549,28 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     };
     let (failed, ()) = tokio::join!(slow, killer);
     retryable(&failed.unwrap_err(), &["MCP server 'every'", "tools/call"]);
-    let echo = call_tool(
+    let echo = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "back"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(echo.content, "Echo: back");
     assert_ne!(pid("every").await, first);
 
     // Killed between calls: the next call fails retryable or (once the pool has seen the
     // process go) reconnects at once; the one after works on a new process either way.
     let args = serde_json::json!({});
-    call_tool(
+    ok(
         &pool,
         &store,
         "fs",
         "list_allowed_directories",
         args.clone(),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     let before = pid("fs").await;
     kill9(before);
     if let Err(e) = call_tool(
@@ -595,9 +585,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     {
         retryable(&e, &["MCP server 'fs'"]);
     }
-    let after = call_tool(&pool, &store, "fs", "list_allowed_directories", args, CALL)
-        .await
-        .unwrap();
+    let after = ok(&pool, &store, "fs", "list_allowed_directories", args).await;
     assert!(
         after.content.contains("Allowed directories"),
         "{}",
