@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use super::client::{self, Connection};
 use super::error::McpError;
@@ -94,7 +94,11 @@ impl McpPool {
             Some(connection) => connection.clone(),
             None => {
                 let started = Instant::now();
-                let connection = Arc::new(client::connect(server, settings).await?);
+                // Not in the first user's span: the connection (and rmcp's logs of it)
+                // serves every run.
+                let span = tracing::info_span!(parent: None, "mcp_connection", server);
+                let connection = client::connect(server, settings).instrument(span).await?;
+                let connection = Arc::new(connection);
                 info!(
                     server,
                     server_info = %connection.server_info(),
