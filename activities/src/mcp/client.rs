@@ -21,6 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use tracing::info;
 
 use super::error::McpError;
+use super::pool::RunScope;
 use super::settings::{BASE_ENV, McpServerSettings, Transport};
 
 /// Lines of a stdio server's stderr kept for error messages.
@@ -61,6 +62,8 @@ pub(crate) struct Connection {
     /// The stdio child's process group (its pid).
     group: Option<u32>,
     stderr: StderrTail,
+    /// A sandboxed child's set-up (its private temp dir), kept while it runs.
+    _sandbox: Option<baton_sandbox::Prepared>,
 }
 
 impl Connection {
@@ -128,18 +131,62 @@ fn client_config() -> ClientConfig {
     )
 }
 
-/// Starts or reaches server `name` and runs the MCP handshake.
+/// Starts or reaches server `name` and runs the MCP handshake; a stdio server with `run` starts
+/// in that run's workspace and sandbox.
 pub(crate) async fn connect(
     name: &str,
     settings: &McpServerSettings,
+    run: Option<&RunScope>,
 ) -> Result<Connection, McpError> {
     match settings.transport() {
-        Transport::Stdio => connect_stdio(name, settings).await,
+        Transport::Stdio => connect_stdio(name, settings, run).await,
         Transport::Http => connect_http(name, settings).await,
     }
 }
 
-async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Connection, McpError> {
+/// Sets `cmd` up to run in `run`'s workspace under its sandbox; the set-up must outlive the
+/// child.
+async fn confine(
+    name: &str,
+    cmd: &mut tokio::process::Command,
+    run: &RunScope,
+) -> Result<Option<baton_sandbox::Prepared>, McpError> {
+    let sandbox_error = |source| McpError::Sandbox {
+        server: name.to_owned(),
+        source,
+    };
+    let workspace = run.workspace.clone();
+    tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
+        sandbox_error(baton_sandbox::SandboxError::Setup {
+            context: format!("cannot create the workspace {}", workspace.display()),
+            source: Box::new(e),
+        })
+    })?;
+    cmd.current_dir(&workspace);
+    let sandbox = run.sandbox.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        sandbox.prepare(&workspace, baton_store::snapshot::LOCAL_DIR)
+    })
+    .await
+    .map_err(|e| {
+        sandbox_error(baton_sandbox::SandboxError::Setup {
+            context: "the sandbox set-up panicked".into(),
+            source: Box::new(e),
+        })
+    })?
+    .map_err(sandbox_error)?;
+    let mut prepared = prepared;
+    if let Some(prepared) = &mut prepared {
+        prepared.apply(cmd);
+    }
+    Ok(prepared)
+}
+
+async fn connect_stdio(
+    name: &str,
+    settings: &McpServerSettings,
+    run: Option<&RunScope>,
+) -> Result<Connection, McpError> {
     let what = settings.describe();
     let command = settings.command.clone().unwrap_or_default();
     let mut cmd = tokio::process::Command::new(&command);
@@ -156,6 +203,10 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
     if let Some(cwd) = &settings.cwd {
         cmd.current_dir(cwd);
     }
+    let mut confined = match run {
+        Some(run) => confine(name, &mut cmd, run).await?,
+        None => None,
+    };
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader());
     let spawned = TokioChildProcess::builder(wrap)
@@ -178,6 +229,9 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
         }
     })?;
     let group = transport.id();
+    if let Some(prepared) = &mut confined {
+        prepared.spawned();
+    }
     let tail = StderrTail::default();
     let reader = stderr.map(|stderr| {
         let tail = tail.clone();
@@ -197,6 +251,7 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
             service,
             group,
             stderr: tail,
+            _sandbox: confined,
         }),
         Err(mut e) => {
             kill_group(group);
@@ -248,6 +303,7 @@ async fn connect_http(name: &str, settings: &McpServerSettings) -> Result<Connec
         service,
         group: None,
         stderr: StderrTail::default(),
+        _sandbox: None,
     })
 }
 

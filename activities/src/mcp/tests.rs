@@ -107,7 +107,7 @@ async fn call_tool(
         arguments: arguments.to_string(),
         ..Default::default()
     };
-    call::execute(pool, store, &origin, &call, timeout).await
+    call::execute(pool, store, &origin, &call, timeout, None).await
 }
 
 const CALL: Duration = Duration::from_secs(20);
@@ -135,7 +135,7 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
     let pool = pool(vec![("fs", fs_server(&modules, &shared))]);
     let service = McpService::new(pool.clone());
 
-    let all = service.list(&list("fs", &[])).await.unwrap();
+    let all = service.list(&list("fs", &[]), "run-1").await.unwrap();
     assert_eq!(all.server, "fs");
     assert_eq!(all.listed, 14);
     assert_eq!(all.tools.len(), 14);
@@ -166,10 +166,10 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
 
     // Only the names asked for, in the server's order; the rest named as unknown.
     let some = service
-        .list(&list(
-            "fs",
-            &["write_file", "no_such_tool", "read_text_file"],
-        ))
+        .list(
+            &list("fs", &["write_file", "no_such_tool", "read_text_file"]),
+            "run-1",
+        )
         .await
         .unwrap();
     let names: Vec<&str> = some.tools.iter().map(|t| t.name.as_str()).collect();
@@ -300,7 +300,7 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let listed = McpService::new(pool.clone())
-        .list(&list("every", &["echo", "get-tiny-image"]))
+        .list(&list("every", &["echo", "get-tiny-image"]), "run-1")
         .await
         .unwrap();
     assert_eq!(listed.tools.len(), 2);
@@ -456,7 +456,7 @@ rl.on('line', (line) => {
     let service = McpService::new(pool.clone());
     let err = |server: &'static str| {
         let service = service.clone();
-        async move { service.list(&list(server, &[])).await.unwrap_err() }
+        async move { service.list(&list(server, &[]), "run-1").await.unwrap_err() }
     };
     unavailable(
         &err("other").await,
@@ -524,7 +524,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     let pid = |server: &'static str| {
         let pool = pool.clone();
         async move {
-            pool.lease(server)
+            pool.lease(server, None)
                 .await
                 .unwrap()
                 .connection
@@ -592,5 +592,120 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
         after.content
     );
     assert_ne!(pid("fs").await, before);
+    pool.close_all().await;
+}
+
+#[tokio::test]
+async fn a_sandboxed_server_runs_per_run_in_its_workspace_and_sandbox() {
+    let Some(modules) = servers_dir() else { return };
+    if let Err(reason) = baton_sandbox::probe_host() {
+        eprintln!("skipped: this host cannot sandbox ({reason})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let root = dir.path().join("workspaces");
+    let mut fs = stdio(vec![
+        modules
+            .join("server-filesystem/dist/index.js")
+            .display()
+            .to_string(),
+        ".".into(),
+    ]);
+    fs.sandbox = true;
+    let mut every = stdio(vec![
+        modules
+            .join("server-everything/dist/index.js")
+            .display()
+            .to_string(),
+        "stdio".into(),
+    ]);
+    every.sandbox = true;
+    let pool = pool(vec![("ws", fs), ("every", every)]);
+    let tools = crate::tools::ToolService::new(root.clone(), store.clone(), true)
+        .with_sandbox(baton_sandbox::SandboxSettings {
+            hidden: vec![root.clone()],
+            ..Default::default()
+        })
+        .with_mcp(pool.clone());
+    let service = McpService::new(pool.clone()).with_workspaces(tools.clone());
+    assert_eq!(
+        service
+            .list(&list("ws", &[]), "run-a")
+            .await
+            .unwrap()
+            .listed,
+        14
+    );
+
+    let scope = |run: &str| tools.run_scope("ws", run, None).unwrap();
+    let call = |server: &str, tool: &str, arguments: serde_json::Value| ToolCall {
+        id: "c1".into(),
+        name: format!("mcp__{server}__{tool}"),
+        arguments: arguments.to_string(),
+        ..Default::default()
+    };
+    let origin = |server: &str, tool: &str| McpOrigin {
+        server: server.into(),
+        tool: tool.into(),
+        ..Default::default()
+    };
+    let run = |run_id: &'static str, server: &'static str, tool: &'static str, args| {
+        let (pool, store, scope) = (pool.clone(), store.clone(), scope(run_id));
+        let (origin, call) = (origin(server, tool), call(server, tool, args));
+        async move {
+            call::execute(&pool, &store, &origin, &call, CALL, Some(&scope))
+                .await
+                .unwrap()
+        }
+    };
+    // Each run's server has that run's workspace as its one directory.
+    for run_id in ["run-a", "run-b"] {
+        let dirs = run(
+            run_id,
+            "ws",
+            "list_allowed_directories",
+            serde_json::json!({}),
+        )
+        .await;
+        let workspace = std::fs::canonicalize(tools.workspace_of(run_id)).unwrap();
+        assert!(
+            dirs.content.ends_with(&workspace.display().to_string()),
+            "{}",
+            dirs.content
+        );
+    }
+    let target = tools.workspace_of("run-a").join("made.txt");
+    let wrote = run(
+        "run-a",
+        "ws",
+        "write_file",
+        serde_json::json!({"path": target.display().to_string(), "content": "in the sandbox\n"}),
+    )
+    .await;
+    assert!(!wrote.is_error, "{}", wrote.content);
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "in the sandbox\n"
+    );
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(&target).unwrap().uid();
+        assert_eq!(
+            owner,
+            baton_sandbox::DEFAULT_SANDBOX_ID,
+            "written as the sandbox user"
+        );
+    }
+    // The sandbox's private TMPDIR, not the worker's; no worker variables beyond the base.
+    let env = run("run-a", "every", "get-env", serde_json::json!({})).await;
+    let env: serde_json::Value = serde_json::from_str(&env.content).unwrap();
+    let tmpdir = env["TMPDIR"].as_str().unwrap_or_default().to_owned();
+    assert!(!tmpdir.is_empty(), "{env}");
+    assert_ne!(
+        Some(tmpdir.as_str()),
+        std::env::var("TMPDIR").ok().as_deref()
+    );
+    assert!(env.get("CARGO_MANIFEST_DIR").is_none(), "{env}");
     pool.close_all().await;
 }
