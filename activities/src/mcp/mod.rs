@@ -4,7 +4,8 @@
 //! - `client`: one rmcp connection (stdio child in its own process group, or streamable
 //!   HTTP), every await bounded.
 //! - `pool`: [`McpPool`], one connection per server shared by all runs, health-checked,
-//!   retired on failure, closed when idle and at shutdown.
+//!   retired on failure, closed when idle and at shutdown; a `sandbox = true` server gets one
+//!   per run instead, started in the run's workspace under its sandbox.
 //! - `error`: [`McpError`], which reasons are `McpUnavailable` (not retried) and which fail
 //!   the attempt.
 //! - `call`: one `tools/call` and its result mapped to a [`ToolResult`](baton_proto::ToolResult)

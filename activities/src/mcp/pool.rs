@@ -29,8 +29,11 @@ pub struct McpPool {
     settings: Arc<McpSettings>,
     slots: Arc<BTreeMap<String, Arc<Slot>>>,
     /// The connections of `sandbox = true` servers, by server, run id and sandbox.
-    runs: Arc<Mutex<BTreeMap<(String, String, String), Arc<Slot>>>>,
+    runs: Arc<Mutex<BTreeMap<RunKey, Arc<Slot>>>>,
 }
+
+/// The key of a `sandbox = true` server's connection: server, run id, sandbox.
+type RunKey = (String, String, String);
 
 /// Where a `sandbox = true` server runs for one run: its workspace and its sandbox.
 #[derive(Clone, Debug)]
@@ -42,7 +45,7 @@ pub(crate) struct RunScope {
 
 impl RunScope {
     /// The pool key of `server`'s connection for this run.
-    fn key(&self, server: &str) -> (String, String, String) {
+    fn key(&self, server: &str) -> RunKey {
         let sandbox = format!("{}/{}", self.sandbox.mode.as_str(), self.sandbox.network);
         (server.to_owned(), self.run_id.clone(), sandbox)
     }

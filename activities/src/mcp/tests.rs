@@ -54,14 +54,16 @@ fn stdio(args: Vec<String>) -> McpServerSettings {
     }
 }
 
+/// A reference server (`server-filesystem`, `server-everything`) over stdio with `args`.
+fn reference(modules: &Path, package: &str, args: &[&str]) -> McpServerSettings {
+    let script = modules.join(package).join("dist/index.js");
+    let mut all = vec![script.display().to_string()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    stdio(all)
+}
+
 fn fs_server(modules: &Path, dir: &Path) -> McpServerSettings {
-    stdio(vec![
-        modules
-            .join("server-filesystem/dist/index.js")
-            .display()
-            .to_string(),
-        dir.display().to_string(),
-    ])
+    reference(modules, "server-filesystem", &[&dir.display().to_string()])
 }
 
 fn pool(servers: Vec<(&str, McpServerSettings)>) -> McpPool {
@@ -510,13 +512,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     let Some(modules) = servers_dir() else { return };
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    let everything = stdio(vec![
-        modules
-            .join("server-everything/dist/index.js")
-            .display()
-            .to_string(),
-        "stdio".into(),
-    ]);
+    let everything = reference(&modules, "server-everything", &["stdio"]);
     let pool = pool(vec![
         ("every", everything),
         ("fs", fs_server(&modules, dir.path())),
@@ -605,21 +601,9 @@ async fn a_sandboxed_server_runs_per_run_in_its_workspace_and_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let root = dir.path().join("workspaces");
-    let mut fs = stdio(vec![
-        modules
-            .join("server-filesystem/dist/index.js")
-            .display()
-            .to_string(),
-        ".".into(),
-    ]);
+    let mut fs = reference(&modules, "server-filesystem", &["."]);
     fs.sandbox = true;
-    let mut every = stdio(vec![
-        modules
-            .join("server-everything/dist/index.js")
-            .display()
-            .to_string(),
-        "stdio".into(),
-    ]);
+    let mut every = reference(&modules, "server-everything", &["stdio"]);
     every.sandbox = true;
     let pool = pool(vec![("ws", fs), ("every", every)]);
     let tools = crate::tools::ToolService::new(root.clone(), store.clone(), true)
