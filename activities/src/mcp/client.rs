@@ -58,6 +58,7 @@ impl StderrTail {
 pub(crate) struct Connection {
     server: String,
     what: String,
+    transport: Transport,
     service: RunningService<RoleClient, ClientConfig>,
     /// The stdio child's process group (its pid).
     group: Option<u32>,
@@ -75,6 +76,22 @@ impl Connection {
     /// Whether the connection is known dead (a stdio server that exited).
     pub(crate) fn is_closed(&self) -> bool {
         self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    /// Whether the server answers a ping within `limit`. An HTTP connection does not notice a
+    /// server that went away or restarted (a stale session can even make requests hang), so
+    /// one unused for a while is pinged before it is handed out.
+    pub(crate) async fn answers_ping(&self, limit: Duration) -> bool {
+        let ping = rmcp::model::ClientRequest::PingRequest(Default::default());
+        matches!(
+            tokio::time::timeout(limit, self.service.peer().send_request(ping)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Whether this is a streamable HTTP connection.
+    pub(crate) fn is_http(&self) -> bool {
+        self.transport == Transport::Http
     }
 
     /// The stdio server's process group id (its pid), for tests and logs.
@@ -248,6 +265,7 @@ async fn connect_stdio(
         Ok(service) => Ok(Connection {
             server: name.to_owned(),
             what,
+            transport: Transport::Stdio,
             service,
             group,
             stderr: tail,
@@ -300,6 +318,7 @@ async fn connect_http(name: &str, settings: &McpServerSettings) -> Result<Connec
     Ok(Connection {
         server: name.to_owned(),
         what: url,
+        transport: Transport::Http,
         service,
         group: None,
         stderr: StderrTail::default(),

@@ -15,6 +15,12 @@ use super::client::{self, Connection};
 use super::error::McpError;
 use super::settings::{McpServerSettings, McpSettings};
 
+/// An HTTP connection unused this long is pinged before it is handed out.
+const PING_AFTER: Duration = Duration::from_secs(15);
+
+/// How long that ping may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A slot per server: its live connection, if any, and when it was last handed out. The
 /// async lock makes concurrent first users share one start.
 #[derive(Default)]
@@ -30,6 +36,8 @@ pub struct McpPool {
     slots: Arc<BTreeMap<String, Arc<Slot>>>,
     /// The connections of `sandbox = true` servers, by server, run id and sandbox.
     runs: Arc<Mutex<BTreeMap<RunKey, Arc<Slot>>>>,
+    /// HTTP connections unused this long are pinged first ([`PING_AFTER`]).
+    ping_after: Duration,
 }
 
 /// The key of a `sandbox = true` server's connection: server, run id, sandbox.
@@ -77,6 +85,7 @@ impl McpPool {
             settings: Arc::new(settings),
             slots: Arc::new(slots),
             runs: Arc::default(),
+            ping_after: PING_AFTER,
         }
     }
 
@@ -139,6 +148,19 @@ impl McpPool {
             && connection.is_closed()
         {
             info!(server, "MCP connection closed; reconnecting");
+            *live = None;
+        }
+        let unused_for = slot
+            .last_used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map(|at| at.elapsed());
+        if let Some(connection) = live.as_ref()
+            && connection.is_http()
+            && unused_for.is_some_and(|d| d >= self.ping_after)
+            && !connection.answers_ping(PING_TIMEOUT).await
+        {
+            info!(server, "MCP server did not answer a ping; reconnecting");
             *live = None;
         }
         let connection = match live.as_ref() {
@@ -250,6 +272,13 @@ impl McpPool {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// Pings HTTP connections unused for `after` before handing them out (tests).
+    #[cfg(test)]
+    pub(crate) fn with_ping_after(mut self, after: Duration) -> Self {
+        self.ping_after = after;
+        self
     }
 
     /// Closes idle connections every so often, for as long as the runtime runs.

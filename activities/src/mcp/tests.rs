@@ -243,6 +243,8 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
 /// A server-everything on loopback (the preload binds it to 127.0.0.1), killed when dropped.
 struct Everything {
     child: std::process::Child,
+    port: u16,
+    modules: PathBuf,
     url: String,
 }
 
@@ -253,6 +255,15 @@ impl Everything {
             .local_addr()
             .unwrap()
             .port();
+        Self {
+            child: Self::spawn(modules, port),
+            port,
+            modules: modules.to_path_buf(),
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    fn spawn(modules: &Path, port: u16) -> std::process::Child {
         let child = std::process::Command::new("node")
             .arg("-r")
             .arg(repo_root().join("tests/mcp/loopback.cjs"))
@@ -273,10 +284,14 @@ impl Everything {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        }
+        child
+    }
+
+    /// A new server process on the same port (it knows none of the old sessions).
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(&self.modules, self.port);
     }
 }
 
@@ -290,7 +305,8 @@ impl Drop for Everything {
 #[tokio::test]
 async fn everything_over_http_text_images_structured_content_errors_and_timeouts() {
     let Some(modules) = servers_dir() else { return };
-    let server = Everything::start(&modules);
+    let mut server = Everything::start(&modules);
+    // Every lease pings first (the worker's pool pings connections unused for 15 s).
     let pool = pool(vec![(
         "every",
         McpServerSettings {
@@ -298,7 +314,8 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
             startup_timeout_secs: Some(10),
             ..Default::default()
         },
-    )]);
+    )])
+    .with_ping_after(Duration::ZERO);
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let listed = McpService::new(pool.clone())
@@ -390,6 +407,21 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     )
     .await;
     assert_eq!(again.content, "Echo: again");
+
+    // A restarted server has forgotten the session: requests on it would hang, the ping
+    // before the lease notices and the pool reconnects.
+    server.restart();
+    let restarted = call_tool(
+        &pool,
+        &store,
+        "every",
+        "echo",
+        serde_json::json!({"message": "restarted"}),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(restarted.content, "Echo: restarted");
     pool.close_all().await;
 }
 
