@@ -7,9 +7,10 @@
 //! `AgentRun` records metrics. Instead:
 //!
 //! - **Activities** ([`ActivityObserver`], an SDK activity inbound interceptor registered on the
-//!   worker): every execution of `llm_generate`, `compact_context` and `run_tool` happens exactly
-//!   once per attempt and never replays, so LLM calls, turns (successful `llm_generate` calls),
-//!   tokens by provider/model and tool calls by tool/outcome/duration are counted there, from the
+//!   worker): every execution of `llm_generate`, `compact_context`, `run_tool` and
+//!   `mcp_call_tool` happens exactly once per attempt and never replays, so LLM calls, turns
+//!   (successful `llm_generate` calls), tokens by provider/model and tool calls by
+//!   server/tool/outcome/duration are counted there, from the
 //!   activity's typed input and output. Retried attempts count as separate calls (they are).
 //! - **Run lifecycle and approval waits** ([`RunObserver`], an SDK workflow interceptor): it
 //!   runs with the workflow but records only when `is_replaying()` is false, which the SDK

@@ -1,6 +1,6 @@
 //! The tool activities ([`ToolService`]): `run_tool` runs one built-in tool call in the run's
 //! workspace and `mcp_call_tool` one MCP server's tool (through the worker's [`McpPool`]), both
-//! through one body ([`ToolService::attempt`]): heartbeating so a dead worker's call is retried
+//! through one body (`ToolService::attempt`): heartbeating so a dead worker's call is retried
 //! elsewhere within seconds, refusing superseded attempts, marking re-run mutating calls, and
 //! stopping the tool on cancellation; `read_instructions` gives the system prompt the workspace
 //! path and its AGENTS.md.
@@ -77,7 +77,7 @@ pub struct ToolService {
 enum Kind {
     /// A built-in tool, in the run's workspace.
     Builtin,
-    /// A tool of an MCP server (which does not touch the workspace).
+    /// A tool of an MCP server (which touches the workspace only with `sandbox = true`).
     Mcp(McpOrigin),
 }
 
