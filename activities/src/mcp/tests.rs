@@ -465,7 +465,16 @@ rl.on('line', (line) => {
         .local_addr()
         .unwrap()
         .port();
+    let refusing = answering(axum::http::StatusCode::UNAUTHORIZED).await;
+    let failing = answering(axum::http::StatusCode::INTERNAL_SERVER_ERROR).await;
+    let http = |url: String| McpServerSettings {
+        url: Some(url),
+        startup_timeout_secs: Some(5),
+        ..Default::default()
+    };
     let pool = pool(vec![
+        ("refusing", http(refusing)),
+        ("failing", http(failing)),
         (
             "crashes",
             fs_server(&modules, &dir.path().join("does-not-exist")),
@@ -496,7 +505,7 @@ rl.on('line', (line) => {
         &err("other").await,
         &[
             "MCP server 'other' is not configured on this worker",
-            "(it has: crashes, down, missing, refuses)",
+            "(it has: crashes, down, failing, missing, refuses, refusing)",
             "[mcp.servers.other]",
         ],
     );
@@ -524,10 +533,26 @@ rl.on('line', (line) => {
             "boom: server misconfigured",
         ],
     );
+    unavailable(
+        &err("refusing").await,
+        &["MCP server 'refusing'", "401", "bearer_token_env"],
+    );
+    retryable(&err("failing").await, &["MCP server 'failing'", "500"]);
     // A call of an unconfigured server fails the same way.
     let store = store(dir.path());
     let call = call_tool(&pool, &store, "other", "x", serde_json::json!({}), CALL).await;
     unavailable(&call.unwrap_err(), &["'other' is not configured"]);
+}
+
+/// An HTTP server on loopback answering every request with `status`; its `/mcp` URL.
+async fn answering(status: axum::http::StatusCode) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move || async move { status });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/mcp")
 }
 
 /// SIGKILLs a stdio server's whole process group.
