@@ -123,6 +123,15 @@ pub(crate) enum OnRetry {
     Ask,
 }
 
+/// What a run does when an MCP server it names cannot be used at its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum McpUnavailable {
+    /// The run ends `tools_unavailable`, naming the server and why.
+    Fail,
+    /// The run goes on without that server's tools (an event says why).
+    Continue,
+}
+
 /// How the processes a tool starts are confined on the workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SandboxMode {
@@ -196,11 +205,22 @@ pub(crate) struct SubmitArgs {
     /// Enable this tool (repeatable; default: all built-in tools).
     #[arg(long = "tool", value_name = "NAME")]
     pub(crate) tools: Vec<String>,
-    /// Calls to this tool wait for a human (repeatable; default: shell). `*` means every tool
-    /// that is not read-only.
+    /// Give the run the tools of this MCP server, configured on the workers as
+    /// `[mcp.servers.NAME]` (repeatable); `NAME:tool1,tool2` narrows it to those tools. The model
+    /// sees them as `mcp__NAME__tool`.
+    #[arg(long = "mcp", value_name = "NAME[:TOOLS]")]
+    pub(crate) mcp: Vec<String>,
+    /// When an --mcp server cannot be used at the run's start: end the run (fail, the default)
+    /// or go on without its tools (continue).
+    #[arg(long, value_enum)]
+    pub(crate) mcp_unavailable: Option<McpUnavailable>,
+    /// Calls to this tool wait for a human (repeatable; default: shell and every MCP tool that
+    /// is not read-only, `mcp__*`). `*` means every tool that is not read-only; MCP tools
+    /// match patterns such as `mcp__github__*`.
     #[arg(long = "require-approval", value_name = "TOOL")]
     pub(crate) require_approval: Vec<String>,
-    /// No tool call waits for a human (overrides the default of --require-approval shell).
+    /// No tool call waits for a human (overrides the default of --require-approval shell
+    /// mcp__*).
     #[arg(long, conflicts_with = "require_approval")]
     pub(crate) no_approval: bool,
     /// Approval policy file (TOML or JSON): mode, ordered rules, require_approval, timeout,

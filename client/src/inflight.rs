@@ -14,7 +14,8 @@ use crate::render;
 /// One pending activity of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct InFlight {
-    /// The activity type: `llm_generate`, `run_tool`, `compact_context`, `read_instructions`.
+    /// The activity type: `llm_generate`, `run_tool`, `mcp_call_tool`, `mcp_list_tools`,
+    /// `compact_context`, `read_instructions`, ...
     pub(crate) activity: String,
     /// For a tool call, its call id (with `-rerun` for a confirmed re-run).
     pub(crate) activity_id: String,
@@ -87,6 +88,8 @@ fn what(activity: &str) -> &str {
     match activity {
         "llm_generate" => "model call",
         "run_tool" => "tool call",
+        "mcp_call_tool" => "MCP tool call",
+        "mcp_list_tools" => "listing an MCP server's tools",
         "compact_context" => "compaction",
         "read_instructions" => "reading the workspace's instructions",
         other => other,
@@ -104,7 +107,8 @@ pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
     } else {
         format!("attempt {}", a.attempt)
     };
-    let mut line = if a.activity == "run_tool" && !a.activity_id.is_empty() {
+    let tool_call = matches!(a.activity.as_str(), "run_tool" | "mcp_call_tool");
+    let mut line = if tool_call && !a.activity_id.is_empty() {
         format!("{} {}: ", what(&a.activity), a.activity_id)
     } else {
         format!("{}: ", what(&a.activity))

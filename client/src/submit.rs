@@ -9,9 +9,10 @@ use std::{
 };
 
 use baton_proto::{
-    ApprovalPolicy, ApprovalTimeoutAction, Limits, ModelConfig, RunSpec, SandboxPolicy, Script,
+    ApprovalPolicy, ApprovalTimeoutAction, Limits, McpUse, ModelConfig, RunSpec, SandboxPolicy,
+    Script,
 };
-use baton_workflows::{AgentRun, policy, tools};
+use baton_workflows::{AgentRun, mcp, policy, tools};
 use serde_json::Value;
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
@@ -159,6 +160,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         )));
     }
     let approval = build_policy(args)?;
+    let mcp = mcp_servers(&args.mcp)?;
     let script = match &args.script {
         Some(path) => Some(load_script(path)?),
         None => None,
@@ -257,8 +259,38 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             Some(path) => load_output_schema(path)?,
             None => String::new(),
         },
+        mcp,
+        mcp_unavailable: flag_name(args.mcp_unavailable),
         ..Default::default()
     })
+}
+
+/// `--mcp NAME[:tool1,tool2]` entries, checked as the workflow will check them.
+fn mcp_servers(entries: &[String]) -> Result<Vec<McpUse>, Exit> {
+    let servers: Vec<McpUse> = entries
+        .iter()
+        .map(|entry| {
+            let (server, tools) = match entry.split_once(':') {
+                Some((server, tools)) => (
+                    server,
+                    tools.split(',').map(|t| t.trim().to_owned()).collect(),
+                ),
+                None => (entry.as_str(), Vec::new()),
+            };
+            McpUse {
+                server: server.trim().to_owned(),
+                tools,
+            }
+        })
+        .collect();
+    mcp::validate(&servers, "").map_err(|e| Exit::usage(format!("--mcp: {e}")))?;
+    Ok(servers)
+}
+
+/// Tools that wait for a human unless a policy file or a flag says otherwise: `shell`, and
+/// every MCP tool that is not read-only (the server's `readOnlyHint`).
+fn default_require_approval() -> Vec<String> {
+    vec![tools::SHELL.to_owned(), format!("{}*", mcp::PREFIX)]
 }
 
 /// The value a `ValueEnum` flag was given as (`"high"`, `"1h"`), "" when absent.
@@ -302,7 +334,7 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
     let mut policy = match &args.policy {
         Some(path) => load_policy(path)?,
         None => ApprovalPolicy {
-            require_approval: vec![tools::SHELL.to_owned()],
+            require_approval: default_require_approval(),
             ..Default::default()
         },
     };
@@ -319,11 +351,12 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
     let unknown: Vec<&String> = policy
         .require_approval
         .iter()
-        .filter(|t| *t != "*" && tools::definition(t).is_none())
+        .filter(|t| *t != "*" && tools::definition(t).is_none() && !mcp::is_tool_pattern(t))
         .collect();
     if !unknown.is_empty() {
         return Err(Exit::usage(format!(
-            "{named_by} names unknown tool(s): {}; available: {}",
+            "{named_by} names unknown tool(s): {}; available: {}, MCP tool patterns (mcp__*, \
+             mcp__<server>__*, mcp__<server>__<tool>) or *",
             unknown
                 .iter()
                 .map(|s| s.as_str())
@@ -454,7 +487,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
         ))
     })?;
     if !says_which {
-        policy.require_approval = vec![tools::SHELL.to_owned()];
+        policy.require_approval = default_require_approval();
     }
     Ok(policy)
 }
@@ -577,9 +610,12 @@ mod tests {
         let rules_only = "[[rules]]\ntool = \"*\"\npattern = \"secrets/*\"\naction = \"deny\"\n";
         assert_eq!(
             policy_of(Some(rules_only), &[]).unwrap().require_approval,
-            ["shell"]
+            ["shell", "mcp__*"]
         );
-        assert_eq!(policy_of(None, &[]).unwrap().require_approval, ["shell"]);
+        assert_eq!(
+            policy_of(None, &[]).unwrap().require_approval,
+            ["shell", "mcp__*"]
+        );
         assert!(
             policy_of(Some("require_approval = []\n"), &[])
                 .unwrap()
@@ -642,6 +678,47 @@ mod tests {
             unreachable!()
         };
         build_spec(&submit).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn mcp_servers_and_their_tools_reach_the_spec() {
+        let spec = spec_of(&[
+            "--mcp",
+            "fs",
+            "--mcp",
+            "github:get_issue, list_issues",
+            "--mcp-unavailable",
+            "continue",
+            "--require-approval",
+            "mcp__github__*",
+        ])
+        .unwrap();
+        let servers: Vec<(&str, Vec<&str>)> = spec
+            .mcp
+            .iter()
+            .map(|m| {
+                (
+                    m.server.as_str(),
+                    m.tools.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            servers,
+            [("fs", vec![]), ("github", vec!["get_issue", "list_issues"])]
+        );
+        assert_eq!(spec.mcp_unavailable, "continue");
+        assert_eq!(spec.approval.unwrap().require_approval, ["mcp__github__*"]);
+        for (bad, says) in [
+            ("a__b", "invalid MCP server name"),
+            ("fs:", "empty tool name"),
+            ("fs:a,,b", "empty tool name"),
+        ] {
+            let err = spec_of(&["--mcp", bad]).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let err = spec_of(&["--require-approval", "mcp__fs"]).unwrap_err();
+        assert!(err.contains("MCP tool patterns"), "{err}");
     }
 
     #[test]

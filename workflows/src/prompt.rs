@@ -54,6 +54,16 @@ pub fn build(
     prompt
 }
 
+/// What the model is told about the run's MCP tools (runs with MCP servers only).
+pub fn mcp_text(servers: &[&str]) -> String {
+    format!(
+        "\n\nTools named mcp__<server>__<tool> come from MCP servers ({}). They act on the \
+         systems those servers reach, not on your workspace: their paths and effects are the \
+         server's, and changes they make are real and not part of your workspace's changes.",
+        servers.join(", ")
+    )
+}
+
 /// What the sandbox lets shell commands do, so that the model neither retries what it forbids
 /// nor mistakes its refusals for bugs. `None` without a sandbox (`off`).
 fn sandbox_text(sandbox: Option<&SandboxPolicy>) -> Option<String> {

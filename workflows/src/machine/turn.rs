@@ -79,13 +79,23 @@ impl RunState {
 
     /// The system prompt of the run (see [`crate::prompt`]).
     pub fn system_prompt(&self) -> String {
-        prompt::build(
+        let mut prompt = prompt::build(
             self.started_at_ms,
             self.instructions.as_ref(),
             self.spec.sandbox.as_ref(),
             &self.spec.system_prompt,
             &self.spec.output_schema,
-        )
+        );
+        let mut servers: Vec<&str> = Vec::new();
+        for origin in self.tools.iter().filter_map(|t| t.mcp.as_ref()) {
+            if !servers.contains(&origin.server.as_str()) {
+                servers.push(&origin.server);
+            }
+        }
+        if !servers.is_empty() {
+            prompt.push_str(&prompt::mcp_text(&servers));
+        }
+        prompt
     }
 
     /// The workspace's contribution to the system prompt arrived (`None`: it could not be

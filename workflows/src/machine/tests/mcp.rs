@@ -55,6 +55,11 @@ fn a_server_is_listed_once_and_its_tools_reach_the_model() {
     assert!(names.contains(&"mcp__fs__read_text_file"));
     assert!(names.contains(&"mcp__fs__write_file"));
     assert!(
+        req.system_prompt.contains("come from MCP servers (fs)"),
+        "{}",
+        req.system_prompt
+    );
+    assert!(
         s.events.iter().any(|e| matches!(&e.kind,
             Some(run_event::Kind::Note(n)) if n.contains("MCP server 'fs' (secure-filesystem-server 0.2.0): 2 tools (1 read-only)"))),
         "{:?}",
@@ -75,7 +80,11 @@ fn read_only_mcp_tools_run_and_mutating_ones_wait_for_a_human() {
             "",
             vec![
                 call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
-                call("c2", "mcp__fs__write_file", r#"{"path":"/b","content":"x"}"#),
+                call(
+                    "c2",
+                    "mcp__fs__write_file",
+                    r#"{"path":"/b","content":"x"}"#,
+                ),
             ],
             FinishReason::ToolCalls,
         ),
@@ -96,7 +105,10 @@ fn read_only_mcp_tools_run_and_mutating_ones_wait_for_a_human() {
     let requests = expect_tools(&mut s);
     assert_eq!(requests.len(), 2);
     let origin = requests[1].mcp.clone().unwrap();
-    assert_eq!((origin.server.as_str(), origin.tool.as_str()), ("fs", "write_file"));
+    assert_eq!(
+        (origin.server.as_str(), origin.tool.as_str()),
+        ("fs", "write_file")
+    );
     assert!(!requests[0].mutating && requests[1].mutating);
     s.on_tool_results(vec![ok_result("a"), ok_result("wrote")], T0);
     // Not a workspace change: no change set to collect.
@@ -133,7 +145,8 @@ fn never_ask_denies_a_mutating_mcp_call_with_a_reason_the_model_sees() {
     let results = tool_results(&s);
     assert!(results[0].is_error);
     assert!(
-        results[0].content.contains("never_ask") && results[0].content.contains("mcp__fs__write_file"),
+        results[0].content.contains("never_ask")
+            && results[0].content.contains("mcp__fs__write_file"),
         "{}",
         results[0].content
     );
@@ -173,7 +186,11 @@ fn an_unusable_server_ends_the_run_or_is_left_out_as_the_spec_says() {
     let result = expect_finish(&mut s);
     assert_eq!(result.reason(), TerminationReason::ToolsUnavailable);
     assert!(result.detail.contains("'gh'"), "{}", result.detail);
-    assert!(result.detail.contains("--mcp-unavailable continue"), "{}", result.detail);
+    assert!(
+        result.detail.contains("--mcp-unavailable continue"),
+        "{}",
+        result.detail
+    );
 
     let mut spec = mcp_spec(&[], &[("fs", &["read_text_file", "nope"]), ("gh", &[])]);
     spec.mcp_unavailable = "continue".into();
@@ -184,7 +201,11 @@ fn an_unusable_server_ends_the_run_or_is_left_out_as_the_spec_says() {
     list.unknown = vec!["nope".into()];
     s.on_mcp_listed(vec![Ok(list), Err("connection refused".into())], T0);
     let req = expect_llm(&mut s);
-    assert!(req.tools.iter().any(|t| t.name == "mcp__fs__read_text_file"));
+    assert!(
+        req.tools
+            .iter()
+            .any(|t| t.name == "mcp__fs__read_text_file")
+    );
     let notes: Vec<String> = s
         .events
         .iter()
@@ -193,10 +214,15 @@ fn an_unusable_server_ends_the_run_or_is_left_out_as_the_spec_says() {
             _ => None,
         })
         .collect();
-    assert!(notes.iter().any(|n| n.contains("has no tool nope")), "{notes:?}");
     assert!(
-        notes.iter().any(|n| n.contains("'gh' could not be used: connection refused")
-            && n.contains("goes on without it")),
+        notes.iter().any(|n| n.contains("has no tool nope")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("'gh' could not be used: connection refused")
+                && n.contains("goes on without it")),
         "{notes:?}"
     );
 }
@@ -214,7 +240,12 @@ fn bad_mcp_entries_and_policies_are_refused_before_the_run_starts() {
     let err = RunState::new("r", spec, T0).unwrap_err();
     assert!(err.to_string().contains("MCP tool pattern"), "{err}");
     // Runs without MCP servers list nothing.
-    assert!(RunState::new("r", spec_plain(), T0).unwrap().mcp_list_requests().is_empty());
+    assert!(
+        RunState::new("r", spec_plain(), T0)
+            .unwrap()
+            .mcp_list_requests()
+            .is_empty()
+    );
 }
 
 fn spec_plain() -> RunSpec {
