@@ -48,7 +48,7 @@ async fn initialize(url: &str) -> String {
         true,
         "{answer}"
     );
-    let session = session.expect("a session id");
+    let session = session.unwrap();
     post(url, Some(&session), INITIALIZED).await;
     session
 }

@@ -1,0 +1,119 @@
+//! kill -9 of the worker running an MCP call: the call runs again on the other worker and the
+//! run completes, and the tool list recorded at the run's start is reused (the relay in front of
+//! server-everything sees one listing in the whole run).
+
+use super::*;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+/// The identity of the worker running the run's `mcp_call_tool` activity (waiting up to 30 s).
+fn identity_running_the_call(server: &DevServer, run: &str) -> String {
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "a worker to start the MCP call",
+        || {
+            let described = server.workflow_describe_json(run)?;
+            let pending = described["pendingActivities"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            Ok(pending.iter().find_map(|a| {
+                (a["activityType"]["name"] == "mcp_call_tool"
+                    && a["state"] == "PENDING_ACTIVITY_STATE_STARTED")
+                    .then(|| a["lastWorkerIdentity"].as_str().map(str::to_owned))
+                    .flatten()
+            }))
+        },
+    )
+    .unwrap()
+}
+
+/// Attempts of the run's `mcp_call_tool` activity that started, and the identities of the
+/// workers that started them, from the history.
+fn call_attempts(server: &DevServer, run: &str) -> Vec<(u64, String)> {
+    let history = server.workflow_history_json(run, None).unwrap();
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let scheduled: Vec<String> = events
+        .iter()
+        .filter(|e| {
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "mcp_call_tool"
+        })
+        .map(|e| e["eventId"].to_string().trim_matches('"').to_owned())
+        .collect();
+    events
+        .iter()
+        .filter_map(|e| {
+            let a = &e["activityTaskStartedEventAttributes"];
+            let id = a["scheduledEventId"]
+                .to_string()
+                .trim_matches('"')
+                .to_owned();
+            scheduled.contains(&id).then(|| {
+                (
+                    a["attempt"].as_u64().unwrap_or(1),
+                    a["identity"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_again() {
+    let setup = Setup::start();
+    let everything = EverythingServer::start().unwrap();
+    let config = setup.config(&[http_server_toml("everything", &everything.url())]);
+    let queue = unique("mcp-kill");
+    let mut workers = setup.workers(&queue, 2, &config);
+    let long = json!({"duration": 8, "steps": 8}).to_string();
+    setup.llm.push_tool_calls(&[(
+        "call_long",
+        "mcp__everything__trigger-long-running-operation",
+        &long,
+    )]);
+    setup.llm.push_text("Survived.");
+    let run = setup.submit(&queue, "run-mcp-kill", &["--mcp", "everything"]);
+
+    let identity = identity_running_the_call(&setup.server, &run);
+    let victim = workers
+        .iter()
+        .position(|w| identity.ends_with(&format!(":{}", w.pid())))
+        .unwrap_or_else(|| panic!("no worker has identity {identity}"));
+    // Once the call reached the server, kill its worker outright.
+    wait_until_blocking(T, "the call to reach the server", || {
+        Ok((everything.counts().calls >= 1).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(everything.counts().lists, 1, "listed once before the call");
+    workers[victim].kill9();
+
+    let r = result(&setup.server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    assert_eq!(r["answer"], "Survived.");
+    let requests = setup.llm.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let done = result_of(&requests[1], "call_long");
+    assert!(done.contains("Long running operation completed"), "{done}");
+
+    // The call ran again, on the survivor; nobody listed again.
+    let counts = everything.counts();
+    assert_eq!(
+        counts.lists, 1,
+        "a listing reached the server after the kill: {counts:?}"
+    );
+    assert!(counts.calls >= 2, "{counts:?}");
+    let attempts = call_attempts(&setup.server, &run);
+    let survivor = format!(":{}", workers[1 - victim].pid());
+    assert!(
+        attempts
+            .last()
+            .is_some_and(|(n, who)| *n >= 2 && who.ends_with(&survivor)),
+        "{attempts:?} (survivor {survivor})"
+    );
+    assert_eq!(
+        scheduled(&setup.server, &run, "mcp_list_tools"),
+        1,
+        "one listing activity in the history"
+    );
+}
