@@ -33,30 +33,23 @@ fn identity_running_the_call(server: &DevServer, run: &str) -> String {
 /// workers that started them, from the history.
 fn call_attempts(server: &DevServer, run: &str) -> Vec<(u64, String)> {
     let history = server.workflow_history_json(run, None).unwrap();
-    let events = history["events"].as_array().cloned().unwrap_or_default();
-    let scheduled: Vec<String> = events
-        .iter()
-        .filter(|e| {
-            e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "mcp_call_tool"
-        })
-        .map(|e| e["eventId"].to_string().trim_matches('"').to_owned())
-        .collect();
-    events
-        .iter()
-        .filter_map(|e| {
-            let a = &e["activityTaskStartedEventAttributes"];
-            let id = a["scheduledEventId"]
-                .to_string()
-                .trim_matches('"')
-                .to_owned();
-            scheduled.contains(&id).then(|| {
-                (
-                    a["attempt"].as_u64().unwrap_or(1),
-                    a["identity"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-        })
-        .collect()
+    let mut calls = Vec::new();
+    let mut attempts = Vec::new();
+    for event in history["events"].as_array().cloned().unwrap_or_default() {
+        let scheduled = &event["activityTaskScheduledEventAttributes"];
+        if scheduled["activityType"]["name"] == "mcp_call_tool" {
+            calls.push(event["eventId"].clone());
+        }
+        let started = &event["activityTaskStartedEventAttributes"];
+        if calls.contains(&started["scheduledEventId"]) {
+            let identity = started["identity"].as_str().unwrap_or_default();
+            attempts.push((
+                started["attempt"].as_u64().unwrap_or(1),
+                identity.to_owned(),
+            ));
+        }
+    }
+    attempts
 }
 
 #[test]
