@@ -5,6 +5,9 @@
 //! - [`llm`]: the model activities (`llm_generate`, `compact_context`: [`llm::LlmService`]),
 //!   their providers (`openai`, `anthropic`, `scripted`) and the failure taxonomy
 //!   ([`llm::error`]).
+//! - [`mcp`]: MCP servers (issue 18): `[mcp]` settings, the connection pool
+//!   ([`mcp::McpPool`]), the `mcp_list_tools` activity ([`mcp::McpService`]) and the calls
+//!   `mcp_call_tool` makes (the activity itself is on [`tools::ToolService`]).
 //! - [`tools`]: the tool activities (`run_tool`, `read_instructions`: [`tools::ToolService`],
 //!   in `tools/activity.rs`) and the built-in tools (`shell`, `read_file`, `write_file`,
 //!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
@@ -23,5 +26,6 @@ pub mod git;
 mod heartbeat;
 pub use heartbeat::HEARTBEAT_THROTTLE;
 pub mod llm;
+pub mod mcp;
 pub mod tools;
 pub mod workspace;

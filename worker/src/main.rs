@@ -28,6 +28,7 @@ use anyhow::Context;
 use baton_activities::{
     HEARTBEAT_THROTTLE,
     llm::{LlmService, Providers},
+    mcp::{McpPool, McpService},
     tools::ToolService,
     workspace::WorkspaceService,
 };
@@ -335,13 +336,32 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     // The variables the git settings name hold tokens: never in a tool's environment.
     baton_activities::tools::shell::hide_env(settings.git.secret_env_names());
+    // So do the variables the MCP settings name (tokens, keys of MCP servers).
+    baton_activities::tools::shell::hide_env(settings.mcp.secret_env_names());
+    for (server, variable) in settings.mcp.unset_env(|name| std::env::var(name).ok()) {
+        warn!(
+            server = %server,
+            variable = %variable,
+            "mcp.servers.{server} names the environment variable {variable}, which is not set"
+        );
+    }
+    // MCP servers start on first use, one connection per server shared by every run.
+    let mcp = McpPool::new(settings.mcp.clone());
+    mcp.start_reaper();
+    if mcp.servers().next().is_some() {
+        info!(
+            servers = %mcp.servers().collect::<Vec<_>>().join(", "),
+            "MCP servers configured"
+        );
+    }
     let tools = ToolService::new(
         workspace_root.clone(),
         store.clone(),
         settings.workspace_snapshots,
     )
     .with_sandbox(sandbox)
-    .with_inline_bytes(settings.history.inline_bytes);
+    .with_inline_bytes(settings.history.inline_bytes)
+    .with_mcp(mcp.clone());
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
@@ -351,6 +371,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
                 .with_inline_bytes(settings.history.inline_bytes),
         )
         .register_activities(tools.clone())
+        .register_activities(McpService::new(mcp.clone()))
         .register_activities(WorkspaceService::new(tools, settings.git.clone()))
         .deployment_options(settings.deployment.options())
         .max_cached_workflows(settings.max_cached_workflows)
@@ -435,6 +456,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .run()
         .await
         .map_err(|e| anyhow::anyhow!("worker stopped with an error: {e}"))?;
+    mcp.close_all().await;
     info!("worker stopped");
     Ok(())
 }

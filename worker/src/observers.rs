@@ -88,10 +88,11 @@ pub(crate) const LLM_CACHE_TOKENS: &str = "baton_llm_cache_tokens";
 pub(crate) const LLM_COST: &str = "baton_llm_cost_usd_total";
 /// Histogram (seconds): duration of an LLM call attempt, labels `provider`, `kind`, `outcome`.
 pub(crate) const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
-/// Counter: tool calls (every attempt), labels `tool`, `outcome` (`ok` | `error` | `cancelled`
-/// | `infrastructure_failure`).
+/// Counter: tool calls (every attempt), labels `server` (`builtin`, or the MCP server's name),
+/// `tool` (the built-in tool's name, or the MCP server's own name of its tool), `outcome`
+/// (`ok` | `error` | `cancelled` | `infrastructure_failure`).
 pub(crate) const TOOL_CALLS: &str = "baton_tool_calls";
-/// Histogram (seconds): duration of a tool call attempt, labels `tool`, `outcome`.
+/// Histogram (seconds): duration of a tool call attempt, labels `server`, `tool`, `outcome`.
 pub(crate) const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
 /// Histogram (seconds): how long a run waited for a human decision.
 pub(crate) const APPROVAL_WAIT: &str = "baton_approval_wait_seconds";
@@ -291,8 +292,12 @@ impl BatonMetrics {
     }
 
     /// Records one tool call attempt.
-    fn tool_call(&self, tool: &str, outcome: &str, took: Duration) {
-        let labels = self.labels([("tool", tool), ("outcome", outcome)]);
+    fn tool_call(&self, tool: &ToolLabels, outcome: &str, took: Duration) {
+        let labels = self.labels([
+            ("server", tool.server.as_str()),
+            ("tool", tool.tool.as_str()),
+            ("outcome", outcome),
+        ]);
         self.tool_calls.add(1, &labels);
         self.tool_duration.record(took, &labels);
     }
@@ -340,8 +345,36 @@ struct LlmCall {
 /// What an activity execution is, from its typed input.
 enum Observed {
     Llm(LlmCall),
-    Tool(String),
+    Tool(ToolLabels),
     Other,
+}
+
+/// The `server` label of built-in tools' calls.
+pub(crate) const BUILTIN_SERVER: &str = "builtin";
+
+/// The labels of a tool call: `server` and `tool`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ToolLabels {
+    server: String,
+    tool: String,
+}
+
+impl ToolLabels {
+    /// A built-in call: `builtin` and its name; an MCP call: the server and its own name of
+    /// the tool.
+    pub(crate) fn of(request: &ToolRequest) -> Option<Self> {
+        let call = request.call.as_ref()?;
+        Some(match &request.mcp {
+            Some(mcp) => Self {
+                server: mcp.server.clone(),
+                tool: mcp.tool.clone(),
+            },
+            None => Self {
+                server: BUILTIN_SERVER.to_owned(),
+                tool: call.name.clone(),
+            },
+        })
+    }
 }
 
 /// Outcome label of a `run_tool` attempt: `ok`, `error` (the tool ran and failed: the model
@@ -396,6 +429,7 @@ impl ActivityInboundInterceptor for ActivityObserver {
             turn = field::Empty,
             call_id = field::Empty,
             tool = field::Empty,
+            server = field::Empty,
             provider = field::Empty,
             model = field::Empty,
         );
@@ -419,13 +453,15 @@ impl ActivityInboundInterceptor for ActivityObserver {
                 model,
                 kind: "compact",
             })
-        } else if let Some(call) = input
-            .args_ref::<ToolRequest>()
-            .and_then(|r| r.call.as_ref())
+        } else if let Some(request) = input.args_ref::<ToolRequest>()
+            && let (Some(call), Some(labels)) = (request.call.as_ref(), ToolLabels::of(request))
         {
             span.record("call_id", call.id.as_str());
             span.record("tool", call.name.as_str());
-            Observed::Tool(call.name.clone())
+            if let Some(mcp) = &request.mcp {
+                span.record("server", mcp.server.as_str());
+            }
+            Observed::Tool(labels)
         } else {
             Observed::Other
         };
@@ -451,7 +487,7 @@ impl ActivityInboundInterceptor for ActivityObserver {
                         });
                         m.llm_call(call, llm_outcome(&result), usage, took);
                     }
-                    Observed::Tool(name) => m.tool_call(name, tool_outcome(&result), took),
+                    Observed::Tool(labels) => m.tool_call(labels, tool_outcome(&result), took),
                     Observed::Other => {}
                 }
             }
@@ -621,6 +657,45 @@ mod tests {
         assert_eq!(tool_outcome(&failed), "infrastructure_failure");
         assert_eq!(llm_outcome(&failed), "error");
         assert_eq!(llm_outcome(&ok(LlmResponse::default())), "ok");
+    }
+
+    /// Built-in calls count under `server="builtin"`; MCP calls under their server and the
+    /// server's own tool name (not the model-facing `mcp__<server>__<tool>`).
+    #[test]
+    fn tool_calls_are_labelled_by_server_and_tool() {
+        let call = |name: &str| baton_proto::ToolCall {
+            id: "c1".into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        let builtin = ToolRequest {
+            call: Some(call("shell")),
+            ..Default::default()
+        };
+        assert_eq!(
+            ToolLabels::of(&builtin),
+            Some(ToolLabels {
+                server: "builtin".into(),
+                tool: "shell".into()
+            })
+        );
+        let mcp = ToolRequest {
+            call: Some(call("mcp__fs__read_text_file")),
+            mcp: Some(baton_proto::McpOrigin {
+                server: "fs".into(),
+                tool: "read_text_file".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            ToolLabels::of(&mcp),
+            Some(ToolLabels {
+                server: "fs".into(),
+                tool: "read_text_file".into()
+            })
+        );
+        assert_eq!(ToolLabels::of(&ToolRequest::default()), None);
     }
 
     #[test]

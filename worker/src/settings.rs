@@ -84,6 +84,8 @@ pub(crate) struct Settings {
     /// per million tokens) that override or extend the shipped ones
     /// (`baton_activities::llm::ModelTable::defaults`).
     pub(crate) models: BTreeMap<String, baton_activities::llm::ModelSettings>,
+    /// MCP servers (`[mcp]`, `[mcp.servers.NAME]`): what runs may name with `--mcp NAME`.
+    pub(crate) mcp: baton_activities::mcp::McpSettings,
     /// `BATON_*` variables that name no setting (e.g. the `BATON_*_SERVICE_HOST` variables
     /// Kubernetes injects for a Service named `baton-...`): ignored, and logged once.
     #[serde(skip)]
@@ -91,7 +93,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 26] = [
+const SETTING_KEYS: [&str; 27] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -118,6 +120,7 @@ const SETTING_KEYS: [&str; 26] = [
     "anthropic",
     "openai_responses",
     "models",
+    "mcp",
 ];
 
 /// `BATON_*` variables that are read elsewhere, not settings: the payload encryption keys
@@ -383,6 +386,7 @@ impl Default for Settings {
             anthropic: ProviderSection::default(),
             openai_responses: ProviderSection::default(),
             models: BTreeMap::new(),
+            mcp: baton_activities::mcp::McpSettings::default(),
             ignored_env: Vec::new(),
         }
     }
@@ -446,6 +450,7 @@ impl Settings {
         }
         self.deployment.check()?;
         self.history.check()?;
+        self.mcp.check().map_err(anyhow::Error::msg)?;
         Ok(())
     }
 
@@ -711,6 +716,56 @@ output_usd_per_mtok = 0.25
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn mcp_servers_are_read_and_checked_naming_the_key() {
+        let s = read(
+            r#"
+[mcp]
+idle_secs = 60
+
+[mcp.servers.fs]
+command = "node"
+args = ["server.js", "/srv"]
+env = ["FS_TOKEN"]
+
+[mcp.servers.web]
+url = "http://127.0.0.1:3001/mcp"
+bearer_token_env = "WEB_TOKEN"
+headers = { "X-Api-Key" = "WEB_KEY" }
+startup_timeout_secs = 5
+"#,
+        );
+        s.check().unwrap();
+        assert_eq!(s.mcp.idle_secs, 60);
+        assert_eq!(s.mcp.servers["fs"].args, ["server.js", "/srv"]);
+        assert_eq!(
+            s.mcp.servers["web"].startup_timeout(),
+            Duration::from_secs(5)
+        );
+        let refused = |toml: &str| format!("{:#}", read(toml).check().unwrap_err());
+        assert!(
+            refused("[mcp.servers.both]\ncommand = \"x\"\nurl = \"http://h/mcp\"\n")
+                .starts_with("mcp.servers.both: set exactly one of `command`"),
+        );
+        assert!(refused("[mcp.servers.bad__name]\ncommand = \"x\"\n").contains("bad__name"));
+        let typo = config::Config::builder()
+            .add_source(config::File::from_str(
+                "[mcp.servers.fs]\ncommand = \"x\"\nargv = []\n",
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .unwrap()
+            .try_deserialize::<Settings>()
+            .unwrap_err();
+        assert!(typo.to_string().contains("argv"), "{typo}");
+        let (kept, _) = settings_env(
+            [("BATON_MCP__SERVERS__FS__COMMAND", "node")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into_iter(),
+        );
+        assert!(kept.contains_key("BATON_MCP__SERVERS__FS__COMMAND"));
     }
 
     #[test]

@@ -1,13 +1,17 @@
-//! The tool activities ([`ToolService`]): `run_tool` runs one tool call in the run's workspace,
-//! heartbeating so a dead worker's call is retried elsewhere within seconds, and stopping the
-//! tool on cancellation; `read_instructions` gives the system prompt the workspace path and its
-//! AGENTS.md.
+//! The tool activities ([`ToolService`]): `run_tool` runs one built-in tool call in the run's
+//! workspace and `mcp_call_tool` one MCP server's tool (through the worker's [`McpPool`]), both
+//! through one body ([`ToolService::attempt`]): heartbeating so a dead worker's call is retried
+//! elsewhere within seconds, refusing superseded attempts, marking re-run mutating calls, and
+//! stopping the tool on cancellation; `read_instructions` gives the system prompt the workspace
+//! path and its AGENTS.md.
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use baton_proto::{InstructionsRequest, ToolRequest, ToolResult, WorkspaceInstructions};
+use baton_proto::{
+    InstructionsRequest, McpOrigin, ToolCall, ToolRequest, ToolResult, WorkspaceInstructions,
+};
 use baton_workflows::activities::FailureType;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
@@ -19,6 +23,7 @@ use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, inline, snapshot};
 
 use crate::heartbeat::{self, Heartbeat};
+use crate::mcp::{McpPool, McpSettings};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
@@ -64,6 +69,16 @@ pub struct ToolService {
     sandbox: Arc<SandboxSettings>,
     /// One lock per run workspace: restores and snapshots never overlap.
     locks: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// The worker's MCP servers (`mcp_call_tool`); none: every MCP call is `McpUnavailable`.
+    mcp: Option<McpPool>,
+}
+
+/// What one tool attempt runs.
+enum Kind {
+    /// A built-in tool, in the run's workspace.
+    Builtin,
+    /// A tool of an MCP server (which does not touch the workspace).
+    Mcp(McpOrigin),
 }
 
 /// Progress a running tool reports in its heartbeats; a retry reads the previous attempt's.
@@ -87,7 +102,14 @@ impl ToolService {
             inline_bytes: baton_store::inline::DEFAULT_INLINE_BYTES,
             sandbox: Arc::new(SandboxSettings::default()),
             locks: Arc::default(),
+            mcp: None,
         }
+    }
+
+    /// Calls MCP tools (`mcp_call_tool`) through `pool` (share it with the `McpService`).
+    pub fn with_mcp(mut self, pool: McpPool) -> Self {
+        self.mcp = Some(pool);
+        self
     }
 
     /// Keeps outputs longer than `bytes` in the blob store, a preview in history (default
@@ -333,13 +355,33 @@ impl ToolService {
         ctx: ActivityContext,
         request: ToolRequest,
     ) -> Result<ToolResult, ActivityError> {
-        let Some(call) = request.call else {
-            return Err(ActivityError::application(
-                ApplicationFailure::builder("run_tool needs a call")
-                    .type_name(FailureType::BadInput.as_str().to_owned())
-                    .non_retryable(true)
-                    .build(),
-            ));
+        self.attempt(ctx, request, Kind::Builtin).await
+    }
+
+    /// Calls an MCP server's tool (`request.mcp`); the tool's errors are `is_error` results.
+    #[activity(definition = baton_workflows::activities::McpCallTool)]
+    pub async fn mcp_call_tool(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: ToolRequest,
+    ) -> Result<ToolResult, ActivityError> {
+        let Some(origin) = request.mcp.clone() else {
+            return Err(permanent("mcp_call_tool needs request.mcp".into()));
+        };
+        self.attempt(ctx, request, Kind::Mcp(origin)).await
+    }
+}
+
+impl ToolService {
+    /// One attempt of a tool call, built-in or MCP.
+    async fn attempt(
+        &self,
+        ctx: ActivityContext,
+        request: ToolRequest,
+        kind: Kind,
+    ) -> Result<ToolResult, ActivityError> {
+        let Some(call) = request.call.clone() else {
+            return Err(permanent("a tool activity needs a call".into()));
         };
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
@@ -375,7 +417,9 @@ impl ToolService {
                 ..Default::default()
             });
         }
-        let snapshots = self.snapshots && request.mutating;
+        // MCP servers do not touch the workspace: no restore, no snapshot, no orphans.
+        let in_workspace = matches!(kind, Kind::Builtin);
+        let snapshots = self.snapshots && request.mutating && in_workspace;
         // The snapshot this call starts from: the run's latest, or (first mutating call of a
         // run) one taken now, so that a retry can start again from the same state.
         let mut base = request.snapshot.clone();
@@ -397,7 +441,7 @@ impl ToolService {
             }
         };
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, progress.clone());
-        if attempt > 1 || request.retry_confirmed {
+        if in_workspace && (attempt > 1 || request.retry_confirmed) {
             // An earlier attempt's processes may still run on this host (its worker was killed
             // outright): they must not write into the workspace of this one.
             let key = format!("{run_id}/{}", call.id);
@@ -408,7 +452,7 @@ impl ToolService {
                 warn!(run_id, call_id = %call.id, attempt, killed, "killed processes left by an earlier attempt of this call");
             }
         }
-        if self.snapshots && !base.is_empty() {
+        if self.snapshots && in_workspace && !base.is_empty() {
             let retry = attempt > 1 || request.retry_confirmed;
             self.ensure_snapshot(&run_id, &workspace, &base, snapshots && retry)
                 .await?;
@@ -429,23 +473,6 @@ impl ToolService {
             // re-arm its heartbeat timer, and a SIGKILLed worker's call would be retried later.
             let _ = ctx.record_heartbeat(progress()).await;
         }
-        let sandbox = Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())
-            .map_err(|e| sandbox_failure(&e))?;
-        let cancel = CancellationToken::new();
-        let tool_ctx = ToolContext {
-            workspace: workspace.clone(),
-            timeout: Duration::from_secs(u64::from(request.timeout_seconds.max(1))),
-            env: vec![
-                ("BATON_RUN_ID".to_owned(), run_id.clone()),
-                (
-                    orphans::CALL_ENV.to_owned(),
-                    format!("{run_id}/{}", call.id),
-                ),
-                ("BATON_ATTEMPT".to_owned(), attempt.to_string()),
-            ],
-            cancel: cancel.clone(),
-            sandbox,
-        };
         if ctx.is_cancelled() {
             // Superseded while it set up (the server timed this attempt out and retried the
             // call: the heartbeat was answered "not found"), or the run was cancelled.
@@ -464,37 +491,75 @@ impl ToolService {
                 })?;
             call.arguments = String::from_utf8_lossy(&bytes).into_owned();
         }
-        let run = tools::execute(&tool_ctx, &call);
+        let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)));
+        let (outcome, read_only) = match &kind {
+            Kind::Builtin => {
+                let read_only =
+                    baton_workflows::tools::definition(&call.name).is_some_and(|d| d.read_only);
+                let tool_ctx = ToolContext {
+                    workspace: workspace.clone(),
+                    timeout,
+                    env: vec![
+                        ("BATON_RUN_ID".to_owned(), run_id.clone()),
+                        (
+                            orphans::CALL_ENV.to_owned(),
+                            format!("{run_id}/{}", call.id),
+                        ),
+                        ("BATON_ATTEMPT".to_owned(), attempt.to_string()),
+                    ],
+                    cancel: CancellationToken::new(),
+                    sandbox: Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())
+                        .map_err(|e| sandbox_failure(&e))?,
+                };
+                (
+                    self.builtin(&ctx, &tool_ctx, &run_id, &call).await,
+                    read_only,
+                )
+            }
+            Kind::Mcp(origin) => (
+                self.mcp(&ctx, origin, &run_id, &call, timeout).await,
+                !request.mutating,
+            ),
+        };
+        let mut result = outcome?;
+        if attempt > 1 && !read_only {
+            // The model (and the transcript) must know side effects may have happened
+            // twice; the idempotency key lets scripts deduplicate.
+            result.content = format!(
+                "[baton: this call ran again (attempt {attempt}) after its worker failed; \
+                 an earlier attempt may already have had effects. Idempotency key: \
+                 {run_id}/{}]\n{}",
+                call.id, result.content
+            );
+        }
+        self.offload_outputs(&run_id, &mut result).await;
+        if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
+            result.snapshot = id;
+        }
+        info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
+        Ok(result)
+    }
+
+    /// Runs a built-in tool; on cancellation the tool stops (and reaps) its processes itself,
+    /// then returns.
+    async fn builtin(
+        &self,
+        ctx: &ActivityContext,
+        tool_ctx: &ToolContext,
+        run_id: &str,
+        call: &ToolCall,
+    ) -> Result<ToolResult, ActivityError> {
+        let run = tools::execute(tool_ctx, call);
         tokio::pin!(run);
-        // On cancellation the tool stops (and reaps) its processes itself, then returns.
         let outcome = tokio::select! {
             r = &mut run => r,
             _ = ctx.cancelled() => {
-                cancel.cancel();
+                tool_ctx.cancel.cancel();
                 run.await
             }
         };
         match outcome {
-            Ok(mut result) => {
-                let read_only =
-                    baton_workflows::tools::definition(&call.name).is_some_and(|d| d.read_only);
-                if attempt > 1 && !read_only {
-                    // The model (and the transcript) must know side effects may have happened
-                    // twice; the idempotency key lets scripts deduplicate.
-                    result.content = format!(
-                        "[baton: this call ran again (attempt {attempt}) after its worker failed; \
-                         an earlier attempt may already have had effects. Idempotency key: \
-                         {run_id}/{}]\n{}",
-                        call.id, result.content
-                    );
-                }
-                self.offload_outputs(&run_id, &mut result).await;
-                if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
-                    result.snapshot = id;
-                }
-                info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
-                Ok(result)
-            }
+            Ok(result) => Ok(result),
             Err(ToolError::Cancelled) => {
                 info!(run_id, tool = %call.name, call_id = %call.id, "tool cancelled");
                 Err(ActivityError::cancelled())
@@ -508,6 +573,34 @@ impl ToolService {
                 Err(ActivityError::application(ApplicationFailure::new(
                     e.to_string(),
                 )))
+            }
+        }
+    }
+
+    /// Calls an MCP tool within `timeout`; a cancelled activity drops the call (rmcp tells
+    /// the server).
+    async fn mcp(
+        &self,
+        ctx: &ActivityContext,
+        origin: &McpOrigin,
+        run_id: &str,
+        call: &ToolCall,
+        timeout: Duration,
+    ) -> Result<ToolResult, ActivityError> {
+        let pool = self
+            .mcp
+            .clone()
+            .unwrap_or_else(|| McpPool::new(McpSettings::default()));
+        let work = crate::mcp::call::execute(&pool, &self.store, origin, call, timeout);
+        match heartbeat::until_cancelled(ctx, work).await {
+            Err(cancelled) => {
+                info!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, "MCP call cancelled");
+                Err(cancelled)
+            }
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                warn!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, cause = %e, unavailable = e.is_unavailable(), "MCP call failed");
+                Err(e.into_failure())
             }
         }
     }

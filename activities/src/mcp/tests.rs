@@ -1,0 +1,608 @@
+//! The MCP side of the activities against the reference servers from npm (server-filesystem
+//! over stdio, server-everything over streamable HTTP on loopback and over stdio), installed
+//! by `scripts/mcp-servers.sh`. Skipped, with the reason printed, only when `node` is absent.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::{McpListRequest, McpOrigin, ToolCall, ToolResult};
+use baton_store::{BlobId, SharedStore};
+use pretty_assertions::assert_eq;
+
+use super::settings::{McpServerSettings, McpSettings};
+use super::{McpError, McpPool, McpService, call};
+
+/// The reference servers' `node_modules/@modelcontextprotocol`, or `None` (printed) without
+/// node.
+fn servers_dir() -> Option<PathBuf> {
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: `node` is not installed (the MCP reference servers need it)");
+        return None;
+    }
+    let script = repo_root().join("scripts/mcp-servers.sh");
+    let out = std::process::Command::new(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Some(PathBuf::from(dir).join("node_modules/@modelcontextprotocol"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn stdio(args: Vec<String>) -> McpServerSettings {
+    McpServerSettings {
+        command: Some("node".into()),
+        args,
+        startup_timeout_secs: Some(20),
+        ..Default::default()
+    }
+}
+
+fn fs_server(modules: &Path, dir: &Path) -> McpServerSettings {
+    stdio(vec![
+        modules
+            .join("server-filesystem/dist/index.js")
+            .display()
+            .to_string(),
+        dir.display().to_string(),
+    ])
+}
+
+fn pool(servers: Vec<(&str, McpServerSettings)>) -> McpPool {
+    let settings = McpSettings {
+        servers: servers
+            .into_iter()
+            .map(|(name, s)| (name.to_owned(), s))
+            .collect(),
+        ..Default::default()
+    };
+    settings.check().unwrap();
+    McpPool::new(settings)
+}
+
+fn store(dir: &Path) -> SharedStore {
+    Arc::new(baton_store::LocalStore::new(dir.join("blobs")).unwrap())
+}
+
+fn list(server: &str, tools: &[&str]) -> McpListRequest {
+    McpListRequest {
+        server: server.into(),
+        tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+    }
+}
+
+/// Calls `tool` of `server` as `mcp_call_tool` does.
+async fn call_tool(
+    pool: &McpPool,
+    store: &SharedStore,
+    server: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+    timeout: Duration,
+) -> Result<ToolResult, McpError> {
+    let origin = McpOrigin {
+        server: server.into(),
+        tool: tool.into(),
+        ..Default::default()
+    };
+    let call = ToolCall {
+        id: "call-1".into(),
+        name: baton_workflows::mcp::tool_name(server, tool, &Default::default()),
+        arguments: arguments.to_string(),
+        ..Default::default()
+    };
+    call::execute(pool, store, &origin, &call, timeout).await
+}
+
+const CALL: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn filesystem_tools_are_listed_filtered_and_called() {
+    let Some(modules) = servers_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("hello.txt"), "hello from baton\n").unwrap();
+    let pool = pool(vec![("fs", fs_server(&modules, &shared))]);
+    let service = McpService::new(pool.clone());
+
+    let all = service.list(&list("fs", &[])).await.unwrap();
+    assert_eq!(all.server, "fs");
+    assert_eq!(all.listed, 14);
+    assert_eq!(all.tools.len(), 14);
+    assert!(all.unknown.is_empty());
+    assert!(
+        all.server_info.starts_with("secure-filesystem-server "),
+        "{}",
+        all.server_info
+    );
+    let tool = |name: &str| all.tools.iter().find(|t| t.name == name).unwrap().clone();
+    let read = tool("read_text_file");
+    assert_eq!(read.read_only_hint, Some(true));
+    assert_eq!(read.destructive_hint, None);
+    let schema: serde_json::Value = serde_json::from_str(&read.input_schema).unwrap();
+    assert_eq!(schema["required"], serde_json::json!(["path"]));
+    let write = tool("write_file");
+    assert_eq!(
+        (write.read_only_hint, write.destructive_hint),
+        (Some(false), Some(true))
+    );
+    assert!(!write.description.is_empty());
+    let read_only = all
+        .tools
+        .iter()
+        .filter(|t| t.read_only_hint == Some(true))
+        .count();
+    assert_eq!(read_only, 10);
+
+    // Only the names asked for, in the server's order; the rest named as unknown.
+    let some = service
+        .list(&list(
+            "fs",
+            &["write_file", "no_such_tool", "read_text_file"],
+        ))
+        .await
+        .unwrap();
+    let names: Vec<&str> = some.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["read_text_file", "write_file"]);
+    assert_eq!(some.unknown, ["no_such_tool"]);
+    assert_eq!(some.listed, 14);
+
+    let store = store(dir.path());
+    let path = shared.join("hello.txt").display().to_string();
+    let read = call_tool(
+        &pool,
+        &store,
+        "fs",
+        "read_text_file",
+        serde_json::json!({ "path": path }),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (read.content.as_str(), read.is_error),
+        ("hello from baton\n", false)
+    );
+    assert_eq!(read.name, "mcp__fs__read_text_file");
+    assert_eq!(read.call_id, "call-1");
+
+    let new = shared.join("new.txt");
+    let wrote = call_tool(
+        &pool,
+        &store,
+        "fs",
+        "write_file",
+        serde_json::json!({ "path": new.display().to_string(), "content": "written\n" }),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert!(!wrote.is_error, "{}", wrote.content);
+    assert_eq!(std::fs::read_to_string(&new).unwrap(), "written\n");
+
+    // The tool's own error is a result the model sees, not a failure.
+    let outside = call_tool(
+        &pool,
+        &store,
+        "fs",
+        "read_text_file",
+        serde_json::json!({ "path": "/etc/passwd" }),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert!(outside.is_error);
+    assert!(
+        outside.content.contains("outside allowed directories"),
+        "{}",
+        outside.content
+    );
+    // Arguments that are not an object never reach the server.
+    let bad = call_tool(
+        &pool,
+        &store,
+        "fs",
+        "read_text_file",
+        serde_json::json!(["x"]),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert!(
+        bad.is_error && bad.content.contains("not a JSON object"),
+        "{}",
+        bad.content
+    );
+    pool.close_all().await;
+}
+
+/// A server-everything on loopback (the preload binds it to 127.0.0.1), killed when dropped.
+struct Everything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Everything {
+    fn start(modules: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("node")
+            .arg("-r")
+            .arg(repo_root().join("tests/mcp/loopback.cjs"))
+            .arg(modules.join("server-everything/dist/index.js"))
+            .arg("streamableHttp")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server-everything did not listen on {port} within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn everything_over_http_text_images_structured_content_errors_and_timeouts() {
+    let Some(modules) = servers_dir() else { return };
+    let server = Everything::start(&modules);
+    let pool = pool(vec![(
+        "every",
+        McpServerSettings {
+            url: Some(server.url.clone()),
+            startup_timeout_secs: Some(10),
+            ..Default::default()
+        },
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let listed = McpService::new(pool.clone())
+        .list(&list("every", &["echo", "get-tiny-image"]))
+        .await
+        .unwrap();
+    assert_eq!(listed.tools.len(), 2);
+    assert!(listed.listed >= 13, "{}", listed.listed);
+
+    let echo = call_tool(
+        &pool,
+        &store,
+        "every",
+        "echo",
+        serde_json::json!({"message": "hi"}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert_eq!((echo.content.as_str(), echo.is_error), ("Echo: hi", false));
+
+    let image = call_tool(
+        &pool,
+        &store,
+        "every",
+        "get-tiny-image",
+        serde_json::json!({}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert_eq!(image.attachments.len(), 1, "{image:?}");
+    let attachment = &image.attachments[0];
+    assert_eq!(
+        (attachment.kind.as_str(), attachment.mime_type.as_str()),
+        ("image", "image/png")
+    );
+    let bytes = store
+        .get(&BlobId::parse(&attachment.blob).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(bytes.len() as u64, attachment.bytes);
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+    let stub = format!(
+        "[image image/png, {} bytes, stored as blob {}]",
+        attachment.bytes, attachment.blob
+    );
+    assert!(image.content.contains(&stub), "{}", image.content);
+    assert!(!image.content.contains("iVBOR"), "base64 left in the text");
+
+    let weather = call_tool(
+        &pool,
+        &store,
+        "every",
+        "get-structured-content",
+        serde_json::json!({"location": "New York"}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&weather.content).unwrap();
+    assert_eq!(json["temperature"], serde_json::json!(33));
+
+    let sum = call_tool(
+        &pool,
+        &store,
+        "every",
+        "get-sum",
+        serde_json::json!({"a": "x", "b": 2}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert!(sum.is_error, "{}", sum.content);
+    assert!(sum.content.contains("Invalid"), "{}", sum.content);
+
+    // The run's tool timeout: the model sees an error naming it, the call is cancelled.
+    let slow = call_tool(
+        &pool,
+        &store,
+        "every",
+        "trigger-long-running-operation",
+        serde_json::json!({"duration": 10, "steps": 2}),
+        Duration::from_secs(1),
+    )
+    .await
+    .unwrap();
+    assert!(slow.is_error, "{}", slow.content);
+    assert!(slow.content.contains("within 1 s"), "{}", slow.content);
+    // The pool reconnects after the timeout.
+    let again = call_tool(
+        &pool,
+        &store,
+        "every",
+        "echo",
+        serde_json::json!({"message": "again"}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.content, "Echo: again");
+    pool.close_all().await;
+}
+
+/// Asserts `e` is retryable and its message has every one of `parts`.
+fn retryable(e: &McpError, parts: &[&str]) {
+    assert!(!e.is_unavailable(), "not retryable: {e}");
+    let message = e.to_string();
+    for part in parts {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+}
+
+/// Asserts `e` is `McpUnavailable` and its message has every one of `parts`.
+fn unavailable(e: &McpError, parts: &[&str]) {
+    assert!(e.is_unavailable(), "retryable: {e}");
+    let message = e.to_string();
+    for part in parts {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+}
+
+#[tokio::test]
+async fn servers_that_cannot_be_used_fail_naming_the_server() {
+    let Some(modules) = servers_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let refuses = dir.path().join("refuses.js");
+    std::fs::write(
+        &refuses,
+        r#"const rl = require('readline').createInterface({ input: process.stdin });
+rl.on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') {
+    process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id,
+      error: { code: -32603, message: 'boom: server misconfigured' } }) + '\n');
+  }
+});
+"#,
+    )
+    .unwrap();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = pool(vec![
+        (
+            "crashes",
+            fs_server(&modules, &dir.path().join("does-not-exist")),
+        ),
+        (
+            "missing",
+            McpServerSettings {
+                command: Some("baton-no-such-mcp-server".into()),
+                ..Default::default()
+            },
+        ),
+        (
+            "down",
+            McpServerSettings {
+                url: Some(format!("http://127.0.0.1:{closed_port}/mcp")),
+                startup_timeout_secs: Some(5),
+                ..Default::default()
+            },
+        ),
+        ("refuses", stdio(vec![refuses.display().to_string()])),
+    ]);
+    let service = McpService::new(pool.clone());
+    let err = |server: &'static str| {
+        let service = service.clone();
+        async move { service.list(&list(server, &[])).await.unwrap_err() }
+    };
+    unavailable(
+        &err("other").await,
+        &[
+            "MCP server 'other' is not configured on this worker",
+            "(it has: crashes, down, missing, refuses)",
+            "[mcp.servers.other]",
+        ],
+    );
+    unavailable(
+        &err("missing").await,
+        &["'missing'", "`baton-no-such-mcp-server`", "not found"],
+    );
+    retryable(
+        &err("crashes").await,
+        &[
+            "MCP server 'crashes'",
+            "server-filesystem",
+            "Error: None of the specified directories are accessible",
+        ],
+    );
+    retryable(
+        &err("down").await,
+        &["MCP server 'down'", &closed_port.to_string()],
+    );
+    unavailable(
+        &err("refuses").await,
+        &[
+            "MCP server 'refuses'",
+            "refused the MCP handshake",
+            "boom: server misconfigured",
+        ],
+    );
+    // A call of an unconfigured server fails the same way.
+    let store = store(dir.path());
+    let call = call_tool(&pool, &store, "other", "x", serde_json::json!({}), CALL).await;
+    unavailable(&call.unwrap_err(), &["'other' is not configured"]);
+}
+
+/// SIGKILLs a stdio server's whole process group.
+fn kill9(pool_pid: u32) {
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(i32::try_from(pool_pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
+    let Some(modules) = servers_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let everything = stdio(vec![
+        modules
+            .join("server-everything/dist/index.js")
+            .display()
+            .to_string(),
+        "stdio".into(),
+    ]);
+    let pool = pool(vec![
+        ("every", everything),
+        ("fs", fs_server(&modules, dir.path())),
+    ]);
+    let pid = |server: &'static str| {
+        let pool = pool.clone();
+        async move {
+            pool.lease(server)
+                .await
+                .unwrap()
+                .connection
+                .process_group()
+                .unwrap()
+        }
+    };
+
+    // Killed during a call: the call fails (retryable), the next one gets a new process.
+    let first = pid("every").await;
+    let slow = call_tool(
+        &pool,
+        &store,
+        "every",
+        "trigger-long-running-operation",
+        serde_json::json!({"duration": 30, "steps": 30}),
+        CALL,
+    );
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        kill9(first);
+    };
+    let (failed, ()) = tokio::join!(slow, killer);
+    retryable(&failed.unwrap_err(), &["MCP server 'every'", "tools/call"]);
+    let echo = call_tool(
+        &pool,
+        &store,
+        "every",
+        "echo",
+        serde_json::json!({"message": "back"}),
+        CALL,
+    )
+    .await
+    .unwrap();
+    assert_eq!(echo.content, "Echo: back");
+    assert_ne!(pid("every").await, first);
+
+    // Killed between calls: the next call fails retryable or (once the pool has seen the
+    // process go) reconnects at once; the one after works on a new process either way.
+    let args = serde_json::json!({});
+    call_tool(
+        &pool,
+        &store,
+        "fs",
+        "list_allowed_directories",
+        args.clone(),
+        CALL,
+    )
+    .await
+    .unwrap();
+    let before = pid("fs").await;
+    kill9(before);
+    if let Err(e) = call_tool(
+        &pool,
+        &store,
+        "fs",
+        "list_allowed_directories",
+        args.clone(),
+        CALL,
+    )
+    .await
+    {
+        retryable(&e, &["MCP server 'fs'"]);
+    }
+    let after = call_tool(&pool, &store, "fs", "list_allowed_directories", args, CALL)
+        .await
+        .unwrap();
+    assert!(
+        after.content.contains("Allowed directories"),
+        "{}",
+        after.content
+    );
+    assert_ne!(pid("fs").await, before);
+    pool.close_all().await;
+}
