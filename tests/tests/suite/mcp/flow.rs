@@ -143,6 +143,23 @@ fn a_run_calls_a_stdio_and_an_http_server_and_asks_before_a_mutating_tool() {
             "{name}: {started:?}"
         );
     }
+    // The listing notes count the tools the servers annotate read-only.
+    let notes: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["note"]["text"].as_str())
+        .collect();
+    for listed in ["MCP server 'fs'", "MCP server 'everything'"] {
+        assert!(
+            notes.iter().any(|n| n.starts_with(listed)),
+            "{listed}: {notes:?}"
+        );
+    }
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.ends_with(": 14 tools (10 read-only)")),
+        "{notes:?}"
+    );
     assert!(
         events.iter().any(|e| !e["approval_requested"].is_null()
             && e["approval_requested"]
@@ -182,21 +199,6 @@ fn never_ask_denies_a_mutating_mcp_tool_and_the_run_goes_on() {
             .all(|e| e["approval_requested"].is_null()),
         "the run asked for approval"
     );
-}
-
-/// The first file under `dir` whose bytes start with `magic`.
-fn file_starting_with(dir: &Path, magic: &[u8]) -> Option<PathBuf> {
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            if let Some(found) = file_starting_with(&path, magic) {
-                return Some(found);
-            }
-        } else if std::fs::read(&path).is_ok_and(|b| b.starts_with(magic)) {
-            return Some(path);
-        }
-    }
-    None
 }
 
 #[test]
@@ -244,12 +246,14 @@ fn images_go_to_the_blob_store_and_tool_errors_reach_the_model() {
         !image.contains("iVBORw0KGgo"),
         "the model got the image's base64: {image}"
     );
-    let blob = file_starting_with(&setup.server.blob_dir(), PNG);
-    assert!(
-        blob.is_some(),
-        "no PNG in the blob store {}",
-        setup.server.blob_dir().display()
-    );
+    // The stub names the blob, which holds the decoded PNG.
+    let blob = image
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .find(|w| w.len() == 64)
+        .unwrap_or_else(|| panic!("no blob id in the stub: {image}"));
+    let path = setup.server.blob_dir().join(&blob[..2]).join(&blob[2..]);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(bytes.starts_with(PNG), "{} is not the PNG", path.display());
 
     let sum = result_of(&requests[1], "call_sum");
     assert!(sum.contains("expected number, received string"), "{sum}");

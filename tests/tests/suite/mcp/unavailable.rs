@@ -56,17 +56,24 @@ fn servers_that_cannot_be_used_end_the_run_or_are_left_out_as_asked() {
         let detail = r["detail"].as_str().unwrap_or_default();
         assert!(detail.contains(&format!("'{name}'")), "{name}: {detail}");
         assert!(detail.contains(why), "{name}: {detail}");
+        // The run's last event, `finished`, says it too; the worker log names the server and why.
         let events = events(&setup.server, &run);
-        assert!(
-            events
-                .iter()
-                .any(|e| e.to_string().contains(&format!("'{name}'"))),
-            "{name}: no event names the server: {events:?}"
+        let finished = events.last().map(|e| e["finished"]["detail"].clone());
+        assert_eq!(
+            finished.as_ref().and_then(|d| d.as_str()),
+            Some(detail),
+            "{events:?}"
         );
         let log = w.log();
+        let server_field = format!("server={name} ");
         assert!(
-            log.lines().any(|l| l.contains("MCP") && l.contains(name)),
+            log.lines()
+                .any(|l| l.contains("MCP tools not listed") && l.contains(&server_field)),
             "{name}: the worker log does not name it:\n{log}"
+        );
+        assert!(
+            log.contains(why),
+            "{name}: the worker log does not say why:\n{log}"
         );
         assert_eq!(setup.llm.request_count(), 0, "{name}: the model was called");
     }
@@ -100,8 +107,10 @@ fn servers_that_cannot_be_used_end_the_run_or_are_left_out_as_asked() {
     let events = events(&setup.server, &run);
     assert!(
         events.iter().any(|e| {
-            let e = e.to_string();
-            e.contains("'refuses'") && e.contains("this server refuses every handshake")
+            let note = e["note"]["text"].as_str().unwrap_or_default();
+            note.contains("'refuses'")
+                && note.contains("this server refuses every handshake")
+                && note.contains("goes on without it")
         }),
         "no event says why the server was left out: {events:?}"
     );
