@@ -1,6 +1,6 @@
 //! kill -9 of the worker running an MCP call: the call runs again on the other worker and the
 //! run completes, and the tool list recorded at the run's start is reused (the relay in front of
-//! server-everything sees one listing in the whole run).
+//! server-everything sees one listing in the whole run, the replay on the other worker included).
 
 use super::*;
 
@@ -52,13 +52,29 @@ fn call_attempts(server: &DevServer, run: &str) -> Vec<(u64, String)> {
     attempts
 }
 
+/// Identities of the workers that completed the run's workflow tasks, in order.
+fn workflow_task_identities(server: &DevServer, run: &str) -> Vec<String> {
+    let history = server.workflow_history_json(run, None).unwrap();
+    history["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e["workflowTaskCompletedEventAttributes"]["identity"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One worker runs the workflow and the call; a second starts while the call runs, then the
+/// first is killed: the second must replay the whole run (it never had it in its cache) and
+/// run the call again.
 #[test]
 fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_again() {
     let setup = Setup::start();
     let everything = EverythingServer::start().unwrap();
     let config = setup.config(&[http_server_toml("everything", &everything.url())]);
     let queue = unique("mcp-kill");
-    let mut workers = setup.workers(&queue, 2, &config);
+    let mut first = setup.workers(&queue, 1, &config).remove(0);
     let long = json!({"duration": 8, "steps": 8}).to_string();
     setup.llm.push_tool_calls(&[(
         "call_long",
@@ -69,17 +85,19 @@ fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_agai
     let run = setup.submit(&queue, "run-mcp-kill", &["--mcp", "everything"]);
 
     let identity = identity_running_the_call(&setup.server, &run);
-    let victim = workers
-        .iter()
-        .position(|w| identity.ends_with(&format!(":{}", w.pid())))
-        .unwrap_or_else(|| panic!("no worker has identity {identity}"));
-    // Once the call reached the server, kill its worker outright.
+    let first_id = format!(":{}", first.pid());
+    assert!(identity.ends_with(&first_id), "{identity}");
     wait_until_blocking(T, "the call to reach the server", || {
         Ok((everything.counts().calls >= 1).then_some(()))
     })
     .unwrap();
     assert_eq!(everything.counts().lists, 1, "listed once before the call");
-    workers[victim].kill9();
+    let second = setup.workers(&queue, 1, &config).remove(0);
+    assert!(
+        everything.counts().calls == 1 && scheduled(&setup.server, &run, "llm_generate") == 1,
+        "the call ended before the kill; make it longer"
+    );
+    first.kill9();
 
     let r = result(&setup.server, &run, 0);
     assert_eq!(r["status"], "COMPLETED", "{r}");
@@ -89,20 +107,25 @@ fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_agai
     let done = result_of(&requests[1], "call_long");
     assert!(done.contains("Long running operation completed"), "{done}");
 
-    // The call ran again, on the survivor; nobody listed again.
+    // The call ran again on the second worker, which replayed the run: nobody listed again.
     let counts = everything.counts();
     assert_eq!(
         counts.lists, 1,
         "a listing reached the server after the kill: {counts:?}"
     );
     assert!(counts.calls >= 2, "{counts:?}");
+    let second_id = format!(":{}", second.pid());
     let attempts = call_attempts(&setup.server, &run);
-    let survivor = format!(":{}", workers[1 - victim].pid());
     assert!(
         attempts
             .last()
-            .is_some_and(|(n, who)| *n >= 2 && who.ends_with(&survivor)),
-        "{attempts:?} (survivor {survivor})"
+            .is_some_and(|(n, who)| *n >= 2 && who.ends_with(&second_id)),
+        "{attempts:?} (second worker {second_id})"
+    );
+    let tasks = workflow_task_identities(&setup.server, &run);
+    assert!(
+        tasks.last().is_some_and(|who| who.ends_with(&second_id)),
+        "the second worker did not take the workflow over: {tasks:?}"
     );
     assert_eq!(
         scheduled(&setup.server, &run, "mcp_list_tools"),
