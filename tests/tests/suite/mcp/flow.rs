@@ -1,5 +1,6 @@
 //! A run that lists and calls the tools of a stdio and an HTTP server, with approval of the
-//! mutating one; `never_ask` denying it; images and tool errors as the model sees them.
+//! mutating one; `never_ask` denying it unless a policy rule trusts it; images and tool errors
+//! as the model sees them.
 
 use super::*;
 
@@ -170,7 +171,7 @@ fn a_run_calls_a_stdio_and_an_http_server_and_asks_before_a_mutating_tool() {
 }
 
 #[test]
-fn never_ask_denies_a_mutating_mcp_tool_and_the_run_goes_on() {
+fn never_ask_denies_a_mutating_mcp_tool_unless_a_policy_rule_trusts_it() {
     let setup = Setup::start();
     let config = setup.config(&[setup.fs()]);
     let queue = unique("mcp-never-ask");
@@ -199,6 +200,34 @@ fn never_ask_denies_a_mutating_mcp_tool_and_the_run_goes_on() {
             .all(|e| e["approval_requested"].is_null()),
         "the run asked for approval"
     );
+
+    // A policy file that trusts the server's writes for good: the same call runs, unasked.
+    let policy = setup.dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "mode = \"never_ask\"\n[[rules]]\ntool = \"mcp__fs__write_*\"\naction = \"allow\"\n",
+    )
+    .unwrap();
+    let trusted = setup.data.join("trusted.txt");
+    let write = json!({"path": trusted, "content": "written by a trusted tool"}).to_string();
+    setup
+        .llm
+        .push_tool_calls(&[("call_trusted", "mcp__fs__write_file", &write)]);
+    setup.llm.push_text("Wrote it.");
+    let policy = policy.display().to_string();
+    let run = setup.submit(
+        &queue,
+        "run-mcp-trusted",
+        &["--mcp", "fs", "--policy", &policy],
+    );
+    let r = result(&setup.server, &run, 0);
+    assert_eq!(r["answer"], "Wrote it.", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(&trusted).unwrap(),
+        "written by a trusted tool"
+    );
+    let wrote = result_of(&setup.llm.requests()[3], "call_trusted");
+    assert!(wrote.contains("Successfully wrote"), "{wrote}");
 }
 
 #[test]
