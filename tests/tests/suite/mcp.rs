@@ -164,13 +164,15 @@ fn events(server: &DevServer, run: &str) -> Vec<Value> {
         .unwrap()
 }
 
+/// The events of the run's history.
+fn history_events(server: &DevServer, run: &str) -> Vec<Value> {
+    let history = server.workflow_history_json(run, None).unwrap();
+    history["events"].as_array().cloned().unwrap_or_default()
+}
+
 /// How many activities of type `name` the run's history schedules.
 fn scheduled(server: &DevServer, run: &str, name: &str) -> usize {
-    let history = server.workflow_history_json(run, None).unwrap();
-    history["events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    history_events(server, run)
         .iter()
         .filter(|e| e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == name)
         .count()

@@ -32,10 +32,9 @@ fn identity_running_the_call(server: &DevServer, run: &str) -> String {
 /// Attempts of the run's `mcp_call_tool` activity that started, and the identities of the
 /// workers that started them, from the history.
 fn call_attempts(server: &DevServer, run: &str) -> Vec<(u64, String)> {
-    let history = server.workflow_history_json(run, None).unwrap();
     let mut calls = Vec::new();
     let mut attempts = Vec::new();
-    for event in history["events"].as_array().cloned().unwrap_or_default() {
+    for event in history_events(server, run) {
         let scheduled = &event["activityTaskScheduledEventAttributes"];
         if scheduled["activityType"]["name"] == "mcp_call_tool" {
             calls.push(event["eventId"].clone());
@@ -54,11 +53,7 @@ fn call_attempts(server: &DevServer, run: &str) -> Vec<(u64, String)> {
 
 /// Identities of the workers that completed the run's workflow tasks, in order.
 fn workflow_task_identities(server: &DevServer, run: &str) -> Vec<String> {
-    let history = server.workflow_history_json(run, None).unwrap();
-    history["events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    history_events(server, run)
         .iter()
         .filter_map(|e| e["workflowTaskCompletedEventAttributes"]["identity"].as_str())
         .map(str::to_owned)
