@@ -56,7 +56,12 @@ impl Setup {
 
     /// The worker settings file holding `servers`.
     fn config(&self, servers: &[String]) -> PathBuf {
-        worker_config(self.dir.path(), servers, "").unwrap()
+        self.config_with(servers, "")
+    }
+
+    /// The worker settings file holding `extra` settings and `servers`.
+    fn config_with(&self, servers: &[String], extra: &str) -> PathBuf {
+        worker_config(self.dir.path(), servers, extra).unwrap()
     }
 
     /// A ready worker on `queue` using the model stand-in and the settings file `config`.
@@ -176,4 +181,15 @@ fn scheduled(server: &DevServer, run: &str, name: &str) -> usize {
         .iter()
         .filter(|e| e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == name)
         .count()
+}
+
+/// The text of the worker's Prometheus endpoint at `addr`.
+fn metrics(addr: &str) -> anyhow::Result<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let response = reqwest::get(format!("http://{addr}/metrics")).await?;
+        Ok(response.error_for_status()?.text().await?)
+    })
 }

@@ -1,6 +1,6 @@
 //! A run that lists and calls the tools of a stdio and an HTTP server, with approval of the
 //! mutating one; `never_ask` denying it unless a policy rule trusts it; images and tool errors
-//! as the model sees them.
+//! as the model sees them, and the calls in the worker's metrics.
 
 use super::*;
 
@@ -231,11 +231,15 @@ fn never_ask_denies_a_mutating_mcp_tool_unless_a_policy_rule_trusts_it() {
 }
 
 #[test]
-fn images_go_to_the_blob_store_and_tool_errors_reach_the_model() {
+fn images_go_to_the_blob_store_tool_errors_reach_the_model_and_metrics_count_both() {
     const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
     let setup = Setup::start();
     let everything = EverythingServer::start().unwrap();
-    let config = setup.config(&[http_server_toml("everything", &everything.url())]);
+    let metrics_addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let config = setup.config_with(
+        &[http_server_toml("everything", &everything.url())],
+        &format!("metrics_addr = \"{metrics_addr}\"\n"),
+    );
     let queue = unique("mcp-content");
     let _w = setup.worker(&queue, &config);
     setup.llm.push_tool_calls(&[
@@ -287,4 +291,18 @@ fn images_go_to_the_blob_store_and_tool_errors_reach_the_model() {
     let sum = result_of(&requests[1], "call_sum");
     assert!(sum.contains("expected number, received string"), "{sum}");
     assert_eq!(everything.counts(), McpCounts { lists: 1, calls: 2 });
+
+    // The worker's metrics count the calls by server and tool.
+    let expected = [
+        r#"baton_tool_calls_total{outcome="ok",server="everything",tool="get-tiny-image"} 1"#,
+        r#"baton_tool_calls_total{outcome="error",server="everything",tool="get-sum"} 1"#,
+    ];
+    wait_until_blocking(T, "the MCP calls in the metrics", || {
+        let text = metrics(&metrics_addr)?;
+        Ok(expected
+            .iter()
+            .all(|line| text.lines().any(|l| l == *line))
+            .then_some(()))
+    })
+    .unwrap();
 }
