@@ -75,6 +75,14 @@ impl Setup {
         spawn_fleet(&self.server, queue, n, &workspace, &self.env(config))
     }
 
+    /// A worker on `queue` like [`Setup::workers`]' (same workspace root), not waited for.
+    fn spawn_worker(&self, queue: &str, config: &Path) -> Worker {
+        let workspace = self.dir.path().join("workspace");
+        let env = self.env(config);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Worker::spawn_with_workspace(&self.server, queue, &workspace, &env).unwrap()
+    }
+
     fn env<'a>(&'a self, config: &'a Path) -> [(&'a str, String); 2] {
         [
             ("OPENAI_BASE_URL", self.llm.base_url()),

@@ -60,8 +60,8 @@ fn workflow_task_identities(server: &DevServer, run: &str) -> Vec<String> {
         .collect()
 }
 
-/// One worker runs the workflow and the call; a second starts while the call runs, then the
-/// first is killed: the second must replay the whole run (it never had it in its cache) and
+/// One worker runs the workflow and the call; a second starts while the call runs and the first
+/// is killed: the second must replay the whole run (it never had it in its cache) and
 /// run the call again.
 #[test]
 fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_again() {
@@ -87,12 +87,14 @@ fn kill_9_during_an_mcp_call_retries_it_on_the_other_worker_without_listing_agai
     })
     .unwrap();
     assert_eq!(everything.counts().lists, 1, "listed once before the call");
-    let second = setup.workers(&queue, 1, &config).remove(0);
+    // The second worker starts (and is not waited for) while the call runs.
+    let mut second = setup.spawn_worker(&queue, &config);
     assert!(
         everything.counts().calls == 1 && scheduled(&setup.server, &run, "llm_generate") == 1,
         "the call ended before the kill; make it longer"
     );
     first.kill9();
+    second.wait_ready_blocking(T).unwrap();
 
     let r = result(&setup.server, &run, 0);
     assert_eq!(r["status"], "COMPLETED", "{r}");
