@@ -35,3 +35,19 @@ pub enum StoreError {
         detail: String,
     },
 }
+
+/// `e` and its sources, `: `-separated, without repeating a source the message already
+/// includes.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}

@@ -29,7 +29,7 @@ mod settings;
 pub mod snapshot;
 
 pub use blob::{BlobId, BlobStore, SharedStore, get_json, put_json};
-pub use error::StoreError;
+pub use error::{StoreError, error_chain};
 pub use local::LocalStore;
 pub use s3::S3Store;
 pub use settings::{S3Settings, StoreSettings, open};

@@ -177,21 +177,7 @@ fn short(id: &BlobId) -> &str {
     id.as_str().get(..12).unwrap_or(id.as_str())
 }
 
-/// `e` and its sources, `: `-separated, without repeating a source the message already
-/// includes.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
+use crate::error::error_chain;
 
 #[async_trait::async_trait]
 impl BlobStore for S3Store {

@@ -371,7 +371,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
                 .with_inline_bytes(settings.history.inline_bytes),
         )
         .register_activities(tools.clone())
-        .register_activities(McpService::new(mcp.clone()))
+        .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
         .register_activities(WorkspaceService::new(tools, settings.git.clone()))
         .deployment_options(settings.deployment.options())
         .max_cached_workflows(settings.max_cached_workflows)

@@ -21,16 +21,18 @@ use tracing::warn;
 
 use super::client;
 use super::error::McpError;
-use super::pool::McpPool;
+use super::pool::{McpPool, RunScope};
 use crate::tools::output;
 
-/// Calls `origin.tool` of `origin.server` with the call's arguments, within `timeout`.
+/// Calls `origin.tool` of `origin.server` with the call's arguments, within `timeout` (on the
+/// run's own connection when the server is sandboxed).
 pub(crate) async fn execute(
     pool: &McpPool,
     store: &SharedStore,
     origin: &McpOrigin,
     call: &ToolCall,
     timeout: Duration,
+    run: Option<&RunScope>,
 ) -> Result<ToolResult, McpError> {
     let server = origin.server.as_str();
     let tool = origin.tool.as_str();
@@ -50,7 +52,7 @@ pub(crate) async fn execute(
             )));
         }
     };
-    let lease = pool.lease(server).await?;
+    let lease = pool.lease(server, run).await?;
     let connection = lease.connection;
     let mut params = CallToolRequestParams::new(tool.to_owned());
     if let Some(arguments) = arguments {
@@ -69,7 +71,7 @@ pub(crate) async fn execute(
         Ok(Err(e)) => {
             let failure = connection.unreachable(format!(
                 "tools/call of '{tool}' failed: {}",
-                client::error_chain(&e)
+                client::describe(&e)
             ));
             pool.retire(server, &connection, "tools/call failed").await;
             return Err(failure);

@@ -21,6 +21,7 @@ use tokio::io::AsyncBufReadExt;
 use tracing::info;
 
 use super::error::McpError;
+use super::pool::RunScope;
 use super::settings::{BASE_ENV, McpServerSettings, Transport};
 
 /// Lines of a stdio server's stderr kept for error messages.
@@ -61,6 +62,8 @@ pub(crate) struct Connection {
     /// The stdio child's process group (its pid).
     group: Option<u32>,
     stderr: StderrTail,
+    /// A sandboxed child's set-up (its private temp dir), kept while it runs.
+    _sandbox: Option<baton_sandbox::Prepared>,
 }
 
 impl Connection {
@@ -104,14 +107,19 @@ impl Drop for Connection {
         self.service.cancellation_token().cancel();
         // Wrappers (`npx`, `sh -c`) leave grandchildren that rmcp's graceful close does not
         // reach: the whole group goes.
-        if let Some(pid) = self.group.and_then(|p| i32::try_from(p).ok())
-            && pid > 0
-        {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_group(self.group);
+    }
+}
+
+/// SIGKILLs the process group `group` (a stdio server and whatever it started).
+fn kill_group(group: Option<u32>) {
+    if let Some(pid) = group.and_then(|p| i32::try_from(p).ok())
+        && pid > 0
+    {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -123,18 +131,62 @@ fn client_config() -> ClientConfig {
     )
 }
 
-/// Starts or reaches server `name` and runs the MCP handshake.
+/// Starts or reaches server `name` and runs the MCP handshake; a stdio server with `run` starts
+/// in that run's workspace and sandbox.
 pub(crate) async fn connect(
     name: &str,
     settings: &McpServerSettings,
+    run: Option<&RunScope>,
 ) -> Result<Connection, McpError> {
     match settings.transport() {
-        Transport::Stdio => connect_stdio(name, settings).await,
+        Transport::Stdio => connect_stdio(name, settings, run).await,
         Transport::Http => connect_http(name, settings).await,
     }
 }
 
-async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Connection, McpError> {
+/// Sets `cmd` up to run in `run`'s workspace under its sandbox; the set-up must outlive the
+/// child.
+async fn confine(
+    name: &str,
+    cmd: &mut tokio::process::Command,
+    run: &RunScope,
+) -> Result<Option<baton_sandbox::Prepared>, McpError> {
+    let sandbox_error = |source| McpError::Sandbox {
+        server: name.to_owned(),
+        source,
+    };
+    let workspace = run.workspace.clone();
+    tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
+        sandbox_error(baton_sandbox::SandboxError::Setup {
+            context: format!("cannot create the workspace {}", workspace.display()),
+            source: Box::new(e),
+        })
+    })?;
+    cmd.current_dir(&workspace);
+    let sandbox = run.sandbox.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        sandbox.prepare(&workspace, baton_store::snapshot::LOCAL_DIR)
+    })
+    .await
+    .map_err(|e| {
+        sandbox_error(baton_sandbox::SandboxError::Setup {
+            context: "the sandbox set-up panicked".into(),
+            source: Box::new(e),
+        })
+    })?
+    .map_err(sandbox_error)?;
+    let mut prepared = prepared;
+    if let Some(prepared) = &mut prepared {
+        prepared.apply(cmd);
+    }
+    Ok(prepared)
+}
+
+async fn connect_stdio(
+    name: &str,
+    settings: &McpServerSettings,
+    run: Option<&RunScope>,
+) -> Result<Connection, McpError> {
     let what = settings.describe();
     let command = settings.command.clone().unwrap_or_default();
     let mut cmd = tokio::process::Command::new(&command);
@@ -151,6 +203,10 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
     if let Some(cwd) = &settings.cwd {
         cmd.current_dir(cwd);
     }
+    let mut confined = match run {
+        Some(run) => confine(name, &mut cmd, run).await?,
+        None => None,
+    };
     let mut wrap = CommandWrap::from(cmd);
     wrap.wrap(ProcessGroup::leader());
     let spawned = TokioChildProcess::builder(wrap)
@@ -173,6 +229,9 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
         }
     })?;
     let group = transport.id();
+    if let Some(prepared) = &mut confined {
+        prepared.spawned();
+    }
     let tail = StderrTail::default();
     let reader = stderr.map(|stderr| {
         let tail = tail.clone();
@@ -185,14 +244,6 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
             }
         })
     });
-    let kill_group = || {
-        if let Some(pid) = group.and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    };
     match handshake(name, &what, settings, transport).await {
         Ok(service) => Ok(Connection {
             server: name.to_owned(),
@@ -200,9 +251,10 @@ async fn connect_stdio(name: &str, settings: &McpServerSettings) -> Result<Conne
             service,
             group,
             stderr: tail,
+            _sandbox: confined,
         }),
         Err(mut e) => {
-            kill_group();
+            kill_group(group);
             // The reason a server crashed at start is on its stderr, written as it exited.
             if let Some(reader) = reader {
                 let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
@@ -251,6 +303,7 @@ async fn connect_http(name: &str, settings: &McpServerSettings) -> Result<Connec
         service,
         group: None,
         stderr: StderrTail::default(),
+        _sandbox: None,
     })
 }
 
@@ -298,7 +351,7 @@ fn classify_init(name: &str, what: &str, e: ClientInitializeError) -> McpError {
             message: format!("{}: {}", error.code.0, error.message),
         };
     }
-    let chain = error_chain(&e);
+    let chain = baton_store::error_chain(&e);
     if e.is_authorization_required() || chain.contains("HTTP 401") || chain.contains("HTTP 403") {
         return McpError::Unauthorized {
             server: name.to_owned(),
@@ -306,26 +359,27 @@ fn classify_init(name: &str, what: &str, e: ClientInitializeError) -> McpError {
             detail: chain,
         };
     }
+    let reason = match &e {
+        // Without the transport's Rust type name.
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", baton_store::error_chain(&*error.error))
+        }
+        _ => chain,
+    };
     McpError::Unreachable {
         server: name.to_owned(),
         what: what.to_owned(),
-        reason: chain,
+        reason,
         stderr: Vec::new(),
     }
 }
 
-/// An error and its sources, joined by ": " (each only once when a message repeats its
-/// source).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
+/// A failed request, without the transport's Rust type name.
+pub(crate) fn describe(e: &rmcp::service::ServiceError) -> String {
+    match e {
+        rmcp::service::ServiceError::TransportSend(error) => {
+            baton_store::error_chain(&*error.error)
         }
-        source = s.source();
+        other => baton_store::error_chain(other),
     }
-    out
 }

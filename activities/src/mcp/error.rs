@@ -68,6 +68,15 @@ pub enum McpError {
         /// What is wrong, naming the key.
         problem: String,
     },
+    /// A `sandbox = true` server's sandbox could not be set up for the run.
+    #[error("MCP server '{server}': cannot start it in the run's sandbox: {source}")]
+    Sandbox {
+        /// The server's name.
+        server: String,
+        /// Why (whether retrying may help).
+        #[source]
+        source: baton_sandbox::SandboxError,
+    },
     /// The server is down, crashed, closed the connection or did not answer in time
     /// (retried).
     #[error("MCP server '{server}' ({what}): {reason}{}", stderr_note(.stderr))]
@@ -95,7 +104,11 @@ impl McpError {
     /// Whether retrying cannot help (`McpUnavailable`): not configured, no such program, the
     /// handshake refused, credentials refused, bad settings.
     pub fn is_unavailable(&self) -> bool {
-        !matches!(self, Self::Unreachable { .. })
+        match self {
+            Self::Unreachable { .. } => false,
+            Self::Sandbox { source, .. } => !source.is_retryable(),
+            _ => true,
+        }
     }
 
     /// The activity failure: `McpUnavailable` (non-retryable) or a retryable one.

@@ -4,7 +4,8 @@
 //! - `client`: one rmcp connection (stdio child in its own process group, or streamable
 //!   HTTP), every await bounded.
 //! - `pool`: [`McpPool`], one connection per server shared by all runs, health-checked,
-//!   retired on failure, closed when idle and at shutdown.
+//!   retired on failure, closed when idle and at shutdown; a `sandbox = true` server gets one
+//!   per run instead, started in the run's workspace under its sandbox.
 //! - `error`: [`McpError`], which reasons are `McpUnavailable` (not retried) and which fail
 //!   the attempt.
 //! - `call`: one `tools/call` and its result mapped to a [`ToolResult`](baton_proto::ToolResult)
@@ -30,37 +31,63 @@ use tracing::{info, warn};
 
 pub use error::McpError;
 pub use pool::McpPool;
+pub(crate) use pool::RunScope;
 pub use settings::{McpServerSettings, McpSettings};
 
 use crate::heartbeat::{self, Heartbeat};
-use crate::tools::HEARTBEAT_EVERY;
+use crate::tools::{HEARTBEAT_EVERY, ToolService};
 
 /// How long listing a server's tools may take once connected.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Implements the `mcp_list_tools` activity contract over the worker's [`McpPool`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct McpService {
     pool: McpPool,
+    /// The runs' workspaces and sandboxes, for `sandbox = true` servers.
+    tools: Option<ToolService>,
+}
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl McpService {
     /// Lists tools through `pool` (share it with the tool activities: `ToolService::with_mcp`).
     pub fn new(pool: McpPool) -> Self {
-        Self { pool }
+        Self { pool, tools: None }
     }
 
-    /// Lists the server's tools, filtered to `request.tools`.
-    pub async fn list(&self, request: &McpListRequest) -> Result<McpToolList, McpError> {
+    /// Starts `sandbox = true` servers in the runs' workspaces and sandboxes of `tools`.
+    pub fn with_workspaces(mut self, tools: ToolService) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
+    /// Lists the server's tools, filtered to `request.tools` (a sandboxed server: started for
+    /// `run_id`, in the default sandbox: the listing request carries no policy).
+    pub async fn list(
+        &self,
+        request: &McpListRequest,
+        run_id: &str,
+    ) -> Result<McpToolList, McpError> {
         let server = request.server.as_str();
-        let lease = self.pool.lease(server).await?;
+        let run = match (&self.tools, self.pool.is_sandboxed(server)) {
+            (Some(tools), true) => Some(tools.run_scope(server, run_id, None)?),
+            _ => None,
+        };
+        let lease = self.pool.lease(server, run.as_ref()).await?;
         let connection = lease.connection;
         let listed = tokio::time::timeout(LIST_TIMEOUT, connection.peer().list_all_tools()).await;
         let tools = match listed {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
-                let error = connection
-                    .unreachable(format!("tools/list failed: {}", client::error_chain(&e)));
+                let error =
+                    connection.unreachable(format!("tools/list failed: {}", client::describe(&e)));
                 self.pool
                     .retire(server, &connection, "tools/list failed")
                     .await;
@@ -139,7 +166,7 @@ impl McpService {
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let started = tokio::time::Instant::now();
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, move || started.elapsed().as_secs());
-        match heartbeat::until_cancelled(&ctx, self.list(&request)).await? {
+        match heartbeat::until_cancelled(&ctx, self.list(&request, &run_id)).await? {
             Ok(list) => {
                 info!(
                     run_id,

@@ -2,13 +2,14 @@
 //! multiplex on it), made on first use, checked before each use (a stdio server that exited is
 //! replaced), retired on any transport or timeout error (the next user reconnects; users
 //! already holding it finish), closed after `[mcp] idle_secs` unused and at worker shutdown.
+//! A `sandbox = true` server has one connection per run and sandbox ([`RunScope`]) instead.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use super::client::{self, Connection};
 use super::error::McpError;
@@ -26,7 +27,28 @@ struct Slot {
 #[derive(Clone)]
 pub struct McpPool {
     settings: Arc<McpSettings>,
-    slots: Arc<BTreeMap<String, Slot>>,
+    slots: Arc<BTreeMap<String, Arc<Slot>>>,
+    /// The connections of `sandbox = true` servers, by server, run id and sandbox.
+    runs: Arc<Mutex<BTreeMap<RunKey, Arc<Slot>>>>,
+}
+
+/// The key of a `sandbox = true` server's connection: server, run id, sandbox.
+type RunKey = (String, String, String);
+
+/// Where a `sandbox = true` server runs for one run: its workspace and its sandbox.
+#[derive(Clone, Debug)]
+pub(crate) struct RunScope {
+    pub(crate) run_id: String,
+    pub(crate) workspace: std::path::PathBuf,
+    pub(crate) sandbox: baton_sandbox::Sandbox,
+}
+
+impl RunScope {
+    /// The pool key of `server`'s connection for this run.
+    fn key(&self, server: &str) -> RunKey {
+        let sandbox = format!("{}/{}", self.sandbox.mode.as_str(), self.sandbox.network);
+        (server.to_owned(), self.run_id.clone(), sandbox)
+    }
 }
 
 impl std::fmt::Debug for McpPool {
@@ -49,11 +71,12 @@ impl McpPool {
         let slots = settings
             .servers
             .keys()
-            .map(|name| (name.clone(), Slot::default()))
+            .map(|name| (name.clone(), Arc::default()))
             .collect();
         Self {
             settings: Arc::new(settings),
             slots: Arc::new(slots),
+            runs: Arc::default(),
         }
     }
 
@@ -62,10 +85,33 @@ impl McpPool {
         self.slots.keys().map(String::as_str)
     }
 
-    /// The server's settings, or `NotConfigured`.
-    fn settings_of(&self, server: &str) -> Result<(&McpServerSettings, &Slot), McpError> {
+    /// Whether `server` runs per run, in its workspace and sandbox (`sandbox = true`).
+    pub(crate) fn is_sandboxed(&self, server: &str) -> bool {
+        self.settings.servers.get(server).is_some_and(|s| s.sandbox)
+    }
+
+    /// The server's settings and its slot (for `run` when it is sandboxed), or
+    /// `NotConfigured`.
+    fn settings_of(
+        &self,
+        server: &str,
+        run: Option<&RunScope>,
+    ) -> Result<(&McpServerSettings, Arc<Slot>), McpError> {
         match (self.settings.servers.get(server), self.slots.get(server)) {
-            (Some(settings), Some(slot)) => Ok((settings, slot)),
+            (Some(settings), Some(slot)) if !settings.sandbox => Ok((settings, slot.clone())),
+            (Some(settings), Some(_)) => {
+                let Some(run) = run else {
+                    return Err(McpError::BadSettings {
+                        server: server.to_owned(),
+                        problem: format!(
+                            "mcp.servers.{server} has sandbox = true: it starts in a run's \
+                             workspace, and this request named no run"
+                        ),
+                    });
+                };
+                let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+                Ok((settings, runs.entry(run.key(server)).or_default().clone()))
+            }
             _ => {
                 let known: Vec<&str> = self.servers().collect();
                 Err(McpError::NotConfigured {
@@ -80,9 +126,14 @@ impl McpPool {
         }
     }
 
-    /// The server's connection: the pooled one if it is alive, else a new one.
-    pub(crate) async fn lease(&self, server: &str) -> Result<Lease, McpError> {
-        let (settings, slot) = self.settings_of(server)?;
+    /// The server's connection (for `run`, when the server is sandboxed): the pooled one if
+    /// it is alive, else a new one.
+    pub(crate) async fn lease(
+        &self,
+        server: &str,
+        run: Option<&RunScope>,
+    ) -> Result<Lease, McpError> {
+        let (settings, slot) = self.settings_of(server, run)?;
         let mut live = slot.live.lock().await;
         if let Some(connection) = live.as_ref()
             && connection.is_closed()
@@ -94,7 +145,13 @@ impl McpPool {
             Some(connection) => connection.clone(),
             None => {
                 let started = Instant::now();
-                let connection = Arc::new(client::connect(server, settings).await?);
+                // Not in the first user's span: the connection (and rmcp's logs of it)
+                // serves every run.
+                let span = tracing::info_span!(parent: None, "mcp_connection", server);
+                let connection = client::connect(server, settings, run)
+                    .instrument(span)
+                    .await?;
+                let connection = Arc::new(connection);
                 info!(
                     server,
                     server_info = %connection.server_info(),
@@ -116,19 +173,54 @@ impl McpPool {
     /// Takes `connection` out of the pool (when it is still the pooled one): the next lease
     /// reconnects. Users holding it finish; the last one closes it.
     pub(crate) async fn retire(&self, server: &str, connection: &Arc<Connection>, why: &str) {
-        let Some(slot) = self.slots.get(server) else {
-            return;
-        };
-        let mut live = slot.live.lock().await;
-        if live.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
-            warn!(server, cause = why, "MCP connection retired");
-            *live = None;
+        for slot in self.all_slots() {
+            let mut live = slot.live.lock().await;
+            if live.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
+                warn!(server, cause = why, "MCP connection retired");
+                *live = None;
+            }
         }
+    }
+
+    /// Every slot: the shared ones and the per-run ones.
+    fn all_slots(&self) -> Vec<Arc<Slot>> {
+        let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        self.slots.values().chain(runs.values()).cloned().collect()
     }
 
     /// Closes the connections nobody used for `idle` (those in use stay).
     pub async fn close_idle(&self, idle: Duration) -> usize {
         let mut closed = 0;
+        // Per-run slots nobody used for that long are forgotten (their connection closes).
+        let forgotten: Vec<Arc<Slot>> = {
+            let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+            let stale: Vec<_> =
+                runs.iter()
+                    .filter(|(_, slot)| {
+                        let unused = slot.live.try_lock().is_ok_and(|live| {
+                            live.as_ref().is_none_or(|c| Arc::strong_count(c) == 1)
+                        });
+                        unused
+                            && Arc::strong_count(slot) == 1
+                            && slot
+                                .last_used
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .is_none_or(|at| at.elapsed() >= idle)
+                    })
+                    .map(|(key, _)| key.clone())
+                    .collect();
+            stale.iter().filter_map(|key| runs.remove(key)).collect()
+        };
+        for slot in forgotten {
+            if slot.live.lock().await.take().is_some() {
+                info!(
+                    idle_secs = idle.as_secs(),
+                    "MCP connection of a run closed: idle"
+                );
+                closed += 1;
+            }
+        }
         for (server, slot) in self.slots.iter() {
             let last = *slot
                 .last_used
@@ -149,11 +241,15 @@ impl McpPool {
 
     /// Closes every connection (worker shutdown): stdio servers are stopped.
     pub async fn close_all(&self) {
-        for (server, slot) in self.slots.iter() {
+        for slot in self.all_slots() {
             if slot.live.lock().await.take().is_some() {
-                info!(server = %server, "MCP connection closed: worker shutting down");
+                info!("MCP connection closed: worker shutting down");
             }
         }
+        self.runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Closes idle connections every so often, for as long as the runtime runs.

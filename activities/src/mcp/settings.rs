@@ -12,6 +12,11 @@
 //! cwd = "/srv"
 //! startup_timeout_secs = 30
 //!
+//! [mcp.servers.ws]                     # stdio, one process per run: in its workspace+sandbox
+//! command = "node"
+//! args = ["/opt/mcp/server-filesystem/dist/index.js", "."]
+//! sandbox = true
+//!
 //! [mcp.servers.tracker]                # streamable HTTP
 //! url = "https://mcp.example.com/mcp"
 //! bearer_token_env = "TRACKER_TOKEN"   # sent as `Authorization: Bearer <value>`
@@ -76,8 +81,10 @@ pub struct McpServerSettings {
     pub bearer_token_env: Option<String>,
     /// Streamable HTTP: extra headers, header name -> name of the variable holding the value.
     pub headers: BTreeMap<String, String>,
-    /// Run the server's process in each run's sandbox and workspace (not supported yet: the
-    /// worker refuses to start with it).
+    /// stdio: start the server once per run, in the run's workspace (its working directory,
+    /// instead of `cwd`) and under the run's sandbox, like a built-in tool's process; the
+    /// workspace is restored before each call and snapshotted after each mutating one.
+    /// Default false: one process per worker, shared by all runs, outside any sandbox.
     pub sandbox: bool,
     /// Seconds the server may take to start and answer `initialize` (default 30).
     pub startup_timeout_secs: Option<u64>,
@@ -199,10 +206,10 @@ impl McpServerSettings {
         if self.startup_timeout_secs == Some(0) {
             return Err(format!("{key}.startup_timeout_secs must be at least 1"));
         }
-        if self.sandbox {
+        if self.sandbox && self.command.is_none() {
             return Err(format!(
-                "{key}.sandbox = true is not supported yet: remove it (the server then runs \
-                 outside the runs' sandboxes, as the worker's user)"
+                "{key}.sandbox = true is for stdio servers (`command`): an HTTP server runs \
+                 elsewhere"
             ));
         }
         Ok(())
@@ -287,8 +294,8 @@ mod tests {
                 .contains("set by the MCP transport"),
         );
         assert!(
-            refused(r#"{"servers": {"fs": {"command": "x", "sandbox": true}}}"#)
-                .contains("sandbox = true is not supported yet"),
+            refused(r#"{"servers": {"web": {"url": "http://h/", "sandbox": true}}}"#)
+                .contains("sandbox = true is for stdio servers"),
         );
         parse(
             r#"{"servers": {"fs": {"command": "node", "args": ["a"], "env": ["T"]},

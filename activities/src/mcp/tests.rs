@@ -54,14 +54,16 @@ fn stdio(args: Vec<String>) -> McpServerSettings {
     }
 }
 
+/// A reference server (`server-filesystem`, `server-everything`) over stdio with `args`.
+fn reference(modules: &Path, package: &str, args: &[&str]) -> McpServerSettings {
+    let script = modules.join(package).join("dist/index.js");
+    let mut all = vec![script.display().to_string()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    stdio(all)
+}
+
 fn fs_server(modules: &Path, dir: &Path) -> McpServerSettings {
-    stdio(vec![
-        modules
-            .join("server-filesystem/dist/index.js")
-            .display()
-            .to_string(),
-        dir.display().to_string(),
-    ])
+    reference(modules, "server-filesystem", &[&dir.display().to_string()])
 }
 
 fn pool(servers: Vec<(&str, McpServerSettings)>) -> McpPool {
@@ -107,10 +109,23 @@ async fn call_tool(
         arguments: arguments.to_string(),
         ..Default::default()
     };
-    call::execute(pool, store, &origin, &call, timeout).await
+    call::execute(pool, store, &origin, &call, timeout, None).await
 }
 
 const CALL: Duration = Duration::from_secs(20);
+
+/// [`call_tool`] within [`CALL`], which must not fail.
+async fn ok(
+    pool: &McpPool,
+    store: &SharedStore,
+    server: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> ToolResult {
+    call_tool(pool, store, server, tool, arguments, CALL)
+        .await
+        .unwrap_or_else(|e| panic!("{server}/{tool}: {e}"))
+}
 
 #[tokio::test]
 async fn filesystem_tools_are_listed_filtered_and_called() {
@@ -122,7 +137,7 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
     let pool = pool(vec![("fs", fs_server(&modules, &shared))]);
     let service = McpService::new(pool.clone());
 
-    let all = service.list(&list("fs", &[])).await.unwrap();
+    let all = service.list(&list("fs", &[]), "run-1").await.unwrap();
     assert_eq!(all.server, "fs");
     assert_eq!(all.listed, 14);
     assert_eq!(all.tools.len(), 14);
@@ -153,10 +168,10 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
 
     // Only the names asked for, in the server's order; the rest named as unknown.
     let some = service
-        .list(&list(
-            "fs",
-            &["write_file", "no_such_tool", "read_text_file"],
-        ))
+        .list(
+            &list("fs", &["write_file", "no_such_tool", "read_text_file"]),
+            "run-1",
+        )
         .await
         .unwrap();
     let names: Vec<&str> = some.tools.iter().map(|t| t.name.as_str()).collect();
@@ -166,16 +181,14 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
 
     let store = store(dir.path());
     let path = shared.join("hello.txt").display().to_string();
-    let read = call_tool(
+    let read = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!({ "path": path }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         (read.content.as_str(), read.is_error),
         ("hello from baton\n", false)
@@ -184,30 +197,26 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
     assert_eq!(read.call_id, "call-1");
 
     let new = shared.join("new.txt");
-    let wrote = call_tool(
+    let wrote = ok(
         &pool,
         &store,
         "fs",
         "write_file",
         serde_json::json!({ "path": new.display().to_string(), "content": "written\n" }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(!wrote.is_error, "{}", wrote.content);
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "written\n");
 
     // The tool's own error is a result the model sees, not a failure.
-    let outside = call_tool(
+    let outside = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!({ "path": "/etc/passwd" }),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(outside.is_error);
     assert!(
         outside.content.contains("outside allowed directories"),
@@ -215,16 +224,14 @@ async fn filesystem_tools_are_listed_filtered_and_called() {
         outside.content
     );
     // Arguments that are not an object never reach the server.
-    let bad = call_tool(
+    let bad = ok(
         &pool,
         &store,
         "fs",
         "read_text_file",
         serde_json::json!(["x"]),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(
         bad.is_error && bad.content.contains("not a JSON object"),
         "{}",
@@ -295,34 +302,30 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let listed = McpService::new(pool.clone())
-        .list(&list("every", &["echo", "get-tiny-image"]))
+        .list(&list("every", &["echo", "get-tiny-image"]), "run-1")
         .await
         .unwrap();
     assert_eq!(listed.tools.len(), 2);
     assert!(listed.listed >= 13, "{}", listed.listed);
 
-    let echo = call_tool(
+    let echo = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "hi"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!((echo.content.as_str(), echo.is_error), ("Echo: hi", false));
 
-    let image = call_tool(
+    let image = ok(
         &pool,
         &store,
         "every",
         "get-tiny-image",
         serde_json::json!({}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(image.attachments.len(), 1, "{image:?}");
     let attachment = &image.attachments[0];
     assert_eq!(
@@ -342,29 +345,25 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     assert!(image.content.contains(&stub), "{}", image.content);
     assert!(!image.content.contains("iVBOR"), "base64 left in the text");
 
-    let weather = call_tool(
+    let weather = ok(
         &pool,
         &store,
         "every",
         "get-structured-content",
         serde_json::json!({"location": "New York"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     let json: serde_json::Value = serde_json::from_str(&weather.content).unwrap();
     assert_eq!(json["temperature"], serde_json::json!(33));
 
-    let sum = call_tool(
+    let sum = ok(
         &pool,
         &store,
         "every",
         "get-sum",
         serde_json::json!({"a": "x", "b": 2}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert!(sum.is_error, "{}", sum.content);
     assert!(sum.content.contains("Invalid"), "{}", sum.content);
 
@@ -382,36 +381,33 @@ async fn everything_over_http_text_images_structured_content_errors_and_timeouts
     assert!(slow.is_error, "{}", slow.content);
     assert!(slow.content.contains("within 1 s"), "{}", slow.content);
     // The pool reconnects after the timeout.
-    let again = call_tool(
+    let again = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "again"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(again.content, "Echo: again");
     pool.close_all().await;
 }
 
-/// Asserts `e` is retryable and its message has every one of `parts`.
-fn retryable(e: &McpError, parts: &[&str]) {
-    assert!(!e.is_unavailable(), "not retryable: {e}");
+/// Asserts `e` is `McpUnavailable` (or retryable) and its message has every one of `parts`.
+fn expect(e: &McpError, unavailable: bool, parts: &[&str]) {
+    assert_eq!(e.is_unavailable(), unavailable, "{e}");
     let message = e.to_string();
     for part in parts {
         assert!(message.contains(part), "{part:?} not in {message}");
     }
 }
 
-/// Asserts `e` is `McpUnavailable` and its message has every one of `parts`.
+fn retryable(e: &McpError, parts: &[&str]) {
+    expect(e, false, parts);
+}
+
 fn unavailable(e: &McpError, parts: &[&str]) {
-    assert!(e.is_unavailable(), "retryable: {e}");
-    let message = e.to_string();
-    for part in parts {
-        assert!(message.contains(part), "{part:?} not in {message}");
-    }
+    expect(e, true, parts);
 }
 
 #[tokio::test]
@@ -462,7 +458,7 @@ rl.on('line', (line) => {
     let service = McpService::new(pool.clone());
     let err = |server: &'static str| {
         let service = service.clone();
-        async move { service.list(&list(server, &[])).await.unwrap_err() }
+        async move { service.list(&list(server, &[]), "run-1").await.unwrap_err() }
     };
     unavailable(
         &err("other").await,
@@ -516,13 +512,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     let Some(modules) = servers_dir() else { return };
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    let everything = stdio(vec![
-        modules
-            .join("server-everything/dist/index.js")
-            .display()
-            .to_string(),
-        "stdio".into(),
-    ]);
+    let everything = reference(&modules, "server-everything", &["stdio"]);
     let pool = pool(vec![
         ("every", everything),
         ("fs", fs_server(&modules, dir.path())),
@@ -530,7 +520,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     let pid = |server: &'static str| {
         let pool = pool.clone();
         async move {
-            pool.lease(server)
+            pool.lease(server, None)
                 .await
                 .unwrap()
                 .connection
@@ -555,32 +545,28 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     };
     let (failed, ()) = tokio::join!(slow, killer);
     retryable(&failed.unwrap_err(), &["MCP server 'every'", "tools/call"]);
-    let echo = call_tool(
+    let echo = ok(
         &pool,
         &store,
         "every",
         "echo",
         serde_json::json!({"message": "back"}),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(echo.content, "Echo: back");
     assert_ne!(pid("every").await, first);
 
     // Killed between calls: the next call fails retryable or (once the pool has seen the
     // process go) reconnects at once; the one after works on a new process either way.
     let args = serde_json::json!({});
-    call_tool(
+    ok(
         &pool,
         &store,
         "fs",
         "list_allowed_directories",
         args.clone(),
-        CALL,
     )
-    .await
-    .unwrap();
+    .await;
     let before = pid("fs").await;
     kill9(before);
     if let Err(e) = call_tool(
@@ -595,14 +581,115 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     {
         retryable(&e, &["MCP server 'fs'"]);
     }
-    let after = call_tool(&pool, &store, "fs", "list_allowed_directories", args, CALL)
-        .await
-        .unwrap();
+    let after = ok(&pool, &store, "fs", "list_allowed_directories", args).await;
     assert!(
         after.content.contains("Allowed directories"),
         "{}",
         after.content
     );
     assert_ne!(pid("fs").await, before);
+    pool.close_all().await;
+}
+
+#[tokio::test]
+async fn a_sandboxed_server_runs_per_run_in_its_workspace_and_sandbox() {
+    let Some(modules) = servers_dir() else { return };
+    if let Err(reason) = baton_sandbox::probe_host() {
+        eprintln!("skipped: this host cannot sandbox ({reason})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let root = dir.path().join("workspaces");
+    let mut fs = reference(&modules, "server-filesystem", &["."]);
+    fs.sandbox = true;
+    let mut every = reference(&modules, "server-everything", &["stdio"]);
+    every.sandbox = true;
+    let pool = pool(vec![("ws", fs), ("every", every)]);
+    let tools = crate::tools::ToolService::new(root.clone(), store.clone(), true)
+        .with_sandbox(baton_sandbox::SandboxSettings {
+            hidden: vec![root.clone()],
+            ..Default::default()
+        })
+        .with_mcp(pool.clone());
+    let service = McpService::new(pool.clone()).with_workspaces(tools.clone());
+    assert_eq!(
+        service
+            .list(&list("ws", &[]), "run-a")
+            .await
+            .unwrap()
+            .listed,
+        14
+    );
+
+    let scope = |run: &str| tools.run_scope("ws", run, None).unwrap();
+    let call = |server: &str, tool: &str, arguments: serde_json::Value| ToolCall {
+        id: "c1".into(),
+        name: format!("mcp__{server}__{tool}"),
+        arguments: arguments.to_string(),
+        ..Default::default()
+    };
+    let origin = |server: &str, tool: &str| McpOrigin {
+        server: server.into(),
+        tool: tool.into(),
+        ..Default::default()
+    };
+    let run = |run_id: &'static str, server: &'static str, tool: &'static str, args| {
+        let (pool, store, scope) = (pool.clone(), store.clone(), scope(run_id));
+        let (origin, call) = (origin(server, tool), call(server, tool, args));
+        async move {
+            call::execute(&pool, &store, &origin, &call, CALL, Some(&scope))
+                .await
+                .unwrap()
+        }
+    };
+    // Each run's server has that run's workspace as its one directory.
+    for run_id in ["run-a", "run-b"] {
+        let dirs = run(
+            run_id,
+            "ws",
+            "list_allowed_directories",
+            serde_json::json!({}),
+        )
+        .await;
+        let workspace = std::fs::canonicalize(tools.workspace_of(run_id)).unwrap();
+        assert!(
+            dirs.content.ends_with(&workspace.display().to_string()),
+            "{}",
+            dirs.content
+        );
+    }
+    let target = tools.workspace_of("run-a").join("made.txt");
+    let wrote = run(
+        "run-a",
+        "ws",
+        "write_file",
+        serde_json::json!({"path": target.display().to_string(), "content": "in the sandbox\n"}),
+    )
+    .await;
+    assert!(!wrote.is_error, "{}", wrote.content);
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "in the sandbox\n"
+    );
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(&target).unwrap().uid();
+        assert_eq!(
+            owner,
+            baton_sandbox::DEFAULT_SANDBOX_ID,
+            "written as the sandbox user"
+        );
+    }
+    // The sandbox's private TMPDIR, not the worker's; no worker variables beyond the base.
+    let env = run("run-a", "every", "get-env", serde_json::json!({})).await;
+    let env: serde_json::Value = serde_json::from_str(&env.content).unwrap();
+    let tmpdir = env["TMPDIR"].as_str().unwrap_or_default().to_owned();
+    assert!(!tmpdir.is_empty(), "{env}");
+    assert_ne!(
+        Some(tmpdir.as_str()),
+        std::env::var("TMPDIR").ok().as_deref()
+    );
+    assert!(env.get("CARGO_MANIFEST_DIR").is_none(), "{env}");
     pool.close_all().await;
 }

@@ -23,7 +23,7 @@ use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, inline, snapshot};
 
 use crate::heartbeat::{self, Heartbeat};
-use crate::mcp::{McpPool, McpSettings};
+use crate::mcp::{McpError, McpPool, McpSettings, RunScope};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
@@ -110,6 +110,26 @@ impl ToolService {
     pub fn with_mcp(mut self, pool: McpPool) -> Self {
         self.mcp = Some(pool);
         self
+    }
+
+    /// Where a `sandbox = true` MCP server runs for run `run_id`: its workspace, under the
+    /// run's sandbox `policy`.
+    pub(crate) fn run_scope(
+        &self,
+        server: &str,
+        run_id: &str,
+        policy: Option<&baton_proto::SandboxPolicy>,
+    ) -> Result<RunScope, McpError> {
+        let sandbox =
+            Sandbox::resolve(policy, self.sandbox.clone()).map_err(|source| McpError::Sandbox {
+                server: server.to_owned(),
+                source,
+            })?;
+        Ok(RunScope {
+            run_id: run_id.to_owned(),
+            workspace: self.workspace_of(run_id),
+            sandbox,
+        })
     }
 
     /// Keeps outputs longer than `bytes` in the blob store, a preview in history (default
@@ -417,8 +437,15 @@ impl ToolService {
                 ..Default::default()
             });
         }
-        // MCP servers do not touch the workspace: no restore, no snapshot, no orphans.
-        let in_workspace = matches!(kind, Kind::Builtin);
+        // MCP servers do not touch the workspace (no restore, no snapshot, no orphans) unless
+        // they run in it (`sandbox = true`).
+        let in_workspace = match &kind {
+            Kind::Builtin => true,
+            Kind::Mcp(origin) => self
+                .mcp
+                .as_ref()
+                .is_some_and(|pool| pool.is_sandboxed(&origin.server)),
+        };
         let snapshots = self.snapshots && request.mutating && in_workspace;
         // The snapshot this call starts from: the run's latest, or (first mutating call of a
         // run) one taken now, so that a retry can start again from the same state.
@@ -441,7 +468,7 @@ impl ToolService {
             }
         };
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, progress.clone());
-        if in_workspace && (attempt > 1 || request.retry_confirmed) {
+        if matches!(kind, Kind::Builtin) && (attempt > 1 || request.retry_confirmed) {
             // An earlier attempt's processes may still run on this host (its worker was killed
             // outright): they must not write into the workspace of this one.
             let key = format!("{run_id}/{}", call.id);
@@ -516,10 +543,16 @@ impl ToolService {
                     read_only,
                 )
             }
-            Kind::Mcp(origin) => (
-                self.mcp(&ctx, origin, &run_id, &call, timeout).await,
-                !request.mutating,
-            ),
+            Kind::Mcp(origin) => {
+                let run = if in_workspace {
+                    let scope = self.run_scope(&origin.server, &run_id, request.sandbox.as_ref());
+                    Some(scope.map_err(McpError::into_failure)?)
+                } else {
+                    None
+                };
+                let outcome = self.mcp(&ctx, origin, &call, timeout, run.as_ref()).await;
+                (outcome, !request.mutating)
+            }
         };
         let mut result = outcome?;
         if attempt > 1 && !read_only {
@@ -583,15 +616,16 @@ impl ToolService {
         &self,
         ctx: &ActivityContext,
         origin: &McpOrigin,
-        run_id: &str,
         call: &ToolCall,
         timeout: Duration,
+        run: Option<&RunScope>,
     ) -> Result<ToolResult, ActivityError> {
+        let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let pool = self
             .mcp
             .clone()
             .unwrap_or_else(|| McpPool::new(McpSettings::default()));
-        let work = crate::mcp::call::execute(&pool, &self.store, origin, call, timeout);
+        let work = crate::mcp::call::execute(&pool, &self.store, origin, call, timeout, run);
         match heartbeat::until_cancelled(ctx, work).await {
             Err(cancelled) => {
                 info!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, "MCP call cancelled");
