@@ -1,6 +1,7 @@
 //! A run that lists and calls the tools of a stdio and an HTTP server, with approval of the
 //! mutating one; `never_ask` denying it unless a policy rule trusts it; images and tool errors
-//! as the model sees them, and the calls in the worker's metrics.
+//! as the model sees them, and the calls in the worker's metrics; a `sandbox = true` server
+//! writing into the run's workspace and change set.
 
 use super::*;
 
@@ -305,4 +306,45 @@ fn images_go_to_the_blob_store_tool_errors_reach_the_model_and_metrics_count_bot
             .then_some(()))
     })
     .unwrap();
+}
+
+/// `sandbox = true`: the stdio server runs per run, in the run's workspace under its sandbox, and
+/// what it writes there is in the run's change set like a built-in tool's writes.
+#[test]
+fn a_sandboxed_stdio_server_writes_into_the_runs_workspace_and_change_set() {
+    let setup = Setup::start();
+    let entry = filesystem_entry().unwrap().display().to_string();
+    let mut ws = command_server_toml("ws", "node", &[&entry, "."]);
+    ws.push_str("sandbox = true\n");
+    let config = setup.config(&[ws]);
+    let queue = unique("mcp-sandboxed");
+    let w = setup.worker(&queue, &config);
+    let run = unique("run-mcp-sandboxed");
+    let target = w.workspace_root().join(&run).join("made-by-mcp.txt");
+    let write = json!({"path": target, "content": "written in the sandbox\n"}).to_string();
+    setup
+        .llm
+        .push_tool_calls(&[("call_write", "mcp__ws__write_file", &write)]);
+    setup.llm.push_text("Wrote it.");
+    submit(
+        &setup.server,
+        &queue,
+        &run,
+        &["--provider", "openai", "--mcp", "ws", "--no-approval"],
+        "write a file",
+    );
+    let r = result(&setup.server, &run, 0);
+    assert_eq!(r["answer"], "Wrote it.", "{r}");
+    let wrote = result_of(&setup.llm.requests()[1], "call_write");
+    assert!(wrote.contains("Successfully wrote"), "{wrote}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "written in the sandbox\n"
+    );
+    let files = r["changes"]["files"].to_string();
+    assert!(
+        files.contains("made-by-mcp.txt"),
+        "not in the change set: {}",
+        r["changes"]
+    );
 }
