@@ -3,8 +3,8 @@
 //! server-everything over streamable HTTP (behind a relay that counts the listings and calls
 //! that reach it), with the OpenAI stand-in as the model so each test asserts on the next model
 //! request. `harness` checks the harness itself; `flow` a run calling both servers, approval,
-//! `never_ask` and policy rules, content types and metrics, a sandboxed server; `kill` kill -9 mid-call; `unavailable` servers that cannot be
-//! used.
+//! `never_ask` and policy rules, content types and metrics, a sandboxed server; `kill` kill -9
+//! mid-call; `unavailable` servers that cannot be used.
 
 #![allow(clippy::unwrap_used)]
 
