@@ -18,6 +18,11 @@
 //! over those repositories that refuses what GitHub refuses ([`GitHubStandIn`], `github.rs`).
 //! The HTTP servers each run on a thread of their own (`http_thread.rs`).
 //!
+//! For MCP tools (issue 18): the reference MCP servers installed from npm ([`servers_dir`]),
+//! server-everything over streamable HTTP behind a relay that counts listings and calls
+//! ([`EverythingServer`]), and the worker settings naming servers ([`worker_config`])
+//! (`mcp_servers.rs`).
+//!
 //! The baton binaries are looked up next to the test executable
 //! ([`bin_path`]); `cargo test` does not build them, so run
 //! `cargo build --workspace` first.
@@ -55,6 +60,7 @@ mod git_server;
 mod github;
 mod history;
 mod http_thread;
+mod mcp_servers;
 mod mock_anthropic;
 mod mock_checks;
 mod mock_http;
@@ -77,6 +83,11 @@ pub use git_server::{
 pub use github::{ApiRequest, GitHubStandIn, PullRequest};
 pub use history::{
     CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
+};
+pub use mcp_servers::{
+    EverythingServer, MCP_SERVER_START_TIMEOUT, McpCounts, command_server_toml, count_methods,
+    everything_entry, filesystem_entry, fs_server_command, fs_server_toml, http_server_toml,
+    loopback_preload, servers_dir, worker_config,
 };
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
 pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};

@@ -17,6 +17,7 @@ mod suite {
     mod handoff;
     mod harness;
     mod history_budget;
+    mod mcp;
     mod openai_wire;
     mod providers;
     mod replay;
