@@ -69,7 +69,7 @@ impl McpService {
     }
 
     /// Lists the server's tools, filtered to `request.tools` (a sandboxed server: started for
-    /// `run_id`, in the default sandbox: the listing request carries no policy).
+    /// `run_id`, under the run's sandbox policy from the request).
     pub async fn list(
         &self,
         request: &McpListRequest,
@@ -77,7 +77,9 @@ impl McpService {
     ) -> Result<McpToolList, McpError> {
         let server = request.server.as_str();
         let run = match (&self.tools, self.pool.is_sandboxed(server)) {
-            (Some(tools), true) => Some(tools.run_scope(server, run_id, None)?),
+            (Some(tools), true) => {
+                Some(tools.run_scope(server, run_id, request.sandbox.as_ref())?)
+            }
             _ => None,
         };
         let lease = self.pool.lease(server, run.as_ref()).await?;

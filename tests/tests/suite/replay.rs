@@ -2,7 +2,7 @@
 //! `AgentRun` code. A change that makes the workflow nondeterministic (a reordered, added or
 //! removed command) fails here. Record a new history with
 //! `cargo test -p baton-tests --test all -- --ignored record_approval_history` (or
-//! `record_budget_history`). Every patch marker of the workflow's registry
+//! `record_budget_history`, `record_mcp_history`). Every patch marker of the workflow's registry
 //! (`baton_workflows::workflow::patches`) must be recorded by one of these histories.
 
 #![allow(clippy::unwrap_used)]
@@ -33,6 +33,8 @@ use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOption
 const RECORD_AS: &str = "approval-run-v9.json";
 /// Prefix of the files `record_budget_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_BUDGET_AS: &str = "budget-run";
+/// Prefix of the files `record_mcp_history` writes (`<prefix>-segment-<n>.json`).
+const RECORD_MCP_AS: &str = "mcp-run";
 
 /// Histories replayed against the current code.
 fn histories_dir() -> PathBuf {
@@ -297,6 +299,96 @@ async fn record_budget_history() {
     }
     for (n, json) in [(1, first), (2, second)] {
         let file = format!("{RECORD_BUDGET_AS}-segment-{n}.json");
+        std::fs::write(histories_dir().join(file), json).unwrap();
+    }
+}
+
+/// Records `tests/histories/<RECORD_MCP_AS>-segment-{1,2}.json` (issue 18): a run with two
+/// MCP servers, server-filesystem over stdio and server-everything over HTTP: both listed once
+/// before the first turn, a read-only call and an echo without approval, a mutating call
+/// approved, then (after continue-as-new, which carries the listed tools) an image call and
+/// the answer. The second segment lists nothing.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "records a history; run by hand after an intended workflow change"]
+async fn record_mcp_history() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("record");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let data = data.canonicalize().unwrap();
+    std::fs::write(data.join("notes.txt"), "recorded notes\n").unwrap();
+    let everything = EverythingServer::start().unwrap();
+    let config = worker_config(
+        dir.path(),
+        &[
+            fs_server_toml("fs", &data, &dir.path().join("fs.log")).unwrap(),
+            http_server_toml("everything", &everything.url()),
+        ],
+        "",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let _w = worker(&server, &queue, &[("BATON_CONFIG", &config)]);
+    let notes = data.join("notes.txt").display().to_string();
+    let out = data.join("out.txt").display().to_string();
+    let s = script(
+        dir.path(),
+        "mcp",
+        json!([
+            {"text": "Reading.", "tool_calls": [
+                {"name": "mcp__fs__read_text_file", "arguments": {"path": notes}},
+                {"name": "mcp__everything__echo", "arguments": {"message": "recorded"}}
+            ]},
+            {"text": "Writing.", "tool_calls": [
+                {"name": "mcp__fs__write_file", "arguments": {"path": out, "content": "out\n"}}
+            ]},
+            {"text": "A picture.", "tool_calls": [
+                {"name": "mcp__everything__get-tiny-image", "arguments": {}}
+            ]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let run = "mcp-run";
+    submit(
+        &server,
+        &queue,
+        run,
+        &[
+            "--script",
+            &s,
+            "--mcp",
+            "fs",
+            "--mcp",
+            "everything:echo,get-tiny-image",
+            "--segment-turns",
+            "2",
+        ],
+        "record an MCP history",
+    );
+    wait_state(&server, run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    assert_eq!(baton(&server, &["approve", run, "--all"]).unwrap().code, 0);
+    let answer = result(&server, run, 0);
+    assert_eq!(answer["answer"], "Done.", "{answer}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "out\n");
+    assert_eq!(everything.counts().lists, 1, "listed once in the whole run");
+
+    let second = fetch_history(&server, run, None).await;
+    let started = &serde_json::from_slice::<Value>(&second).unwrap()["events"][0]["attributes"]["WorkflowExecutionStartedEventAttributes"];
+    let first_run = started["continued_execution_run_id"].as_str().unwrap();
+    assert!(!first_run.is_empty(), "the last segment continues another");
+    let first = fetch_history(&server, run, Some(first_run)).await;
+    let listings = |json: &[u8]| {
+        String::from_utf8_lossy(json)
+            .matches("\"mcp_list_tools\"")
+            .count()
+    };
+    assert!(listings(&first) >= 2, "segment 1 lists both servers");
+    assert_eq!(listings(&second), 0, "segment 2 lists nothing");
+    for (n, json) in [(1, first), (2, second)] {
+        let file = format!("{RECORD_MCP_AS}-segment-{n}.json");
         std::fs::write(histories_dir().join(file), json).unwrap();
     }
 }

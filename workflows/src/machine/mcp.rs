@@ -25,6 +25,7 @@ impl RunState {
             .map(|entry| McpListRequest {
                 server: entry.server,
                 tools: entry.tools,
+                sandbox: self.spec.sandbox.clone(),
             })
             .collect()
     }
@@ -100,6 +101,9 @@ impl RunState {
                 );
             }
         } else {
+            for why in &failed {
+                self.note(now_ms, why);
+            }
             let detail = format!(
                 "{}. Fix the workers' [mcp.servers] settings, or submit with --mcp-unavailable continue to run without it.",
                 failed.join("; ")

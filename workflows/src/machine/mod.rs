@@ -520,7 +520,15 @@ fn normalize(mut spec: RunSpec) -> RunSpec {
         limits.max_parallel_tools = DEFAULT_MAX_PARALLEL_TOOLS;
     }
     spec.limits = Some(limits);
-    spec.approval.get_or_insert_with(Default::default);
+    // A spec without any policy (e.g. started with the plain `temporal` CLI) still asks before
+    // an MCP tool that is not read-only: the server's tools act on the world. Only runs that
+    // name MCP servers have such tools, so older runs are unaffected. An explicit policy (the
+    // `baton` CLI always sends one) says for itself.
+    spec.approval
+        .get_or_insert_with(|| baton_proto::ApprovalPolicy {
+            require_approval: vec![format!("{}*", crate::mcp::PREFIX)],
+            ..Default::default()
+        });
     spec.model.get_or_insert_with(Default::default);
     spec
 }

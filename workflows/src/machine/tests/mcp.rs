@@ -251,3 +251,27 @@ fn bad_mcp_entries_and_policies_are_refused_before_the_run_starts() {
 fn spec_plain() -> RunSpec {
     spec(&["shell"])
 }
+
+#[test]
+fn a_spec_without_a_policy_asks_before_mutating_mcp_tools() {
+    let spec = RunSpec {
+        approval: None,
+        ..mcp_spec(&[], &[("fs", &[])])
+    };
+    let mut s = listed_run(spec);
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
+                call("c2", "mcp__fs__write_file", r#"{"path":"/b"}"#),
+                call("c3", "shell", r#"{"command":"ls"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let pending: Vec<String> = s.pending_calls().into_iter().map(|p| p.call_id).collect();
+    assert_eq!(pending, ["c2"], "only the mutating MCP call asks");
+}
