@@ -86,6 +86,7 @@ fn list(server: &str, tools: &[&str]) -> McpListRequest {
     McpListRequest {
         server: server.into(),
         tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        sandbox: None,
     }
 }
 
