@@ -248,12 +248,26 @@ fn chaos_twenty_runs_survive_random_kill_9_of_their_workers() {
     for (r, run) in runs.iter().enumerate() {
         let result = result(&server, run, 0);
         assert_eq!(result["answer"], format!("run {r} done"), "{result}");
-        assert_eq!(
-            final_workspace(&server, run),
-            expected_files(r, STEPS),
-            "workspace of run {r}"
-        );
         let history = server.workflow_history_json(run, None).unwrap();
+        let workspace = final_workspace(&server, run);
+        if workspace != expected_files(r, STEPS) {
+            // Say which step went wrong and how: its tool activity's attempts and failures.
+            let activities: Vec<String> = history["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| {
+                    let t = e["eventType"].as_str().unwrap_or_default();
+                    t.contains("ACTIVITY_TASK") && !t.ends_with("SCHEDULED")
+                })
+                .map(|e| e.to_string().chars().take(600).collect())
+                .collect();
+            panic!(
+                "workspace of run {r}: {workspace:?}\nexpected {:?}\nits activity events:\n{}",
+                expected_files(r, STEPS),
+                activities.join("\n")
+            );
+        }
         retried += history["events"]
             .as_array()
             .unwrap()

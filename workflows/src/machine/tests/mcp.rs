@@ -45,6 +45,19 @@ fn listed_run(spec: RunSpec) -> RunState {
     s
 }
 
+/// The model's next turn calls `mcp__fs__write_file` once.
+fn model_writes(s: &mut RunState) {
+    expect_llm(s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("c1", "mcp__fs__write_file", r#"{"path":"/b"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+}
+
 #[test]
 fn a_server_is_listed_once_and_its_tools_reach_the_model() {
     let mut s = listed_run(mcp_spec(&["shell", "mcp__*"], &[("fs", &[])]));
@@ -130,15 +143,7 @@ fn never_ask_denies_a_mutating_mcp_call_with_a_reason_the_model_sees() {
     let mut spec = mcp_spec(&["mcp__fs__*"], &[("fs", &[])]);
     spec.approval.as_mut().unwrap().mode = "never_ask".into();
     let mut s = listed_run(spec);
-    expect_llm(&mut s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![call("c1", "mcp__fs__write_file", r#"{"path":"/b"}"#)],
-            FinishReason::ToolCalls,
-        ),
-        T0,
-    );
+    model_writes(&mut s);
     assert!(s.pending_calls().is_empty(), "never waits");
     assert!(expect_tools(&mut s).is_empty());
     s.on_tool_results(vec![], T0);
@@ -161,15 +166,7 @@ fn policy_rules_allow_trusted_mcp_tools_by_pattern() {
         ..Default::default()
     }];
     let mut s = listed_run(spec);
-    expect_llm(&mut s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![call("c1", "mcp__fs__write_file", r#"{"path":"/b"}"#)],
-            FinishReason::ToolCalls,
-        ),
-        T0,
-    );
+    model_writes(&mut s);
     assert_eq!(expect_tools(&mut s).len(), 1, "allowed without a human");
 }
 
