@@ -75,7 +75,7 @@ wait_for_temporal() {
 }
 
 # Installs the reference MCP servers (npm, pinned in tests/mcp/package-lock.json) the e2e
-# tests run, into <target>/mcp-servers.
+# tests run, into /tmp/baton-mcp-servers-<uid> (or $BATON_MCP_SERVERS_DIR).
 ensure_mcp_servers() {
   "$(dirname "${BASH_SOURCE[0]}")/mcp-servers.sh" >/dev/null
 }

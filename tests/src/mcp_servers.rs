@@ -44,14 +44,6 @@ fn install() -> anyhow::Result<PathBuf> {
     let script = repo_root().join("scripts/mcp-servers.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(&script).stdin(Stdio::null());
-    // The test executable is `<target>/<profile>/deps/<test>`: install next to the binaries
-    // under test, whatever target dir cargo used.
-    if std::env::var_os("BATON_MCP_SERVERS_DIR").is_none()
-        && let Ok(exe) = std::env::current_exe()
-        && let Some(target) = exe.ancestors().nth(3)
-    {
-        cmd.env("CARGO_TARGET_DIR", target);
-    }
     let out = cmd
         .output()
         .with_context(|| format!("running {}", script.display()))?;
