@@ -290,7 +290,7 @@ fn mcp_servers(entries: &[String]) -> Result<Vec<McpUse>, Exit> {
 /// Tools that wait for a human unless a policy file or a flag says otherwise: `shell`, and
 /// every MCP tool that is not read-only (the server's `readOnlyHint`).
 fn default_require_approval() -> Vec<String> {
-    vec![tools::SHELL.to_owned(), format!("{}*", mcp::PREFIX)]
+    vec![tools::SHELL.to_owned(), mcp::EVERY_TOOL.to_owned()]
 }
 
 /// The value a `ValueEnum` flag was given as (`"high"`, `"1h"`), "" when absent.

@@ -12,6 +12,8 @@ use baton_proto::{McpOrigin, McpTool, McpToolList, McpUse, ToolDefinition};
 
 /// Prefix of every MCP tool's name as the model sees it: `mcp__<server>__<tool>`.
 pub const PREFIX: &str = "mcp__";
+/// The policy pattern of every MCP tool (asked for by default when not read-only).
+pub const EVERY_TOOL: &str = "mcp__*";
 /// Separator between the server and the tool in a model-facing name.
 pub const SEPARATOR: &str = "__";
 /// Longest tool name the providers accept (OpenAI and Anthropic: `^[a-zA-Z0-9_-]{1,64}$`).

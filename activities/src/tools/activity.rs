@@ -69,8 +69,9 @@ pub struct ToolService {
     sandbox: Arc<SandboxSettings>,
     /// One lock per run workspace: restores and snapshots never overlap.
     locks: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
-    /// The worker's MCP servers (`mcp_call_tool`); none: every MCP call is `McpUnavailable`.
-    mcp: Option<McpPool>,
+    /// The worker's MCP servers (`mcp_call_tool`); empty unless `with_mcp`: every MCP call is
+    /// then `McpUnavailable` ("not configured on this worker").
+    mcp: McpPool,
 }
 
 /// What one tool attempt runs.
@@ -102,13 +103,13 @@ impl ToolService {
             inline_bytes: baton_store::inline::DEFAULT_INLINE_BYTES,
             sandbox: Arc::new(SandboxSettings::default()),
             locks: Arc::default(),
-            mcp: None,
+            mcp: McpPool::new(McpSettings::default()),
         }
     }
 
     /// Calls MCP tools (`mcp_call_tool`) through `pool` (share it with the `McpService`).
     pub fn with_mcp(mut self, pool: McpPool) -> Self {
-        self.mcp = Some(pool);
+        self.mcp = pool;
         self
     }
 
@@ -441,10 +442,7 @@ impl ToolService {
         // they run in it (`sandbox = true`).
         let in_workspace = match &kind {
             Kind::Builtin => true,
-            Kind::Mcp(origin) => self
-                .mcp
-                .as_ref()
-                .is_some_and(|pool| pool.is_sandboxed(&origin.server)),
+            Kind::Mcp(origin) => self.mcp.is_sandboxed(&origin.server),
         };
         let snapshots = self.snapshots && request.mutating && in_workspace;
         // The snapshot this call starts from: the run's latest, or (first mutating call of a
@@ -621,11 +619,7 @@ impl ToolService {
         run: Option<&RunScope>,
     ) -> Result<ToolResult, ActivityError> {
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
-        let pool = self
-            .mcp
-            .clone()
-            .unwrap_or_else(|| McpPool::new(McpSettings::default()));
-        let work = crate::mcp::call::execute(&pool, &self.store, origin, call, timeout, run);
+        let work = crate::mcp::call::execute(&self.mcp, &self.store, origin, call, timeout, run);
         match heartbeat::until_cancelled(ctx, work).await {
             Err(cancelled) => {
                 info!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, "MCP call cancelled");

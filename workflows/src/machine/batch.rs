@@ -24,12 +24,13 @@ impl RunState {
             .calls
             .iter()
             .filter(|c| matches!(c.disposition, Disposition::Run { .. }))
-            .map(|c| ToolRequest {
+            .map(|c| (c, self.tool_def(&c.call.name)))
+            .map(|(c, def)| ToolRequest {
                 call: Some(c.call.clone()),
                 timeout_seconds: self.tool_timeout(&c.call),
                 snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
-                mutating: !self.tool_def(&c.call.name).is_some_and(|d| d.read_only),
-                mcp: self.tool_def(&c.call.name).and_then(|d| d.mcp.clone()),
+                mutating: !def.is_some_and(|d| d.read_only),
+                mcp: def.and_then(|d| d.mcp.clone()),
                 confirm_retries: self
                     .spec
                     .approval

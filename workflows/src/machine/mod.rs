@@ -526,7 +526,7 @@ fn normalize(mut spec: RunSpec) -> RunSpec {
     // `baton` CLI always sends one) says for itself.
     spec.approval
         .get_or_insert_with(|| baton_proto::ApprovalPolicy {
-            require_approval: vec![format!("{}*", crate::mcp::PREFIX)],
+            require_approval: vec![crate::mcp::EVERY_TOOL.to_owned()],
             ..Default::default()
         });
     spec.model.get_or_insert_with(Default::default);

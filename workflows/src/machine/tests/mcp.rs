@@ -45,16 +45,17 @@ fn listed_run(spec: RunSpec) -> RunState {
     s
 }
 
+/// The model's next turn makes `calls`.
+fn model_calls(s: &mut RunState, calls: Vec<ToolCall>) {
+    expect_llm(s);
+    s.on_llm_response(reply("", calls, FinishReason::ToolCalls), T0);
+}
+
 /// The model's next turn calls `mcp__fs__write_file` once.
 fn model_writes(s: &mut RunState) {
-    expect_llm(s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![call("c1", "mcp__fs__write_file", r#"{"path":"/b"}"#)],
-            FinishReason::ToolCalls,
-        ),
-        T0,
+    model_calls(
+        s,
+        vec![call("c1", "mcp__fs__write_file", r#"{"path":"/b"}"#)],
     );
 }
 
@@ -87,21 +88,16 @@ fn a_server_is_listed_once_and_its_tools_reach_the_model() {
 #[test]
 fn read_only_mcp_tools_run_and_mutating_ones_wait_for_a_human() {
     let mut s = listed_run(mcp_spec(&["shell", "mcp__*"], &[("fs", &[])]));
-    expect_llm(&mut s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![
-                call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
-                call(
-                    "c2",
-                    "mcp__fs__write_file",
-                    r#"{"path":"/b","content":"x"}"#,
-                ),
-            ],
-            FinishReason::ToolCalls,
-        ),
-        T0,
+    model_calls(
+        &mut s,
+        vec![
+            call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
+            call(
+                "c2",
+                "mcp__fs__write_file",
+                r#"{"path":"/b","content":"x"}"#,
+            ),
+        ],
     );
     let pending: Vec<String> = s.pending_calls().into_iter().map(|p| p.call_id).collect();
     assert_eq!(pending, ["c2"]);
@@ -256,18 +252,13 @@ fn a_spec_without_a_policy_asks_before_mutating_mcp_tools() {
         ..mcp_spec(&[], &[("fs", &[])])
     };
     let mut s = listed_run(spec);
-    expect_llm(&mut s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![
-                call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
-                call("c2", "mcp__fs__write_file", r#"{"path":"/b"}"#),
-                call("c3", "shell", r#"{"command":"ls"}"#),
-            ],
-            FinishReason::ToolCalls,
-        ),
-        T0,
+    model_calls(
+        &mut s,
+        vec![
+            call("c1", "mcp__fs__read_text_file", r#"{"path":"/a"}"#),
+            call("c2", "mcp__fs__write_file", r#"{"path":"/b"}"#),
+            call("c3", "shell", r#"{"command":"ls"}"#),
+        ],
     );
     let pending: Vec<String> = s.pending_calls().into_iter().map(|p| p.call_id).collect();
     assert_eq!(pending, ["c2"], "only the mutating MCP call asks");
