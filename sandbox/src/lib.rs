@@ -9,6 +9,8 @@
 //! - `prepared`: the parent's half, [`Sandbox::prepare`] and [`Prepared`].
 //! - `temp`: the private temp dir of each process and [`sweep_stale_temp_dirs`].
 //! - `host`: what this host can enforce ([`probe_host`], [`log_host_support`]).
+//! - [`net`]: network for tools (issue 19): the filtering HTTP/HTTPS proxy a tool's network
+//!   namespace reaches, host rules (`--allow-host`) and the decision per request.
 //! - `linux/`: the mechanisms: `landlock.rs` (the ruleset), `seccomp.rs` (the BPF programs),
 //!   `limits.rs` (rlimits), `owner.rs` (handing the workspace to the sandbox user), `child.rs`
 //!   (the `pre_exec` hook); `unsupported.rs` stands in for them elsewhere.
@@ -62,6 +64,7 @@
 
 pub mod error;
 mod host;
+pub mod net;
 mod prepared;
 pub mod settings;
 mod temp;

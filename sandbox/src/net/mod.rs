@@ -1,0 +1,62 @@
+//! Network for tool processes (issue 19): the filtering HTTP/HTTPS proxy a sandboxed process
+//! reaches as its only way out, and the rules it decides by.
+//!
+//! A tool runs in its own network namespace whose only listener is `127.0.0.1:3128`; the worker
+//! accepts on that listener ([`Proxy::start`]) and, for each request, decides
+//! ([`NetPolicy::decide`]) and connects on the tool's behalf from the worker's network. Tools
+//! send host NAMES (`CONNECT example.com:443`, `GET http://example.com/`), so the proxy is the
+//! only resolver, and it connects to the address it checked, never to the name again (DNS
+//! rebinding).
+//!
+//! # Layout
+//! - [`rules`]: [`HostRule`], one `--allow-host` entry (`example.com`, `*.example.com:443`,
+//!   `10.0.0.0/8`, `[::1]:8080`), parsed, printed canonically and matched. Pure.
+//! - [`addr`]: [`AddrClass`], what an IP address is (public, loopback, link-local, ...). Pure.
+//! - [`policy`]: [`NetPolicy`] (a run's rules + the worker's [`NetGuard`]), the decision
+//!   for `host:port` with a [`Resolve`]r, and [`Refusal`]/[`RefusalKind`].
+//! - [`proxy`]: [`Proxy`], the HTTP/1.1 server (hyper): `CONNECT` tunnels and absolute-form
+//!   requests forwarded one by one; [`ProxyHandle`] stops it and holds what it refused.
+//!
+//! # The decision, in order
+//! 1. The host is normalised (lowercase, one trailing dot and IPv6 brackets stripped); a strict
+//!    IP literal is an address (v4-mapped IPv6 as IPv4).
+//! 2. With rules, a host:port no rule matches is refused ([`RefusalKind::NotAllowed`]) before any
+//!    lookup, so an unlisted name leaks nothing to DNS. Names match name rules, IP literals match
+//!    IP and CIDR rules; a rule without a port matches every port.
+//! 3. A name is resolved; every address is checked, in order, and the proxy connects to the first
+//!    permitted one that answers.
+//! 4. A protected endpoint of the worker ([`NetGuard::protected`]: the Temporal frontend, the
+//!    worker's ports) is never permitted ([`RefusalKind::Protected`]).
+//! 5. A non-public address ([`AddrClass`], plus [`NetGuard::private_ranges`]) is permitted only
+//!    when a matching rule names it: an IP or CIDR rule containing it, or the exact host name (not
+//!    a wildcard). Without rules (any public host) never ([`RefusalKind::Private`]).
+
+pub mod addr;
+pub mod policy;
+pub mod proxy;
+pub mod rules;
+
+#[cfg(test)]
+mod tests;
+
+pub use addr::{AddrClass, classify};
+pub use policy::{BoxFuture, NetGuard, NetPolicy, Refusal, RefusalKind, Resolve, SystemResolver};
+pub use proxy::{Proxy, ProxyCounts, ProxyHandle};
+pub use rules::HostRule;
+
+/// A network setting that cannot be used as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// An `--allow-host` entry that is not one of the accepted forms.
+    #[error(
+        "bad --allow-host '{entry}': {problem}; use HOST, *.HOST, HOST:PORT, an IP, [IPv6] or a \
+         CIDR (10.0.0.0/8, [fd00::]/8), each with an optional :PORT"
+    )]
+    BadHostRule {
+        /// The entry as given.
+        entry: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}

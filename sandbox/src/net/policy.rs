@@ -1,0 +1,295 @@
+//! The decision for one `host:port` a tool asks the proxy for: a run's [`HostRule`]s, the
+//! worker's [`NetGuard`] and a [`Resolve`]r, giving the addresses to connect to or a
+//! [`Refusal`]. The order of the checks is in the [module doc](super).
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::NetError;
+use super::addr::classify;
+use super::rules::{HostRule, Target};
+
+/// How long a name lookup may take before the request is refused as [`RefusalKind::Unresolved`].
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A boxed, sendable future (what [`Resolve::lookup`] returns).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Resolves a host name to addresses; [`SystemResolver`] in production, a table in tests.
+pub trait Resolve: Send + Sync {
+    /// The addresses of `host` (never an IP literal: those are not looked up), with `port`.
+    fn lookup<'a>(&'a self, host: &'a str, port: u16)
+    -> BoxFuture<'a, io::Result<Vec<SocketAddr>>>;
+}
+
+/// The host's resolver: `tokio::net::lookup_host`, i.e. glibc `getaddrinfo` (which also reads
+/// `/etc/hosts` and accepts the inet_aton forms `127.1`, `2130706433`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemResolver;
+
+impl Resolve for SystemResolver {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+    }
+}
+
+/// The worker's side of every run's policy, from its settings.
+#[derive(Debug, Clone, Default)]
+pub struct NetGuard {
+    /// Never reachable whatever the rules say, with what they are ("the worker's Temporal
+    /// frontend", "the worker's metrics port"). An unspecified IP (`0.0.0.0` / `::`) means: that
+    /// port on any non-public address. Loopback and unspecified addresses all count as this
+    /// host: `127.0.0.1:7233` protects `0.0.0.0:7233`, `[::1]:7233` and `127.0.0.2:7233` too.
+    pub protected: Vec<(SocketAddr, String)>,
+    /// Ranges treated like the private ones (the operator's cluster ranges).
+    pub private_ranges: Vec<IpNet>,
+}
+
+impl NetGuard {
+    /// What `addr` is, if it is (or reaches) a protected endpoint.
+    fn protected(&self, addr: SocketAddr) -> Option<&str> {
+        let ip = addr.ip().to_canonical();
+        let class = classify(ip, &self.private_ranges);
+        self.protected.iter().find_map(|(endpoint, what)| {
+            let guarded = endpoint.ip().to_canonical();
+            let guarded_class = classify(guarded, &self.private_ranges);
+            let same = guarded == ip
+                || (guarded.is_unspecified() && !class.is_public())
+                || (guarded_class.is_this_host() && class.is_this_host());
+            (endpoint.port() == addr.port() && same).then_some(what.as_str())
+        })
+    }
+}
+
+/// Why the proxy refused a request, as a metric label ([`RefusalKind::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RefusalKind {
+    /// No rule of the run's allow list matches the host and port.
+    NotAllowed,
+    /// Every address is non-public and no matching rule names it.
+    Private,
+    /// The address is one of the worker's protected endpoints.
+    Protected,
+    /// The name could not be resolved.
+    Unresolved,
+    /// No permitted address accepted a connection.
+    Unreachable,
+    /// The request is not one the proxy serves.
+    BadRequest,
+}
+
+impl RefusalKind {
+    /// The label for metrics and the `X-Baton-Refused` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalKind::NotAllowed => "not_allowed",
+            RefusalKind::Private => "private",
+            RefusalKind::Protected => "protected",
+            RefusalKind::Unresolved => "unresolved",
+            RefusalKind::Unreachable => "unreachable",
+            RefusalKind::BadRequest => "bad_request",
+        }
+    }
+}
+
+impl fmt::Display for RefusalKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request the proxy refused, with what was asked and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The host as asked (normalised when it could be; empty when the request named none).
+    pub host: String,
+    /// The port asked for (0 when the request named none).
+    pub port: u16,
+    /// The class of refusal.
+    pub kind: RefusalKind,
+    /// What was wrong, in words for the tool's output and the run's events.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// A refusal of `host:port`.
+    pub fn new(host: &str, port: u16, kind: RefusalKind, reason: String) -> Refusal {
+        Refusal {
+            host: host.to_owned(),
+            port,
+            kind,
+            reason,
+        }
+    }
+
+    /// `host:port` (IPv6 in brackets), or "the request" when no host was named.
+    pub fn target(&self) -> String {
+        if self.host.is_empty() {
+            "the request".to_owned()
+        } else if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.target(), self.reason)
+    }
+}
+
+/// A run's network policy: its host rules (none = any PUBLIC host) and the worker's guard.
+#[derive(Debug, Clone)]
+pub struct NetPolicy {
+    rules: Vec<HostRule>,
+    guard: Arc<NetGuard>,
+}
+
+impl NetPolicy {
+    /// Parses the run's `allowed_hosts`; the error names the first bad entry.
+    pub fn new(allowed_hosts: &[String], guard: Arc<NetGuard>) -> Result<NetPolicy, NetError> {
+        let rules = allowed_hosts
+            .iter()
+            .map(|entry| HostRule::parse(entry))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NetPolicy { rules, guard })
+    }
+
+    /// The run's rules (empty: any public host).
+    pub fn rules(&self) -> &[HostRule] {
+        &self.rules
+    }
+
+    /// The worker's guard.
+    pub fn guard(&self) -> &NetGuard {
+        &self.guard
+    }
+
+    /// The decision for `host:port`: the address to connect to (the first permitted one).
+    pub async fn decide(
+        &self,
+        host: &str,
+        port: u16,
+        resolver: &dyn Resolve,
+    ) -> Result<SocketAddr, Refusal> {
+        let permitted = self.permitted(host, port, resolver).await?;
+        permitted.first().copied().ok_or_else(|| {
+            Refusal::new(host, port, RefusalKind::Unresolved, "no address".to_owned())
+        })
+    }
+
+    /// Every permitted address of `host:port`, in the resolver's order, never empty; the proxy
+    /// tries them in turn. When none is permitted, the refusal of the first address.
+    pub async fn permitted(
+        &self,
+        host: &str,
+        port: u16,
+        resolver: &dyn Resolve,
+    ) -> Result<Vec<SocketAddr>, Refusal> {
+        let target = Target::parse(host).map_err(|problem| {
+            let reason = format!("'{host}' is not a host name or IP address: {problem}");
+            Refusal::new(host, port, RefusalKind::BadRequest, reason)
+        })?;
+        let name = target.to_string();
+        let refuse = |kind, reason| Refusal::new(&name, port, kind, reason);
+        let matched: Vec<&HostRule> = self
+            .rules
+            .iter()
+            .filter(|rule| rule.matches(&target, port))
+            .collect();
+        if !self.rules.is_empty() && matched.is_empty() {
+            let asked = refuse(RefusalKind::NotAllowed, String::new()).target();
+            let reason = format!(
+                "{asked} is not on this run's allow list (--allow-host); submit with \
+                 --allow-host HOST[:PORT] to allow it"
+            );
+            return Err(refuse(RefusalKind::NotAllowed, reason));
+        }
+        let addrs = match &target {
+            Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+            Target::Name(host) => {
+                match tokio::time::timeout(LOOKUP_TIMEOUT, resolver.lookup(host, port)).await {
+                    Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
+                    Ok(Ok(_)) => {
+                        let reason = format!("{host} has no address");
+                        return Err(refuse(RefusalKind::Unresolved, reason));
+                    }
+                    Ok(Err(err)) => {
+                        let reason = format!("{host} could not be resolved: {err}");
+                        return Err(refuse(RefusalKind::Unresolved, reason));
+                    }
+                    Err(_) => {
+                        let reason = format!(
+                            "{host} could not be resolved: no answer within {} s",
+                            LOOKUP_TIMEOUT.as_secs()
+                        );
+                        return Err(refuse(RefusalKind::Unresolved, reason));
+                    }
+                }
+            }
+        };
+        let mut permitted = Vec::new();
+        let mut first_refusal = None;
+        for addr in addrs {
+            let addr = SocketAddr::new(addr.ip().to_canonical(), port);
+            match self.check(&target, addr, &matched) {
+                Ok(()) if !permitted.contains(&addr) => permitted.push(addr),
+                Ok(()) => {}
+                Err((kind, reason)) => {
+                    first_refusal.get_or_insert_with(|| refuse(kind, reason));
+                }
+            }
+        }
+        match first_refusal {
+            Some(refusal) if permitted.is_empty() => Err(refusal),
+            _ => Ok(permitted),
+        }
+    }
+
+    /// Whether `addr`, one address of `target`, may be connected to under the `matched` rules.
+    fn check(
+        &self,
+        target: &Target,
+        addr: SocketAddr,
+        matched: &[&HostRule],
+    ) -> Result<(), (RefusalKind, String)> {
+        let ip = addr.ip();
+        let what = match target {
+            Target::Ip(_) => ip.to_string(),
+            Target::Name(name) => format!("{name} resolves to {}, which", ip),
+        };
+        if let Some(endpoint) = self.guard.protected(addr) {
+            let reason = format!(
+                "{what} is {endpoint} (port {}): tools may never reach it",
+                addr.port()
+            );
+            return Err((RefusalKind::Protected, reason));
+        }
+        let class = classify(ip, &self.guard.private_ranges);
+        if class.is_public() || matched.iter().any(|rule| rule.names(ip)) {
+            return Ok(());
+        }
+        let how = if self.rules.is_empty() {
+            "a run with network and no --allow-host reaches public hosts only; submit with \
+             --allow-host naming it (its IP, a CIDR or its exact host name) to allow it"
+        } else {
+            "only a rule naming it allows it (its IP, a CIDR containing it or the exact host \
+             name; a wildcard does not)"
+        };
+        Err((RefusalKind::Private, format!("{what} is {class}; {how}")))
+    }
+}
