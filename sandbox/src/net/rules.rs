@@ -153,13 +153,8 @@ fn parse_rule(entry: &str) -> Result<HostRule, String> {
         return parse_bracketed(rest);
     }
     if lower.matches(':').count() >= 2 {
+        // Bare IPv6 (a port needs brackets: `[::1]:8080`).
         let host = parse_ip_or_net(&lower)?;
-        if matches!(
-            host,
-            HostPattern::Ip(IpAddr::V4(_)) | HostPattern::Net(IpNet::V4(_))
-        ) {
-            return Err("an IPv4 address with more than one ':'".to_owned());
-        }
         return Ok(HostRule { host, port: None });
     }
     let (host, port) = match lower.rsplit_once(':') {
