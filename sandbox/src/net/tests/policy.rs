@@ -1,1 +1,299 @@
+//! Decisions with a fake resolver: no lookup for unlisted names, rebinding to private addresses,
+//! glibc's numeric forms, protected endpoints and lookup errors.
 
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use pretty_assertions::assert_eq;
+
+use crate::net::{BoxFuture, NetError, NetGuard, NetPolicy, Refusal, RefusalKind, Resolve};
+
+/// A resolver answering from a table, recording every name it was asked for.
+#[derive(Default)]
+pub(super) struct FakeResolver {
+    table: HashMap<String, Vec<&'static str>>,
+    pub(super) asked: Mutex<Vec<String>>,
+}
+
+impl FakeResolver {
+    pub(super) fn with(entries: &[(&str, &[&'static str])]) -> FakeResolver {
+        FakeResolver {
+            table: entries
+                .iter()
+                .map(|(host, ips)| (host.to_string(), ips.to_vec()))
+                .collect(),
+            asked: Mutex::default(),
+        }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Resolve for FakeResolver {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<Vec<SocketAddr>>> {
+        self.asked.lock().unwrap().push(host.to_owned());
+        let answer = match self.table.get(host) {
+            Some(ips) => Ok(ips
+                .iter()
+                .map(|ip| SocketAddr::new(ip.parse().unwrap(), port))
+                .collect()),
+            None => Err(io::Error::other("failed to lookup address information")),
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+fn guard() -> Arc<NetGuard> {
+    Arc::new(NetGuard {
+        protected: vec![
+            (
+                "127.0.0.1:7233".parse().unwrap(),
+                "the worker's Temporal frontend".to_owned(),
+            ),
+            (
+                "0.0.0.0:9464".parse().unwrap(),
+                "the worker's metrics port".to_owned(),
+            ),
+        ],
+        private_ranges: vec!["203.0.0.0/16".parse().unwrap()],
+    })
+}
+
+fn policy(hosts: &[&str]) -> NetPolicy {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    NetPolicy::new(&hosts, guard()).unwrap()
+}
+
+fn resolver() -> FakeResolver {
+    FakeResolver::with(&[
+        (
+            "example.com",
+            &["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+        ),
+        ("www.example.com", &["93.184.215.14"]),
+        ("evil.test", &["127.0.0.1"]),
+        ("app.evil.test", &["127.0.0.1"]),
+        ("127.1", &["127.0.0.1"]),
+        ("2130706433", &["127.0.0.1"]),
+        ("mixed.test", &["10.0.0.1", "8.8.8.8"]),
+        ("frontend.test", &["127.0.0.1"]),
+        ("cluster.test", &["203.0.9.9"]),
+        ("nat64.test", &["64:ff9b::a9fe:a9fe"]),
+    ])
+}
+
+async fn decide(policy: &NetPolicy, host: &str, port: u16) -> Result<String, Refusal> {
+    policy
+        .decide(host, port, &resolver())
+        .await
+        .map(|addr| addr.to_string())
+}
+
+async fn refusal(policy: &NetPolicy, host: &str, port: u16) -> (RefusalKind, String) {
+    match decide(policy, host, port).await {
+        Ok(addr) => panic!("{host}:{port} was allowed ({addr})"),
+        Err(refusal) => (refusal.kind, refusal.reason),
+    }
+}
+
+#[tokio::test]
+async fn any_public_mode_allows_public_hosts_and_refuses_the_rest() {
+    let any = policy(&[]);
+    assert_eq!(
+        decide(&any, "example.com", 443).await.unwrap(),
+        "93.184.215.14:443"
+    );
+    assert_eq!(decide(&any, "8.8.8.8", 53).await.unwrap(), "8.8.8.8:53");
+    assert_eq!(
+        decide(&any, "[2606:4700::1111]", 443).await.unwrap(),
+        "[2606:4700::1111]:443"
+    );
+    // The first permitted address wins: 10.0.0.1 is skipped.
+    assert_eq!(decide(&any, "mixed.test", 80).await.unwrap(), "8.8.8.8:80");
+    let (kind, reason) = refusal(&any, "169.254.169.254", 80).await;
+    assert_eq!(kind, RefusalKind::Private);
+    assert!(
+        reason.starts_with("169.254.169.254 is link-local (where cloud metadata services live)"),
+        "{reason}"
+    );
+    assert!(reason.contains("reaches public hosts only"), "{reason}");
+    for (host, class) in [
+        ("::ffff:169.254.169.254", "link-local"),
+        ("nat64.test", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("[fd00:ec2::254]", "unique local"),
+        ("100.64.0.1", "carrier-grade NAT"),
+        ("10.255.255.53", "a private address"),
+        ("cluster.test", "the worker's private ranges"),
+    ] {
+        let (kind, reason) = refusal(&any, host, 80).await;
+        assert_eq!(kind, RefusalKind::Private, "{host}");
+        assert!(reason.contains(class), "{host}: {reason}");
+    }
+}
+
+#[tokio::test]
+async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
+    let (kind, reason) = refusal(&policy(&[]), "evil.test", 80).await;
+    assert_eq!(kind, RefusalKind::Private);
+    assert!(
+        reason.starts_with("evil.test resolves to 127.0.0.1, which is loopback (this host)"),
+        "{reason}"
+    );
+    let wildcard = policy(&["*.evil.test"]);
+    let (kind, reason) = refusal(&wildcard, "app.evil.test", 80).await;
+    assert_eq!(kind, RefusalKind::Private);
+    assert!(reason.contains("a wildcard does not"), "{reason}");
+    assert_eq!(
+        decide(&policy(&["evil.test"]), "evil.test", 80)
+            .await
+            .unwrap(),
+        "127.0.0.1:80"
+    );
+    assert_eq!(
+        decide(&policy(&["127.0.0.0/8:80"]), "127.0.0.1", 80)
+            .await
+            .unwrap(),
+        "127.0.0.1:80"
+    );
+}
+
+#[tokio::test]
+async fn glibc_numeric_forms_are_classified_by_what_they_resolve_to() {
+    let resolver = resolver();
+    let any = policy(&[]);
+    for host in ["127.1", "2130706433"] {
+        let refused = any.decide(host, 80, &resolver).await.unwrap_err();
+        assert_eq!(refused.kind, RefusalKind::Private, "{host}");
+        assert!(
+            refused.reason.contains("resolves to 127.0.0.1"),
+            "{}",
+            refused.reason
+        );
+    }
+    assert_eq!(resolver.asked(), ["127.1", "2130706433"]);
+}
+
+#[tokio::test]
+async fn unlisted_hosts_are_refused_without_a_lookup() {
+    let resolver = resolver();
+    let listed = policy(&["www.example.com:443", "10.0.0.0/8"]);
+    for (host, port) in [
+        ("example.com", 443),
+        ("www.example.com", 80),
+        ("evil.test", 443),
+    ] {
+        let refused = listed.decide(host, port, &resolver).await.unwrap_err();
+        assert_eq!(refused.kind, RefusalKind::NotAllowed);
+        assert_eq!(
+            refused.reason,
+            format!(
+                "{host}:{port} is not on this run's allow list (--allow-host); submit with \
+                 --allow-host HOST[:PORT] to allow it"
+            )
+        );
+    }
+    // A name is not compared with an IP rule: mixed.test resolves into 10/8 but is not listed.
+    let refused = listed
+        .decide("mixed.test", 80, &resolver)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, RefusalKind::NotAllowed);
+    assert!(
+        resolver.asked().is_empty(),
+        "looked up {:?}",
+        resolver.asked()
+    );
+    assert_eq!(
+        listed
+            .decide("WWW.example.com.", 443, &resolver)
+            .await
+            .unwrap()
+            .to_string(),
+        "93.184.215.14:443"
+    );
+    assert_eq!(
+        listed
+            .decide("10.2.3.4", 22, &resolver)
+            .await
+            .unwrap()
+            .to_string(),
+        "10.2.3.4:22"
+    );
+    assert_eq!(resolver.asked(), ["www.example.com"]);
+}
+
+#[tokio::test]
+async fn protected_endpoints_are_refused_even_when_a_rule_names_them() {
+    let naming = policy(&["127.0.0.1", "0.0.0.0", "::1", "frontend.test", "10.0.0.0/8"]);
+    for host in [
+        "127.0.0.1",
+        "0.0.0.0",
+        "[::1]",
+        "::ffff:127.0.0.1",
+        "frontend.test",
+    ] {
+        let (kind, reason) = refusal(&naming, host, 7233).await;
+        assert_eq!(kind, RefusalKind::Protected, "{host}");
+        assert!(
+            reason.contains("the worker's Temporal frontend (port 7233): tools may never reach it"),
+            "{host}: {reason}"
+        );
+    }
+    // 0.0.0.0:9464 protects the port on every non-public address, not on public ones.
+    let (kind, _) = refusal(&naming, "10.1.1.1", 9464).await;
+    assert_eq!(kind, RefusalKind::Protected);
+    assert_eq!(
+        decide(&policy(&[]), "8.8.8.8", 9464).await.unwrap(),
+        "8.8.8.8:9464"
+    );
+    // Other ports of the same host are the rules' business.
+    assert_eq!(
+        decide(&naming, "127.0.0.1", 8080).await.unwrap(),
+        "127.0.0.1:8080"
+    );
+}
+
+#[tokio::test]
+async fn lookup_errors_and_bad_hosts_are_refused_with_their_kind() {
+    let any = policy(&[]);
+    let (kind, reason) = refusal(&any, "no-such-host.invalid", 443).await;
+    assert_eq!(kind, RefusalKind::Unresolved);
+    assert_eq!(
+        reason,
+        "no-such-host.invalid could not be resolved: failed to lookup address information"
+    );
+    let (kind, reason) = refusal(&any, "exa mple.com", 443).await;
+    assert_eq!(kind, RefusalKind::BadRequest);
+    assert!(
+        reason.starts_with("'exa mple.com' is not a host name or IP address"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_bad_entry_is_named_in_the_error() {
+    let hosts = vec!["example.com".to_owned(), "exa mple.com".to_owned()];
+    let err = NetPolicy::new(&hosts, guard()).unwrap_err();
+    assert!(matches!(&err, NetError::BadHostRule { entry, .. } if entry == "exa mple.com"));
+    assert!(
+        err.to_string()
+            .starts_with("bad --allow-host 'exa mple.com': it contains ' '")
+    );
+}
+
+#[test]
+fn refusal_targets_bracket_ipv6() {
+    let refusal = Refusal::new("::1", 443, RefusalKind::NotAllowed, "no".to_owned());
+    assert_eq!(refusal.to_string(), "[::1]:443: no");
+    let refusal = Refusal::new("", 0, RefusalKind::BadRequest, "no".to_owned());
+    assert_eq!(refusal.to_string(), "the request: no");
+}
