@@ -144,6 +144,15 @@ pub(crate) enum SandboxMode {
     Off,
 }
 
+/// What a connection to a host not on a run's `--allow-host` list does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnUnknownHost {
+    /// Refused: the tool sees HTTP 403 from the proxy, the run records it.
+    Deny,
+    /// Refused, and the run asks a human whether to allow that host for the rest of the run.
+    Ask,
+}
+
 /// What `--deliver` does with the run's changes when it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum DeliverMode {
@@ -244,13 +253,21 @@ pub(crate) struct SubmitArgs {
     /// worker dying mid-call re-runs the read (harmless: it changes nothing).
     #[arg(long)]
     pub(crate) local_read_tools: bool,
-    /// Let tool processes open network sockets (default: off, only Unix sockets).
+    /// Let tool processes reach any public host (default: no network, only Unix sockets).
+    /// They get it through the worker's proxy (HTTP and HTTPS, with http_proxy/https_proxy
+    /// set), never loopback, link-local, private ranges, the Temporal frontend or the
+    /// worker's own ports.
     #[arg(long)]
     pub(crate) network: bool,
-    /// A host the run may reach (repeatable; turns the network on: the list is advisory, the
-    /// sandbox does not filter by host).
-    #[arg(long = "allow-host", value_name = "HOST")]
+    /// A host the run's tools may reach, and only those (repeatable; turns the network on):
+    /// HOST, *.HOST (its subdomains), HOST:PORT, an IP, [IPv6]:PORT or a CIDR. Enforced by
+    /// the worker's proxy; a loopback or private address is reachable only when named here.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = parse_host_rule)]
     pub(crate) allow_hosts: Vec<String>,
+    /// A connection to a host not on the --allow-host list: refused (deny), or refused and a
+    /// human is asked whether to allow that host for the rest of the run (ask).
+    #[arg(long, value_enum, default_value = "deny")]
+    pub(crate) on_unknown_host: OnUnknownHost,
     /// Start the run from this directory (`.` in CI): uploaded to the blob store (only what
     /// the store lacks), honouring .gitignore and .batonignore, without .git; needs write
     /// access to the workers' store (BATON_STORE__*).
@@ -560,6 +577,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// Parses a size: `1048576`, `512MiB`, `2GiB`, `100MB`, `64k`.
+/// An `--allow-host` entry, checked here so a typo fails at submit (exit 2), not in a tool call.
+pub(crate) fn parse_host_rule(s: &str) -> Result<String, String> {
+    baton_sandbox::net::HostRule::parse(s)
+        .map(|rule| rule.to_string())
+        .map_err(|e| e.to_string())
+}
+
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t

@@ -724,6 +724,26 @@ pub(crate) struct ToolFinished<'a> {
     pub(crate) tool: &'a str,
     pub(crate) is_error: bool,
     pub(crate) content: &'a str,
+    /// Connections the proxy refused the call's processes (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) network_refusals: Vec<NetworkRefusal<'a>>,
+    /// How many were refused in all (absent when none; the list keeps the first 32).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) network_refused: u32,
+}
+
+/// One connection the proxy refused.
+#[derive(Debug, Serialize)]
+pub(crate) struct NetworkRefusal<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) port: u32,
+    /// `not_allowed`, `private`, `protected`, `unresolved`, `unreachable` or `bad_request`.
+    pub(crate) kind: &'a str,
+    pub(crate) reason: &'a str,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl<'a> From<&'a ToolResult> for ToolFinished<'a> {
@@ -733,6 +753,17 @@ impl<'a> From<&'a ToolResult> for ToolFinished<'a> {
             tool: &r.name,
             is_error: r.is_error,
             content: &r.content,
+            network_refusals: r
+                .network_refusals
+                .iter()
+                .map(|n| NetworkRefusal {
+                    host: &n.host,
+                    port: n.port,
+                    kind: &n.kind,
+                    reason: &n.reason,
+                })
+                .collect(),
+            network_refused: r.network_refused,
         }
     }
 }

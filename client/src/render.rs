@@ -313,9 +313,13 @@ pub(crate) fn event_human(
                 style.green(&format!("✔ {}", r.name))
             };
             format!(
-                "{mark} {} {}\n",
+                "{mark} {} {}\n{}",
                 style.dim(&format!("[{}]", r.call_id)),
-                one_line(&r.content, 160)
+                one_line(&r.content, 160),
+                network_refusals(r)
+                    .lines()
+                    .map(|l| style.red(&format!("  {l}")) + "\n")
+                    .collect::<String>()
             )
         }
         Some(run_event::Kind::Finished(r)) => finished_human(r, style, false),
@@ -380,6 +384,25 @@ pub(crate) fn duration(secs: u64) -> String {
     }
 }
 
+/// One line per connection the proxy refused a call's processes, and how many more.
+pub(crate) fn network_refusals(r: &baton_proto::ToolResult) -> String {
+    let mut out: String = r
+        .network_refusals
+        .iter()
+        .map(|n| {
+            format!(
+                "network refused: {}:{} ({}): {}\n",
+                n.host, n.port, n.kind, n.reason
+            )
+        })
+        .collect();
+    let more = (r.network_refused as usize).saturating_sub(r.network_refusals.len());
+    if more > 0 {
+        out.push_str(&format!("network refused: {more} more connections\n"));
+    }
+    out
+}
+
 /// The whole conversation for people: every message and the full tool outputs.
 pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
     use baton_proto::item::Kind;
@@ -416,6 +439,7 @@ pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
                 };
                 out.push_str(body.trim_end());
                 out.push('\n');
+                out.push_str(&network_refusals(r));
             }
             Some(Kind::Stub(stub)) => {
                 if stub.kind == "assistant" {

@@ -17,7 +17,7 @@ use serde_json::Value;
 use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
-    cli::{Exhausted, OnRetry, SandboxMode, SubmitArgs, TimeoutAction},
+    cli::{Exhausted, OnRetry, OnUnknownHost, SandboxMode, SubmitArgs, TimeoutAction},
     connect::{connect, short},
     exit::{self, Exit},
     inspect, json, render,
@@ -209,6 +209,10 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             },
             network: args.network || !args.allow_hosts.is_empty(),
             allowed_hosts: args.allow_hosts.clone(),
+            on_unknown_host: match args.on_unknown_host {
+                OnUnknownHost::Deny => String::new(),
+                OnUnknownHost::Ask => "ask".to_owned(),
+            },
         }),
         local_read_tools: args.local_read_tools,
         task,

@@ -26,6 +26,21 @@ pub enum SandboxError {
          worker's operator set allow_sandbox_off = true"
     )]
     OffNotAllowed,
+    /// The run asks for the network and this host cannot filter it.
+    #[error(
+        "this run asks for the network (--network or --allow-host), but this worker cannot give \
+         tool processes a network namespace to filter it ({reason}); run the worker where \
+         unprivileged user namespaces are allowed (or as root with CAP_SYS_ADMIN), submit \
+         without --network, or have the worker's operator set allow_unfiltered_network = true \
+         (tools then reach any host, the Temporal frontend included)"
+    )]
+    NetworkUnavailable {
+        /// Why not.
+        reason: String,
+    },
+    /// A host of the run's allow list is malformed.
+    #[error(transparent)]
+    BadHost(#[from] crate::net::NetError),
     /// A step of the set-up failed (the temp dir, handing over the workspace, the ruleset).
     #[error("cannot set up the sandbox: {context}: {source}")]
     Setup {

@@ -1,6 +1,8 @@
 //! What this host can enforce: the probe every [`Sandbox::prepare`](crate::Sandbox::prepare)
 //! runs, and the line the worker logs about it at start.
 
+use std::sync::OnceLock;
+
 use tracing::{info, warn};
 
 use crate::{SandboxSettings, imp};
@@ -8,6 +10,13 @@ use crate::{SandboxSettings, imp};
 /// Whether this host can sandbox: Landlock and seccomp filters available.
 pub fn probe_host() -> Result<(), String> {
     imp::probe()
+}
+
+/// Whether this host can give a tool process a network namespace of its own (probed once per
+/// worker process, by starting `true` through the same steps).
+pub fn probe_network() -> Result<(), String> {
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBED.get_or_init(imp::probe_network).clone()
 }
 
 /// The Landlock ABI version of the running kernel, if it has Landlock.
@@ -40,6 +49,25 @@ pub fn log_host_support(settings: &SandboxSettings) {
             reason,
             "this host cannot sandbox tool processes: shell calls of runs that ask for a sandbox \
              (the default) will fail; set allow_unsandboxed = true to run them unsandboxed"
+        ),
+    }
+    match (settings.network_probe)() {
+        Ok(()) => info!(
+            proxy_port = crate::PROXY_PORT,
+            "tool processes that may use the network get a network namespace of their own; \
+             their only way out is the worker's proxy, which enforces each run's hosts"
+        ),
+        Err(reason) if settings.allow_unfiltered_network => warn!(
+            reason,
+            "this host cannot give tool processes a network namespace; \
+             allow_unfiltered_network is set: runs that ask for the network reach any host, \
+             the Temporal frontend and this worker's ports included"
+        ),
+        Err(reason) => warn!(
+            reason,
+            "this host cannot give tool processes a network namespace: tool processes of runs \
+             that ask for the network (--network, --allow-host) will be refused; set \
+             allow_unfiltered_network = true to let them reach any host unfiltered"
         ),
     }
 }

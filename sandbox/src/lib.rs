@@ -59,8 +59,16 @@
 //! switch. Landlock being unavailable makes [`Sandbox::prepare`] refuse
 //! ([`SandboxError::Unavailable`]) unless [`SandboxSettings::allow_unsandboxed`] is set.
 //!
-//! `SandboxPolicy::allowed_hosts` is not enforced: a non-empty list turns the network on (logged
-//! at info level for each call).
+//! # Network
+//! A run that asks for the network (`SandboxPolicy::network` or any `allowed_hosts`) gets
+//! [`Network::Proxied`]: each process starts in a network namespace of its own (`linux/netns.rs`,
+//! before the change of user as root, in a user namespace of its own otherwise), whose only way
+//! out is `127.0.0.1:`[`PROXY_PORT`] there, served from the worker by [`net::Proxy`]: HTTP and
+//! HTTPS (`CONNECT`) only, each request checked against the run's hosts (none listed: any
+//! public host) and the worker's [`net::NetGuard`] (the Temporal frontend and the worker's own
+//! ports, never). `http_proxy`/`https_proxy` (both cases) and `ALL_PROXY` point there. Where
+//! the host cannot make network namespaces, such runs are refused
+//! ([`SandboxError::NetworkUnavailable`]) unless [`SandboxSettings::allow_unfiltered_network`].
 
 pub mod error;
 mod host;
@@ -83,10 +91,11 @@ use unsupported as imp;
 mod tests;
 
 pub use error::SandboxError;
-pub use host::{landlock_abi, log_host_support, probe_host};
+pub use host::{landlock_abi, log_host_support, probe_host, probe_network};
+pub use imp::PROXY_PORT;
 pub use prepared::Prepared;
 pub use settings::{
-    DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_PROCESSES, DEFAULT_SANDBOX_ID, MODES, Sandbox, SandboxMode,
-    SandboxSettings,
+    DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_PROCESSES, DEFAULT_SANDBOX_ID, MODES, Network, Sandbox,
+    SandboxMode, SandboxSettings,
 };
 pub use temp::sweep_stale_temp_dirs;

@@ -3,9 +3,11 @@
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::Arc;
 
 use tracing::warn;
 
+use crate::net::{NetPolicy, NetReport, Proxy, ProxyHandle, SystemResolver};
 use crate::{Sandbox, SandboxError, SandboxMode, imp};
 
 impl Sandbox {
@@ -50,6 +52,9 @@ pub struct Prepared {
     pub(crate) temp: tempfile::TempDir,
     pub(crate) env: Vec<(&'static str, OsString)>,
     pub(crate) child: imp::Child,
+    /// With a network namespace: the run's network policy, and the proxy once it serves.
+    pub(crate) policy: Option<Arc<NetPolicy>>,
+    pub(crate) proxy: Option<ProxyHandle>,
 }
 
 impl Prepared {
@@ -68,8 +73,26 @@ impl Prepared {
         self.child.apply(command);
     }
 
-    /// Call once the process is spawned: closes the parent's copy of the Landlock ruleset.
-    pub fn spawned(&mut self) {
-        self.child.spawned();
+    /// Call once the process is spawned (from a tokio runtime): closes the parent's copy of
+    /// the Landlock ruleset; with a network namespace, starts the proxy on the listener the
+    /// process made there. It serves until this is dropped. An error leaves the process without
+    /// a network: end it.
+    pub fn spawned(&mut self) -> Result<(), SandboxError> {
+        let Some(listener) = self.child.spawned() else {
+            return Ok(());
+        };
+        let Some(policy) = self.policy.clone() else {
+            return Ok(());
+        };
+        let proxy = listener
+            .and_then(|listener| Proxy::start(listener, policy, Arc::new(SystemResolver)))
+            .map_err(|e| SandboxError::setup("cannot start the proxy of the tool's network", e))?;
+        self.proxy = Some(proxy);
+        Ok(())
+    }
+
+    /// What the proxy let through and refused so far (`None` without a network namespace).
+    pub fn network_report(&self) -> Option<NetReport> {
+        self.proxy.as_ref().map(ProxyHandle::report)
     }
 }

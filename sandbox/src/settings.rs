@@ -1,14 +1,15 @@
-//! What a run asks for ([`SandboxPolicy`] -> [`SandboxMode`] + network) and what the worker
-//! allows ([`SandboxSettings`]), resolved together into a [`Sandbox`].
+//! What a run asks for ([`SandboxPolicy`] -> [`SandboxMode`] + [`Network`]) and what the
+//! worker allows ([`SandboxSettings`]), resolved together into a [`Sandbox`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use baton_proto::SandboxPolicy;
-use tracing::info;
+use tracing::warn;
 
 use crate::SandboxError;
-use crate::host::probe_host;
+use crate::host::{probe_host, probe_network};
+use crate::net::{NetGuard, NetPolicy};
 
 /// The sandbox modes a run may ask for, for messages.
 pub const MODES: &str = "\"workspace-write\" (the default), \"read-only\" or \"off\"";
@@ -79,6 +80,16 @@ pub struct SandboxSettings {
     /// one run could read another's workspace and every run's stored conversation. The
     /// run's own workspace stays readable.
     pub hidden: Vec<PathBuf>,
+    /// Where this host cannot give tool processes a network namespace: let runs that ask for
+    /// the network have the host's network, unfiltered (with a warning), instead of refusing
+    /// their processes. Off by default.
+    pub allow_unfiltered_network: bool,
+    /// Whether this host can give a process a network namespace: `Err(reason)` if not.
+    /// Replaceable for tests.
+    pub network_probe: fn() -> Result<(), String>,
+    /// What the proxy never connects to whatever a run's hosts say (the Temporal frontend,
+    /// the worker's own ports) and the operator's private ranges.
+    pub guard: Arc<NetGuard>,
 }
 
 impl Default for SandboxSettings {
@@ -92,6 +103,39 @@ impl Default for SandboxSettings {
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             probe: probe_host,
             hidden: Vec::new(),
+            allow_unfiltered_network: false,
+            network_probe: probe_network,
+            guard: Arc::new(NetGuard::default()),
+        }
+    }
+}
+
+/// How a confined process reaches the network.
+#[derive(Debug, Clone)]
+pub enum Network {
+    /// Not at all: no IPv4/IPv6 socket can be opened (seccomp, and Landlock for TCP).
+    Off,
+    /// A network namespace of its own whose only way out is the worker's proxy at
+    /// `127.0.0.1:`[`PROXY_PORT`](crate::PROXY_PORT), which connects only where the run's
+    /// policy allows (its hosts, or any public host when it lists none).
+    Proxied(Arc<NetPolicy>),
+    /// The host's network as it is: the sandbox is off, or this host cannot filter and the
+    /// worker's settings allow that (`allow_unfiltered_network`).
+    Unfiltered,
+}
+
+impl Network {
+    /// Whether IP sockets may be opened at all.
+    pub fn sockets(&self) -> bool {
+        !matches!(self, Self::Off)
+    }
+
+    /// `off`, `proxied` or `unfiltered`, for logs and keys.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Proxied(_) => "proxied",
+            Self::Unfiltered => "unfiltered",
         }
     }
 }
@@ -101,8 +145,8 @@ impl Default for SandboxSettings {
 pub struct Sandbox {
     /// What may be written.
     pub mode: SandboxMode,
-    /// Whether IPv4/IPv6 (any non-Unix) sockets are allowed.
-    pub network: bool,
+    /// How the network is reached.
+    pub network: Network,
     /// The worker's settings.
     pub settings: Arc<SandboxSettings>,
 }
@@ -112,7 +156,7 @@ impl Sandbox {
     pub fn off() -> Self {
         Self {
             mode: SandboxMode::Off,
-            network: true,
+            network: Network::Unfiltered,
             settings: Arc::new(SandboxSettings {
                 allow_sandbox_off: true,
                 ..SandboxSettings::default()
@@ -120,8 +164,10 @@ impl Sandbox {
         }
     }
 
-    /// The sandbox a run's policy asks for (no policy: `workspace-write`, no network). Logs
-    /// that an allow-list of hosts is advisory.
+    /// The sandbox a run's policy asks for (no policy: `workspace-write`, no network). A run
+    /// that asks for the network (`network`, or any `allowed_hosts`) gets it through the proxy;
+    /// where this host cannot do that, it is refused unless the worker allows unfiltered
+    /// network.
     pub fn resolve(
         policy: Option<&SandboxPolicy>,
         settings: Arc<SandboxSettings>,
@@ -131,15 +177,29 @@ impl Sandbox {
             None => ("", false, &[][..]),
         };
         let mode = SandboxMode::parse(mode)?;
-        if !hosts.is_empty() && mode != SandboxMode::Off {
-            info!(
-                allowed_hosts = ?hosts,
-                "the sandbox does not enforce allowed_hosts: tool processes may reach any host"
-            );
-        }
+        let network = if mode == SandboxMode::Off {
+            Network::Unfiltered
+        } else if !network && hosts.is_empty() {
+            Network::Off
+        } else {
+            let policy = NetPolicy::new(hosts, settings.guard.clone())?;
+            match (settings.network_probe)() {
+                Ok(()) => Network::Proxied(Arc::new(policy)),
+                Err(reason) if settings.allow_unfiltered_network => {
+                    warn!(
+                        reason,
+                        allowed_hosts = ?hosts,
+                        "this host cannot filter the network of tool processes and \
+                         allow_unfiltered_network is set: this call reaches any host"
+                    );
+                    Network::Unfiltered
+                }
+                Err(reason) => return Err(SandboxError::NetworkUnavailable { reason }),
+            }
+        };
         Ok(Self {
             mode,
-            network: network || !hosts.is_empty() || mode == SandboxMode::Off,
+            network,
             settings,
         })
     }
@@ -162,23 +222,27 @@ mod tests {
                     mode: mode.to_owned(),
                     network,
                     allowed_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+                    ..Default::default()
                 }),
                 settings.clone(),
             )
-            .map(|s| (s.mode, s.network))
+            .map(|s| (s.mode, s.network.as_str()))
         };
         assert_eq!(
             resolve("", false, &[]).unwrap(),
-            (SandboxMode::WorkspaceWrite, false)
+            (SandboxMode::WorkspaceWrite, "off")
         );
         assert_eq!(
             resolve("read-only", true, &[]).unwrap(),
-            (SandboxMode::ReadOnly, true)
+            (SandboxMode::ReadOnly, "proxied")
         );
         assert_eq!(
             resolve("workspace-write", false, &["example.com"]).unwrap(),
-            (SandboxMode::WorkspaceWrite, true)
+            (SandboxMode::WorkspaceWrite, "proxied")
         );
+        let bad = resolve("", false, &["exa mple.com"]).unwrap_err();
+        assert!(!bad.is_retryable());
+        assert!(bad.to_string().contains("exa mple.com"), "{bad}");
         // No sandbox only where the worker allows it (checked when a process is prepared).
         assert_eq!(resolve("off", false, &[]).unwrap().0, SandboxMode::Off);
         let refused = Sandbox::resolve(
@@ -208,12 +272,15 @@ mod tests {
             allowing,
         )
         .unwrap();
-        assert_eq!((off.mode, off.network), (SandboxMode::Off, true));
+        assert_eq!(
+            (off.mode, off.network.as_str()),
+            (SandboxMode::Off, "unfiltered")
+        );
         assert!(off.prepare(Path::new("/"), ".baton").unwrap().is_none());
         let none = Sandbox::resolve(None, settings.clone()).unwrap();
         assert_eq!(
-            (none.mode, none.network),
-            (SandboxMode::WorkspaceWrite, false)
+            (none.mode, none.network.as_str()),
+            (SandboxMode::WorkspaceWrite, "off")
         );
         let err = resolve("strict", false, &[]).unwrap_err();
         assert!(!err.is_retryable());
@@ -222,5 +289,33 @@ mod tests {
             "unknown sandbox mode 'strict': use \"workspace-write\" (the default), \
              \"read-only\" or \"off\""
         );
+    }
+
+    #[test]
+    fn a_host_without_network_namespaces_refuses_the_network_unless_allowed() {
+        let policy = SandboxPolicy {
+            network: true,
+            ..Default::default()
+        };
+        let cannot = SandboxSettings {
+            network_probe: || Err("unshare(CLONE_NEWNET) failed: EPERM".to_owned()),
+            ..SandboxSettings::default()
+        };
+        let refused = Sandbox::resolve(Some(&policy), Arc::new(cannot.clone())).unwrap_err();
+        assert!(!refused.is_retryable());
+        let message = refused.to_string();
+        assert!(
+            message.contains("EPERM") && message.contains("allow_unfiltered_network = true"),
+            "{message}"
+        );
+        // Runs that do not ask for the network are unaffected.
+        let quiet = Sandbox::resolve(None, Arc::new(cannot.clone())).unwrap();
+        assert_eq!(quiet.network.as_str(), "off");
+        let allowing = SandboxSettings {
+            allow_unfiltered_network: true,
+            ..cannot
+        };
+        let unfiltered = Sandbox::resolve(Some(&policy), Arc::new(allowing)).unwrap();
+        assert_eq!(unfiltered.network.as_str(), "unfiltered");
     }
 }

@@ -17,12 +17,21 @@ pub(crate) fn probe() -> Result<(), String> {
     landlock_abi().map(|_| ())
 }
 
+pub(crate) fn probe_network() -> Result<(), String> {
+    Err("network namespaces unavailable: not Linux".to_owned())
+}
+
+/// The port of the proxy inside a tool's network namespace (Linux only).
+pub const PROXY_PORT: u16 = 3128;
+
 #[derive(Debug)]
 pub(crate) struct Child;
 
 impl Child {
     pub(crate) fn apply(&self, _command: &mut tokio::process::Command) {}
-    pub(crate) fn spawned(&mut self) {}
+    pub(crate) fn spawned(&mut self) -> Option<std::io::Result<std::net::TcpListener>> {
+        None
+    }
 }
 
 pub(crate) fn prepare(

@@ -26,7 +26,7 @@ async fn fork_bomb_is_bounded_and_ends_with_its_process_group() {
     let existing = tasks_of(defaults.uid);
     let sandbox = Sandbox {
         mode: SandboxMode::WorkspaceWrite,
-        network: false,
+        network: baton_sandbox::Network::Off,
         settings: Arc::new(SandboxSettings {
             max_processes: existing + 32,
             ..defaults
@@ -108,7 +108,7 @@ async fn run(
         .kill_on_drop(true);
     prepared.apply(&mut sh);
     let mut child = sh.spawn()?;
-    prepared.spawned();
+    prepared.spawned().map_err(std::io::Error::other)?;
     let pid = child.id().ok_or_else(|| missing("process id"))?;
     let group = Pid::from_raw(i32::try_from(pid).map_err(std::io::Error::other)?);
     let read = |mut pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send>| {

@@ -221,6 +221,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         None => info!("payload encryption off (no {})", baton_codec::KEYS_ENV),
     }
     let address = conn_opts.target.to_string();
+    let frontend = conn_opts.target.clone();
     let mut conn_opts = conn_opts;
     let identity = settings.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname")
@@ -307,7 +308,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "killed tool processes left running by workers that were killed"
         );
     }
-    let mut sandbox = settings.sandbox();
+    let mut sandbox = settings
+        .sandbox(temporal_endpoints(&frontend).await)
+        .misconfigured("sandbox_private_ranges")?;
     // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]
         .into_iter()
@@ -459,6 +462,30 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     mcp.close_all().await;
     info!("worker stopped");
     Ok(())
+}
+
+/// The addresses of the Temporal frontend the worker talks to, which no tool may reach through
+/// the proxy (a resolution failure leaves only loopback/private blocking, logged).
+async fn temporal_endpoints(frontend: &url::Url) -> Vec<(std::net::SocketAddr, String)> {
+    let (Some(host), Some(port)) = (frontend.host_str(), frontend.port_or_known_default()) else {
+        return Vec::new();
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match tokio::net::lookup_host((host, port)).await {
+        Ok(addrs) => addrs
+            .map(|a| (a, format!("the Temporal frontend ({host}:{port})")))
+            .collect(),
+        Err(e) => {
+            warn!(
+                host,
+                port,
+                error = %e,
+                "cannot resolve the Temporal frontend's address to keep tools away from it; \
+                 the tool proxy still refuses loopback and private addresses"
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// Fails start-up when this process cannot create files in `dir` (`what` names the setting): a

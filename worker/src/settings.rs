@@ -72,6 +72,14 @@ pub(crate) struct Settings {
     /// of all its processes on the host; when the worker is not root, on top of the processes
     /// its uid already has (default 512).
     pub(crate) sandbox_max_processes: u64,
+    /// Where this host cannot give tool processes a network namespace (no user namespaces,
+    /// no CAP_SYS_ADMIN): give runs that ask for the network the host's network, unfiltered,
+    /// instead of refusing their tool processes (default false). See README "Security".
+    pub(crate) allow_unfiltered_network: bool,
+    /// Address ranges (CIDRs) the tool proxy treats like the private ones: reached only when
+    /// a run's `--allow-host` names them (e.g. a cluster whose pods and services use public
+    /// addresses). Loopback, link-local, RFC 1918, CGNAT and unique-local are always private.
+    pub(crate) sandbox_private_ranges: Vec<String>,
     /// What stays in workflow history (`[history]`).
     pub(crate) history: HistorySection,
     /// OpenAI-compatible provider.
@@ -93,7 +101,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 27] = [
+const SETTING_KEYS: [&str; 29] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -115,6 +123,8 @@ const SETTING_KEYS: [&str; 27] = [
     "sandbox_uid",
     "sandbox_gid",
     "sandbox_max_processes",
+    "allow_unfiltered_network",
+    "sandbox_private_ranges",
     "history",
     "openai",
     "anthropic",
@@ -381,6 +391,8 @@ impl Default for Settings {
             sandbox_uid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_gid: baton_sandbox::DEFAULT_SANDBOX_ID,
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
+            allow_unfiltered_network: false,
+            sandbox_private_ranges: Vec::new(),
             history: HistorySection::default(),
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
@@ -492,16 +504,46 @@ impl Settings {
         baton_activities::llm::ModelTable::defaults().with_settings(&self.models)
     }
 
-    /// Sandbox settings for the tool activity.
-    pub(crate) fn sandbox(&self) -> baton_sandbox::SandboxSettings {
-        baton_sandbox::SandboxSettings {
+    /// Sandbox settings for the tool activity; `protected` = the endpoints tools may never
+    /// reach (the Temporal frontend, resolved by the caller), to which the worker's own
+    /// listening addresses are added.
+    pub(crate) fn sandbox(
+        &self,
+        mut protected: Vec<(std::net::SocketAddr, String)>,
+    ) -> anyhow::Result<baton_sandbox::SandboxSettings> {
+        let private_ranges = self
+            .sandbox_private_ranges
+            .iter()
+            .map(|range| {
+                range.trim().parse::<ipnet::IpNet>().map_err(|e| {
+                    anyhow::anyhow!(
+                        "sandbox_private_ranges: '{range}' is not a CIDR ({e}); write ranges \
+                         like \"10.0.0.0/8\" or \"fd00::/8\""
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        protected.extend(
+            self.health_addr
+                .map(|a| (a, "this worker's health port".to_owned())),
+        );
+        protected.extend(
+            self.metrics_addr
+                .map(|a| (a, "this worker's metrics port".to_owned())),
+        );
+        Ok(baton_sandbox::SandboxSettings {
             allow_unsandboxed: self.allow_unsandboxed,
             allow_sandbox_off: self.allow_sandbox_off,
             uid: self.sandbox_uid,
             gid: self.sandbox_gid,
             max_processes: self.sandbox_max_processes.max(1),
+            allow_unfiltered_network: self.allow_unfiltered_network,
+            guard: std::sync::Arc::new(baton_sandbox::net::NetGuard {
+                protected,
+                private_ranges,
+            }),
             ..Default::default()
-        }
+        })
     }
 
     /// Grace period on shutdown.

@@ -76,7 +76,8 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         }
         if rule.tool != "*" && !known_tool(&rule.tool) {
             return Err(format!(
-                "rule {}: unknown tool '{}'; use one of {}, an MCP tool pattern (mcp__*,                  mcp__<server>__*, mcp__<server>__<tool>) or *",
+                "rule {}: unknown tool '{}'; use one of {}, an MCP tool pattern (mcp__*, \
+                 mcp__<server>__*, mcp__<server>__<tool>) or *",
                 i + 1,
                 rule.tool,
                 tools::BUILTIN_TOOLS.join(", ")
@@ -84,14 +85,18 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         }
     }
     for (i, rule) in policy.approvers.iter().enumerate() {
-        if rule.tool != "*" && rule.tool != crate::machine::QUESTION_TOOL && !known_tool(&rule.tool)
-        {
+        let pseudo = [
+            crate::machine::QUESTION_TOOL,
+            crate::machine::ALLOW_HOST_TOOL,
+        ];
+        if rule.tool != "*" && !pseudo.contains(&rule.tool.as_str()) && !known_tool(&rule.tool) {
             return Err(format!(
-                "approvers entry {}: unknown tool '{}'; use one of {}, {}, an MCP tool pattern                  (mcp__*, mcp__<server>__*, mcp__<server>__<tool>) or *",
+                "approvers entry {}: unknown tool '{}'; use one of {}, {}, an MCP tool pattern \
+                 (mcp__*, mcp__<server>__*, mcp__<server>__<tool>) or *",
                 i + 1,
                 rule.tool,
                 tools::BUILTIN_TOOLS.join(", "),
-                crate::machine::QUESTION_TOOL
+                pseudo.join(", ")
             ));
         }
         if rule.identities.is_empty() {

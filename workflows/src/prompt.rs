@@ -67,24 +67,39 @@ pub fn mcp_text(servers: &[&str]) -> String {
 /// What the sandbox lets shell commands do, so that the model neither retries what it forbids
 /// nor mistakes its refusals for bugs. `None` without a sandbox (`off`).
 fn sandbox_text(sandbox: Option<&SandboxPolicy>) -> Option<String> {
-    let (mode, network) = match sandbox {
-        Some(p) => (p.mode.as_str(), p.network || !p.allowed_hosts.is_empty()),
-        None => ("", false),
-    };
-    let writes = match mode {
+    let default = SandboxPolicy::default();
+    let p = sandbox.unwrap_or(&default);
+    let writes = match p.mode.as_str() {
         "off" => return None,
         "read-only" => "can write nothing but a private temporary directory ($TMPDIR)",
         _ => "can write only inside the workspace and a private temporary directory ($TMPDIR)",
     };
+    let network = if !p.allowed_hosts.is_empty() {
+        format!(
+            "may reach only these hosts, over HTTP and HTTPS through a proxy that http_proxy and \
+             https_proxy already point to: {}; the proxy refuses anything else with HTTP 403 and \
+             a reason, and direct connections fail{}",
+            p.allowed_hosts.join(", "),
+            if p.on_unknown_host == "ask" {
+                " (a refused host is put to a human, who may allow it: the decision comes \
+                 before your next turn)"
+            } else {
+                ""
+            }
+        )
+    } else if p.network {
+        "may reach public hosts over HTTP and HTTPS through a proxy that http_proxy and \
+         https_proxy already point to (loopback, private and link-local addresses are refused \
+         with HTTP 403, and direct connections fail)"
+            .to_owned()
+    } else {
+        "have no network access".to_owned()
+    };
     Some(format!(
         "Shell commands run in a sandbox: they {writes}, cannot read other runs' files, and \
-         {}. A \"Permission denied\" or a failed connection that comes from these limits will \
-         not go away on a retry: work within them, or say in your answer what a human should do.",
-        if network {
-            "may use the network"
-        } else {
-            "have no network access"
-        }
+         {network}. A \"Permission denied\" or a failed connection that comes from these limits \
+         will not go away on a retry: work within them, or say in your answer what a human \
+         should do."
     ))
 }
 
@@ -145,7 +160,7 @@ mod tests {
         };
         let p = build(0, None, Some(&open), "", "");
         assert!(
-            p.contains("write nothing but") && p.contains("may use the network"),
+            p.contains("write nothing but") && p.contains("may reach public hosts"),
             "{p}"
         );
         let off = SandboxPolicy {

@@ -247,7 +247,10 @@ async fn connect_stdio(
     })?;
     let group = transport.id();
     if let Some(prepared) = &mut confined {
-        prepared.spawned();
+        prepared.spawned().map_err(|source| McpError::Sandbox {
+            server: name.to_owned(),
+            source,
+        })?;
     }
     let tail = StderrTail::default();
     let reader = stderr.map(|stderr| {

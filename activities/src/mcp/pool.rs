@@ -54,7 +54,11 @@ pub(crate) struct RunScope {
 impl RunScope {
     /// The pool key of `server`'s connection for this run.
     fn key(&self, server: &str) -> RunKey {
-        let sandbox = format!("{}/{}", self.sandbox.mode.as_str(), self.sandbox.network);
+        let sandbox = format!(
+            "{}/{}",
+            self.sandbox.mode.as_str(),
+            self.sandbox.network.as_str()
+        );
         (server.to_owned(), self.run_id.clone(), sandbox)
     }
 }

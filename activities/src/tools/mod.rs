@@ -100,6 +100,8 @@ pub struct Outcome {
     pub is_error: bool,
     /// When `content` is a cut preview: the fuller output for the transcript.
     pub full: Option<String>,
+    /// What the call's processes did through the proxy of their network namespace.
+    pub network: Option<baton_sandbox::net::NetReport>,
 }
 
 impl Outcome {
@@ -109,6 +111,7 @@ impl Outcome {
             content: content.into(),
             is_error: false,
             full: None,
+            network: None,
         }
     }
 
@@ -118,6 +121,7 @@ impl Outcome {
             content: content.into(),
             is_error: true,
             full: None,
+            network: None,
         }
     }
 }
@@ -185,14 +189,50 @@ pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, T
         )),
     };
 
+    let network = outcome.network.unwrap_or_default();
+    let content = outcome.content + &refusals_note(&network);
     Ok(ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
-        content: outcome.content,
+        content,
         is_error: outcome.is_error,
         full_output: outcome.full.unwrap_or_default(),
+        network_refused: saturate(network.refused),
+        network_allowed: saturate(network.allowed),
+        network_refusals: network.refusals.into_iter().map(refusal_proto).collect(),
         ..Default::default()
     })
+}
+
+/// What the model is told about refused connections, which some tools hide (pip says only
+/// "No matching distribution"): at most 5 lines.
+fn refusals_note(network: &baton_sandbox::net::NetReport) -> String {
+    if network.refusals.is_empty() {
+        return String::new();
+    }
+    let mut note = String::from("\n[network: baton's proxy refused these connections]");
+    for r in network.refusals.iter().take(5) {
+        note.push_str(&format!("\n- {}:{}: {}", r.host, r.port, r.reason));
+    }
+    let shown = network.refusals.len().min(5) as u64;
+    let more = network.refused.saturating_sub(shown);
+    if more > 0 {
+        note.push_str(&format!("\n- and {more} more"));
+    }
+    note
+}
+
+fn saturate(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+fn refusal_proto(refusal: baton_sandbox::net::Refusal) -> baton_proto::NetworkRefusal {
+    baton_proto::NetworkRefusal {
+        host: refusal.host,
+        port: u32::from(refusal.port),
+        kind: refusal.kind.as_str().to_owned(),
+        reason: refusal.reason,
+    }
 }
 
 /// Runs `work` unless the call is cancelled first.

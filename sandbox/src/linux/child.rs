@@ -4,6 +4,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::limits::Resource;
+use super::netns::NetNsChild;
 
 /// What the child does between fork and exec, prepared by the parent.
 #[derive(Debug)]
@@ -13,35 +14,49 @@ pub(crate) struct Child {
     pub(super) max_file_size: libc::rlim_t,
     pub(super) max_processes: libc::rlim_t,
     pub(super) user: Option<(u32, u32)>,
+    pub(super) netns: Option<super::netns::NetNs>,
 }
 
 impl Child {
     pub(crate) fn apply(&self, command: &mut tokio::process::Command) {
         let ruleset: RawFd = self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         let programs = self.programs.clone();
-        let (max_file_size, max_processes, user) =
-            (self.max_file_size, self.max_processes, self.user);
+        let limits = Limits {
+            max_file_size: self.max_file_size,
+            max_processes: self.max_processes,
+        };
+        let (user, netns) = (self.user, self.netns.as_ref().and_then(|n| n.child()));
         // SAFETY: the closure runs in the forked child before `exec`. It only makes raw
-        // system calls (async-signal-safe), does not allocate (the programs were built in
-        // the parent and are only read), and reports failures as OS errors.
+        // system calls (async-signal-safe), does not allocate (the programs and the id maps
+        // were built in the parent and are only read), and reports failures as OS errors.
         unsafe {
-            command
-                .pre_exec(move || confine(ruleset, &programs, max_file_size, max_processes, user));
+            command.pre_exec(move || confine(ruleset, &programs, limits, user, netns.as_ref()));
         }
     }
 
-    pub(crate) fn spawned(&mut self) {
+    /// Closes the parent's copy of the ruleset; with a network namespace, returns the proxy's
+    /// listener the process sent from it.
+    pub(crate) fn spawned(&mut self) -> Option<std::io::Result<std::net::TcpListener>> {
         self.ruleset = None;
+        self.netns.as_mut().map(super::netns::NetNs::receive)
     }
 }
 
-/// Runs in the child: limits, user, no_new_privs, Landlock, seccomp. System calls only.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_file_size: libc::rlim_t,
+    max_processes: libc::rlim_t,
+}
+
+/// Runs in the child: limits, network namespace (as root), user, network namespace (not
+/// root), no_new_privs, Landlock, seccomp (which forbids `unshare`, hence last). System calls
+/// only.
 fn confine(
     ruleset: RawFd,
     programs: &[Vec<libc::sock_filter>],
-    max_file_size: libc::rlim_t,
-    max_processes: libc::rlim_t,
+    limits: Limits,
     user: Option<(u32, u32)>,
+    netns: Option<&NetNsChild>,
 ) -> std::io::Result<()> {
     let check = |rc: libc::c_long| {
         if rc < 0 {
@@ -58,9 +73,14 @@ fn confine(
         // SAFETY: setrlimit(2) with a valid struct.
         check(unsafe { libc::setrlimit(resource, &limit) }.into())
     };
-    limit(libc::RLIMIT_FSIZE, max_file_size)?;
+    limit(libc::RLIMIT_FSIZE, limits.max_file_size)?;
     limit(libc::RLIMIT_CORE, 0)?;
-    limit(libc::RLIMIT_NPROC, max_processes)?;
+    limit(libc::RLIMIT_NPROC, limits.max_processes)?;
+    // As root: before dropping to the sandbox user, who may not make a network namespace
+    // without a user namespace.
+    if let Some(netns) = netns.filter(|n| !n.rootless()) {
+        netns.enter()?;
+    }
     if let Some((uid, gid)) = user {
         // The output pipes were made by root: hand them over, or `/dev/stdout` cannot be
         // opened. Pipes only: stdout might be a file in other callers.
@@ -84,6 +104,9 @@ fn confine(
             check(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
             check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
         }
+    }
+    if let Some(netns) = netns.filter(|n| n.rootless()) {
+        netns.enter()?;
     }
     // SAFETY: prctl(2) without pointers.
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())?;

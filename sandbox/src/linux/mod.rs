@@ -5,6 +5,7 @@
 mod child;
 mod landlock;
 mod limits;
+mod netns;
 mod owner;
 mod seccomp;
 
@@ -12,8 +13,10 @@ use std::path::Path;
 
 pub(crate) use self::child::Child;
 pub(crate) use self::landlock::landlock_abi;
+pub use self::netns::PROXY_PORT;
+pub(crate) use self::netns::probe as probe_network;
 use crate::temp::{temp_env, temp_prefix};
-use crate::{Prepared, Sandbox, SandboxError, SandboxMode};
+use crate::{Network, Prepared, Sandbox, SandboxError, SandboxMode};
 
 pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -62,25 +65,41 @@ pub(crate) fn prepare(
     }
     let ruleset = landlock::ruleset(
         sandbox.mode,
-        sandbox.network,
+        sandbox.network.sockets(),
         workspace,
         temp.path(),
         &settings.hidden,
     )?;
-    let programs = seccomp::programs(sandbox.network)?;
+    let programs = seccomp::programs(sandbox.network.sockets())?;
+    let (netns, policy) = match &sandbox.network {
+        Network::Proxied(policy) => (
+            Some(netns::NetNs::new(is_root()).map_err(|e| {
+                SandboxError::setup("cannot make the socket pair for the proxy", e)
+            })?),
+            Some(policy.clone()),
+        ),
+        Network::Off | Network::Unfiltered => (None, None),
+    };
+    let mut env = temp_env(temp.path(), user.is_some());
+    if policy.is_some() {
+        env.extend(crate::net::proxy_env());
+    }
     let max_processes = match user {
         Some(_) => settings.max_processes,
         None => limits::tasks_of(nix::unistd::getuid().as_raw()) + settings.max_processes,
     };
     Ok(Prepared {
-        env: temp_env(temp.path(), user.is_some()),
+        env,
         temp,
+        policy,
+        proxy: None,
         child: Child {
             ruleset: Some(ruleset),
             programs,
             max_file_size: limits::capped(libc::RLIMIT_FSIZE, settings.max_file_size),
             max_processes: limits::capped(libc::RLIMIT_NPROC, max_processes),
             user,
+            netns,
         },
     })
 }

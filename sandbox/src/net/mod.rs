@@ -34,6 +34,7 @@
 pub mod addr;
 pub mod policy;
 pub mod proxy;
+mod report;
 pub mod rules;
 
 #[cfg(test)]
@@ -42,6 +43,7 @@ mod tests;
 pub use addr::{AddrClass, classify};
 pub use policy::{BoxFuture, NetGuard, NetPolicy, Refusal, RefusalKind, Resolve, SystemResolver};
 pub use proxy::{Proxy, ProxyCounts, ProxyHandle};
+pub use report::{NetReport, proxy_env};
 pub use rules::HostRule;
 
 /// A network setting that cannot be used as given.

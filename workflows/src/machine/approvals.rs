@@ -208,6 +208,10 @@ impl RunState {
             else {
                 return;
             };
+            if batch.hosts {
+                self.on_hosts_decided(batch, now_ms);
+                return;
+            }
             if batch.question.is_none() {
                 self.phase = Phase::Executing(batch);
                 return;
@@ -265,6 +269,7 @@ impl RunState {
             question: None,
             extend: None,
             retry: true,
+            hosts: false,
             started: Vec::new(),
             done: Vec::new(),
         });
@@ -296,6 +301,7 @@ impl RunState {
             question: Some(question),
             extend: None,
             retry: false,
+            hosts: false,
             started: Vec::new(),
             done: Vec::new(),
         });

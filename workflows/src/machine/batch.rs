@@ -74,6 +74,7 @@ impl RunState {
             question: None,
             extend: None,
             retry: false,
+            hosts: false,
             started: Vec::new(),
             done: Vec::new(),
         };
@@ -201,6 +202,7 @@ impl RunState {
                 return;
             }
         };
+        let mut unknown_hosts = Vec::new();
         let mut results = results.into_iter();
         let mut any_error = false;
         let mut interrupted = Vec::new();
@@ -251,6 +253,7 @@ impl RunState {
                 continue;
             }
             any_error |= result.is_error;
+            unknown_hosts.extend(super::network::unknown_hosts(&result));
             if !result.snapshot.is_empty() {
                 self.workspace_snapshot = Some(result.snapshot.clone());
             }
@@ -264,6 +267,8 @@ impl RunState {
         self.circuit_breaker(any_error, now_ms);
         if !interrupted.is_empty() && matches!(self.phase, Phase::Thinking) {
             self.ask_about_retries(interrupted, now_ms);
+        } else {
+            self.ask_about_hosts(unknown_hosts, now_ms);
         }
     }
 

@@ -95,6 +95,7 @@ mod checkpoint;
 mod context;
 mod end;
 mod mcp;
+mod network;
 mod outputs;
 mod status;
 mod turn;
@@ -140,6 +141,7 @@ pub use crate::view::ELIDE_MIN_BYTES;
 pub const QUESTION_TOOL: &str = "baton.continue";
 /// Call-id prefix of such a question.
 pub const QUESTION_CALL_PREFIX: &str = "baton_continue_";
+pub use network::{ALLOW_HOST_CALL_PREFIX, ALLOW_HOST_TOOL};
 
 /// The hidden message that asks the model to go on after its output was cut off.
 pub const CONTINUE_PROMPT: &str = "Your previous reply was cut off by the output token limit. \
@@ -221,6 +223,10 @@ pub struct Batch {
     /// again, denying skips them.
     #[serde(default)]
     pub retry: bool,
+    /// Host questions (`on_unknown_host = "ask"`, [`network`]): approving allows a host for
+    /// the rest of the run, denying keeps it refused; nothing runs.
+    #[serde(default)]
+    pub hosts: bool,
     /// Calls whose execution has started (their `tool_started` events are out).
     #[serde(default)]
     pub started: Vec<String>,

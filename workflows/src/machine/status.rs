@@ -138,10 +138,14 @@ pub fn describe_event(e: &RunEvent) -> String {
         ),
         Some(run_event::Kind::ToolStarted(c)) => format!("running {} ({})", c.name, c.id),
         Some(run_event::Kind::ToolFinished(r)) => format!(
-            "{} ({}) {}",
+            "{} ({}) {}{}",
             r.name,
             r.call_id,
-            if r.is_error { "failed" } else { "finished" }
+            if r.is_error { "failed" } else { "finished" },
+            match r.network_refused {
+                0 => String::new(),
+                n => format!("; the proxy refused {n} network connection(s)"),
+            }
         ),
         Some(run_event::Kind::Finished(r)) => format!("run ended: {}", r.reason().as_str_name()),
         Some(run_event::Kind::Note(n)) => n.clone(),

@@ -116,10 +116,13 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     set_parent_death_signal(&mut command);
 
     let spawned = command.spawn();
-    if let Some(prepared) = &mut confinement.0 {
-        prepared.spawned();
-    }
+    let proxy = match &mut confinement.0 {
+        Some(prepared) => prepared.spawned(),
+        None => Ok(()),
+    };
     let mut child = spawned.map_err(|e| ToolError::io(what, e))?;
+    // Without its proxy the process has no network it was promised: end it (kill_on_drop).
+    proxy.map_err(ToolError::from)?;
     let pgid = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
@@ -207,6 +210,7 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         is_error,
         full: (full != preview).then(|| output::cap(&full, FULL_OUTPUT_CAP_BYTES)),
         content: output::cap(&preview, OUTPUT_CAP_BYTES),
+        network: confinement.0.as_ref().and_then(Prepared::network_report),
     })
 }
 
@@ -574,7 +578,7 @@ pub(super) mod tests {
         let mut ctx = context(&dir);
         ctx.sandbox = Sandbox {
             mode: SandboxMode::WorkspaceWrite,
-            network: false,
+            network: baton_sandbox::Network::Off,
             settings: Arc::new(SandboxSettings {
                 probe: unavailable,
                 ..SandboxSettings::default()

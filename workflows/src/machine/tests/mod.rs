@@ -20,6 +20,7 @@ mod checkpoint;
 mod context;
 mod cost;
 mod mcp;
+mod network;
 mod outputs;
 mod phases;
 mod turn;

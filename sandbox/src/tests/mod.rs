@@ -10,7 +10,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use tempfile::TempDir;
 
-use crate::{Sandbox, SandboxError, SandboxMode, SandboxSettings};
+use crate::{Network, Prepared, Sandbox, SandboxError, SandboxMode, SandboxSettings};
 
 /// The worker's state directory in a workspace, as the tools name it.
 const STATE_DIR: &str = ".baton";
@@ -21,12 +21,17 @@ struct Output {
     code: Option<i32>,
     stdout: String,
     stderr: String,
+    network: Option<crate::net::NetReport>,
 }
 
 fn sandbox(mode: SandboxMode, network: bool, settings: SandboxSettings) -> Sandbox {
     Sandbox {
         mode,
-        network,
+        network: if network {
+            Network::Unfiltered
+        } else {
+            Network::Off
+        },
         settings: Arc::new(settings),
     }
 }
@@ -53,14 +58,16 @@ async fn try_sh(
     }
     let child = sh.spawn();
     if let Some(prepared) = &mut prepared {
-        prepared.spawned();
+        prepared.spawned()?;
     }
     let output = child.unwrap().wait_with_output().await.unwrap();
+    let network = prepared.as_ref().and_then(Prepared::network_report);
     drop(prepared);
     Ok(Output {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        network,
     })
 }
 
@@ -487,3 +494,5 @@ async fn mode_off_runs_unconfined() {
         (Some(0), format!("{}\nwrote\n", uid_gid().0))
     );
 }
+
+mod network;
