@@ -95,6 +95,11 @@ pub(crate) const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
 pub(crate) const TOOL_CALLS: &str = "baton_tool_calls";
 /// Histogram (seconds): duration of a tool call attempt, labels `server`, `tool`, `outcome`.
 pub(crate) const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
+/// Counter: connections tool processes asked the worker's proxy for (issue 19), labels
+/// `outcome` (`allowed` | `refused`) and `kind` (the refusal's: `not_allowed`, `private`,
+/// `protected`, `unresolved`, `unreachable`, `bad_request`; `none` when allowed, `unrecorded`
+/// past the 32 a call keeps).
+pub(crate) const TOOL_NETWORK: &str = "baton_tool_network";
 /// Histogram (seconds): how long a run waited for a human decision.
 pub(crate) const APPROVAL_WAIT: &str = "baton_approval_wait_seconds";
 /// Gauge: runs of the worker's task queue waiting for approval now (from visibility).
@@ -138,6 +143,7 @@ pub(crate) struct BatonMetrics {
     llm_duration: HistogramDuration,
     tool_calls: Counter,
     tool_duration: HistogramDuration,
+    tool_network: Counter,
     approval_wait: HistogramDuration,
     approvals_pending: Gauge,
     runs_open: Gauge,
@@ -185,6 +191,10 @@ impl BatonMetrics {
             tool_calls: meter.counter(params(TOOL_CALLS, "Tool call attempts, by outcome")),
             tool_duration: meter
                 .histogram_duration(params(TOOL_CALL_DURATION, "Duration of tool call attempts")),
+            tool_network: meter.counter(params(
+                TOOL_NETWORK,
+                "Connections tool processes asked the proxy for, allowed or refused",
+            )),
             approval_wait: meter.histogram_duration(params(
                 APPROVAL_WAIT,
                 "Time runs waited for an approval decision",
@@ -301,6 +311,24 @@ impl BatonMetrics {
         ]);
         self.tool_calls.add(1, &labels);
         self.tool_duration.record(took, &labels);
+    }
+
+    /// Records what a tool call's processes did through the proxy.
+    fn tool_network(&self, result: &ToolResult) {
+        let add = |outcome: &str, kind: &str, n: u64| {
+            if n > 0 {
+                self.tool_network
+                    .add(n, &self.labels([("outcome", outcome), ("kind", kind)]));
+            }
+        };
+        add("allowed", "none", u64::from(result.network_allowed));
+        for refusal in &result.network_refusals {
+            add("refused", refusal.kind.as_str(), 1);
+        }
+        let unrecorded = result
+            .network_refused
+            .saturating_sub(result.network_refusals.len() as u32);
+        add("refused", "unrecorded", u64::from(unrecorded));
     }
 
     /// Sets the gauge of runs waiting for approval.
@@ -488,7 +516,12 @@ impl ActivityInboundInterceptor for ActivityObserver {
                         });
                         m.llm_call(call, llm_outcome(&result), usage, took);
                     }
-                    Observed::Tool(labels) => m.tool_call(labels, tool_outcome(&result), took),
+                    Observed::Tool(labels) => {
+                        m.tool_call(labels, tool_outcome(&result), took);
+                        if let Some(r) = result.as_ref().ok().and_then(|v| v.downcast_ref()) {
+                            m.tool_network(r);
+                        }
+                    }
                     Observed::Other => {}
                 }
             }
