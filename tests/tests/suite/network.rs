@@ -281,7 +281,7 @@ fn git_clone_pip_download_and_https_work_through_the_proxy() {
     let index = PackageIndex::start().unwrap();
     let tls = TlsSite::start().unwrap();
     let queue = unique("net-tools");
-    let _w = worker(&server, &queue, &[]);
+    let (_w, metrics) = metrics_worker(&server, &queue, &[]);
     let clone_url = git
         .url("acme/probe.git")
         .replace("http://", &format!("http://baton:{TOKEN}@"));
@@ -311,7 +311,12 @@ fn git_clone_pip_download_and_https_work_through_the_proxy() {
     let run = run_shell_calls(&server, &queue, "run-tools", &net, &calls);
 
     let out = outputs(&server, &run);
-    assert!(out["git"].contains(README), "{}\n{}", out["git"], git.log());
+    assert!(
+        out["git"].contains(README.trim_end()),
+        "{}\n{}",
+        out["git"],
+        git.log()
+    );
     assert!(git.requests() > 0);
     assert!(out["pip"].contains(PROBE_WHEEL), "{}", out["pip"]);
     assert_eq!(index.downloads(), 1, "{}", out["pip"]);
@@ -322,4 +327,8 @@ fn git_clone_pip_download_and_https_work_through_the_proxy() {
         refused.values().all(Vec::is_empty),
         "allowed hosts were refused: {refused:?}"
     );
+    // They went through the proxy (git asks several times, pip twice, curl once).
+    scrape_until(&metrics, "the proxied requests counted", |s| {
+        value(s, "baton_tool_network_total", &[("outcome", "allowed")]) >= 3.0
+    });
 }
