@@ -76,23 +76,26 @@ fn package_index_serves_a_wheel_pip_downloads_and_installs() {
     assert_eq!(index.wheel_sha256().len(), 64, "{}", index.wheel_sha256());
     let home = tempfile::tempdir().unwrap();
     let dest = home.path().join("downloads");
-    let dest_arg = dest.to_str().unwrap();
     let url = index.index_url();
     let pip = |args: &[&str]| {
         let mut all = vec!["-m", "pip", "--disable-pip-version-check"];
         all.extend_from_slice(args);
         run("/usr/bin/python3", &all, Some(home.path()))
     };
+    let download = |project: &str| {
+        let dest = dest.to_str().unwrap();
+        pip(&[
+            "download",
+            "--no-deps",
+            "--index-url",
+            &url,
+            "-d",
+            dest,
+            project,
+        ])
+    };
 
-    let out = pip(&[
-        "download",
-        "--no-deps",
-        "--index-url",
-        &url,
-        "-d",
-        dest_arg,
-        PROBE_PACKAGE,
-    ]);
+    let out = download(PROBE_PACKAGE);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stdout.contains(PROBE_WHEEL), "{out}");
     assert_eq!(index.downloads(), 1);
@@ -118,15 +121,7 @@ fn package_index_serves_a_wheel_pip_downloads_and_installs() {
     assert_eq!(out.stdout.trim(), PROBE_WHEEL_GREETING, "{out}");
 
     // An unknown project is a 404 pip reports, and nothing more is downloaded.
-    let out = pip(&[
-        "download",
-        "--no-deps",
-        "--index-url",
-        &url,
-        "-d",
-        dest_arg,
-        "no-such-pkg",
-    ]);
+    let out = download("no-such-pkg");
     assert_ne!(out.code, 0, "{out}");
     assert_eq!(index.downloads(), 1);
 }
