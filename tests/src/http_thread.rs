@@ -5,12 +5,14 @@
 //! their captured requests keep.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::thread::{self, JoinHandle};
 
 use anyhow::Context;
 use axum::Router;
 use axum::http::HeaderMap;
+use axum::serve::Listener;
 
 /// A running server; stopped on drop.
 pub(crate) struct HttpThread {
@@ -23,6 +25,17 @@ impl HttpThread {
     /// Binds 127.0.0.1 on a free port and serves `app` there; `name` names the thread and
     /// the error messages.
     pub(crate) fn start(name: &str, app: Router) -> anyhow::Result<HttpThread> {
+        Self::start_on(name, app, |listener| listener)
+    }
+
+    /// Like [`HttpThread::start`], serving on the listener `wrap` makes of the bound one (one
+    /// that counts connections, or does TLS); `wrap` runs on the server's thread.
+    pub(crate) fn start_on<L, F>(name: &str, app: Router, wrap: F) -> anyhow::Result<HttpThread>
+    where
+        L: Listener,
+        L::Addr: Debug,
+        F: FnOnce(tokio::net::TcpListener) -> L + Send + 'static,
+    {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .with_context(|| format!("binding {name} server"))?;
         listener.set_nonblocking(true)?;
@@ -45,7 +58,7 @@ impl HttpThread {
                         }
                     };
                     tokio::select! {
-                        res = axum::serve(listener, app) => {
+                        res = axum::serve(wrap(listener), app) => {
                             if let Err(e) = res {
                                 eprintln!("{label} server error: {e}");
                             }

@@ -23,6 +23,11 @@
 //! ([`EverythingServer`]), and the worker settings naming servers ([`worker_config`])
 //! (`mcp_servers.rs`).
 //!
+//! For tools behind baton's network proxy (issue 19): targets on loopback that count what
+//! reached them, so a test can assert a refused request never arrived: a plain site, the same
+//! over HTTPS with a CA the sandbox user can read, a PEP 503 package index with a real wheel,
+//! and a bare TCP counter ([`net_targets`]).
+//!
 //! The baton binaries are looked up next to the test executable
 //! ([`bin_path`]); `cargo test` does not build them, so run
 //! `cargo build --workspace` first.
@@ -67,6 +72,7 @@ mod mock_http;
 mod mock_openai;
 mod mock_responses;
 pub mod moto;
+pub mod net_targets;
 mod process;
 mod server;
 pub mod tls_proxy;

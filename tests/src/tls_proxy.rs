@@ -276,7 +276,7 @@ impl Drop for TlsProxy {
     }
 }
 
-fn server_config(
+pub(crate) fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,

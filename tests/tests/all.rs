@@ -18,6 +18,7 @@ mod suite {
     mod harness;
     mod history_budget;
     mod mcp;
+    mod network;
     mod openai_wire;
     mod providers;
     mod replay;

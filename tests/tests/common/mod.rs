@@ -10,6 +10,9 @@ use std::{
 use baton_tests::*;
 use serde_json::{Value, json};
 
+mod metrics;
+pub use metrics::{metrics_worker, scrape, scrape_until, value};
+
 /// Writes a scripted-provider script into `dir` and returns its path.
 pub fn script(dir: &Path, name: &str, turns: Value) -> PathBuf {
     let path = dir.join(format!("{name}.json"));
