@@ -233,7 +233,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .max_buf_size(MAX_HEAD);
+        .max_header_size(MAX_HEAD);
     let connection = builder
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
