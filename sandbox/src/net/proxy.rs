@@ -10,7 +10,9 @@
 //! A refusal is an HTTP answer the tool sees (403, 400 for a bad request, 502 when nothing
 //! answered), `text/plain`, with `X-Baton-Refused: <kind>` and the body
 //! `baton proxy refused <host>:<port>: <reason>`; it is logged at info level and kept in the
-//! handle. Request heads are capped at 64 KiB and must arrive within 30 s.
+//! handle. Request heads are capped at 64 KiB and must arrive within 30 s (also the next one on
+//! an idle keep-alive connection: hyper closes it then). At most [`MAX_CONNECTIONS`] client
+//! connections are served at a time; more wait in the listener's backlog.
 
 use std::convert::Infallible;
 use std::io;
@@ -28,6 +30,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -40,6 +43,9 @@ const MAX_HEAD: usize = 64 * 1024;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting to the permitted addresses of a host may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many client connections one proxy serves at a time: each costs the worker up to two file
+/// descriptors (the client's and the upstream one), and a tool must not exhaust the worker's.
+pub const MAX_CONNECTIONS: usize = 256;
 /// How many refusals a handle keeps (the rest are only counted).
 const KEPT_REFUSALS: usize = 32;
 
@@ -200,14 +206,27 @@ impl Shared {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // At the cap, wait for a connection to end: further clients queue in the backlog.
+        let slot = tokio::select! {
+            () = shared.stop.cancelled() => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = shared.stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
             Ok((stream, _)) => {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    serve(stream, shared).await;
+                    drop(slot);
+                });
             }
             Err(err) => {
                 // Out of file descriptors and the like: back off instead of spinning.

@@ -1,5 +1,6 @@
 //! The proxy end to end: real loopback sites, the real `curl` binary and raw sockets.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +17,22 @@ use crate::net::{
 const HANG: Duration = Duration::from_secs(60);
 
 fn start(hosts: &[String]) -> ProxyHandle {
+    start_guarded(hosts, NetGuard::default())
+}
+
+fn start_guarded(hosts: &[String], guard: NetGuard) -> ProxyHandle {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let policy = NetPolicy::new(hosts, Arc::new(NetGuard::default())).unwrap();
+    let policy = NetPolicy::new(hosts, Arc::new(guard)).unwrap();
     Proxy::start(listener, Arc::new(policy), Arc::new(SystemResolver)).unwrap()
+}
+
+/// Sends `GET http://{addr}{path}` on `client` and reads the answer.
+async fn get(client: &mut TcpStream, addr: SocketAddr, path: &str) -> (String, String) {
+    let request = format!("GET http://{addr}{path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::timeout(HANG, read_response(client))
+        .await
+        .unwrap()
 }
 
 struct Curl {
@@ -243,11 +257,7 @@ async fn each_request_of_a_keep_alive_connection_is_decided_on_its_own() {
         (other.addr, "/two"),
         (site.addr, "/three"),
     ] {
-        let request = format!("GET http://{addr}{path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-        client.write_all(request.as_bytes()).await.unwrap();
-        let (head, body) = tokio::time::timeout(HANG, read_response(&mut client))
-            .await
-            .unwrap();
+        let (head, body) = get(&mut client, addr, path).await;
         if addr == site.addr {
             assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
             assert_eq!(body, format!("hello from {path}"));
@@ -363,6 +373,57 @@ async fn requests_the_proxy_does_not_serve_are_bad_requests() {
         ProxyCounts {
             allowed: 0,
             refused: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn protected_endpoints_and_dead_ports_are_refused_with_their_kind() {
+    let site = Site::start().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let guard = NetGuard {
+        protected: vec![(site.addr, "the worker's Temporal frontend".to_owned())],
+        private_ranges: Vec::new(),
+    };
+    let proxy = start_guarded(&["127.0.0.1".to_owned()], guard);
+    let mut client = TcpStream::connect(proxy.local_addr()).await.unwrap();
+    let (head, body) = get(&mut client, site.addr, "/").await;
+    assert!(head.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{head}");
+    assert!(head.contains("x-baton-refused: protected\r\n"), "{head}");
+    assert!(
+        body.ends_with(&format!(
+            "127.0.0.1 is the worker's Temporal frontend (port {}): tools may never reach it\n",
+            site.addr.port()
+        )),
+        "{body}"
+    );
+    assert_eq!(site.connections(), 0);
+    let (head, body) = get(&mut client, dead, "/").await;
+    assert!(head.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{head}");
+    assert!(head.contains("x-baton-refused: unreachable\r\n"), "{head}");
+    assert!(body.contains("could not connect (127.0.0.1:"), "{body}");
+    let kinds: Vec<RefusalKind> = proxy.refusals().iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [RefusalKind::Protected, RefusalKind::Unreachable]);
+}
+
+#[tokio::test]
+async fn the_handle_keeps_the_first_32_refusals_and_counts_all() {
+    let proxy = start(&["example.invalid".to_owned()]);
+    let mut client = TcpStream::connect(proxy.local_addr()).await.unwrap();
+    for port in 1..=40u16 {
+        let (head, _) = get(&mut client, SocketAddr::from(([127, 0, 0, 1], port)), "/").await;
+        assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
+    }
+    let ports: Vec<u16> = proxy.refusals().iter().map(|r| r.port).collect();
+    assert_eq!(ports, (1..=32).collect::<Vec<u16>>());
+    assert_eq!(
+        proxy.counts(),
+        ProxyCounts {
+            allowed: 0,
+            refused: 40
         }
     );
 }
