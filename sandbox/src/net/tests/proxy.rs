@@ -55,14 +55,25 @@ async fn get(client: &mut TcpStream, addr: SocketAddr, path: &str) -> (String, S
     soon(read_response(client)).await
 }
 
-struct Curl {
+/// What a command printed and how it ended.
+struct Ran {
     code: i32,
     stdout: String,
     stderr: String,
 }
 
+impl From<std::process::Output> for Ran {
+    fn from(output: std::process::Output) -> Ran {
+        Ran {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
 /// `curl -sS -i <args>` (headers in the output, no proxy variables inherited).
-async fn curl(args: &[&str]) -> Curl {
+async fn curl(args: &[&str]) -> Ran {
     let output = tokio::process::Command::new("curl")
         .args(["-sS", "-i", "--max-time", "60"])
         .args(args)
@@ -71,15 +82,11 @@ async fn curl(args: &[&str]) -> Curl {
         .output()
         .await
         .expect("running curl");
-    Curl {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    output.into()
 }
 
 /// `curl` through `proxy`.
-async fn curl_via(proxy: &ProxyHandle, args: &[&str]) -> Curl {
+async fn curl_via(proxy: &ProxyHandle, args: &[&str]) -> Ran {
     let proxy = format!("http://{}", proxy.local_addr());
     curl(&[&["-x", proxy.as_str()], args].concat()).await
 }
@@ -329,4 +336,108 @@ async fn the_handle_keeps_the_first_32_refusals_and_counts_all() {
     let ports: Vec<u16> = proxy.refusals().iter().map(|r| r.port).collect();
     assert_eq!(ports, (1..=32).collect::<Vec<u16>>());
     assert_eq!(proxy.counts(), counts(0, 40));
+}
+
+/// A wheel of the package `probe-pkg` 0.1 (written by python's `zipfile`).
+fn probe_wheel(dir: &std::path::Path) -> Vec<u8> {
+    let path = dir.join("probe_pkg-0.1-py3-none-any.whl");
+    let metadata = r"Metadata-Version: 2.1\nName: probe-pkg\nVersion: 0.1\n";
+    let wheel =
+        r"Wheel-Version: 1.0\nGenerator: baton-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n";
+    let script = [
+        "import sys, zipfile".to_owned(),
+        "with zipfile.ZipFile(sys.argv[1], 'w') as z:".to_owned(),
+        "    z.writestr('probe_pkg/__init__.py', '')".to_owned(),
+        format!("    z.writestr('probe_pkg-0.1.dist-info/METADATA', '{metadata}')"),
+        format!("    z.writestr('probe_pkg-0.1.dist-info/WHEEL', '{wheel}')"),
+        "    z.writestr('probe_pkg-0.1.dist-info/RECORD', '')".to_owned(),
+    ]
+    .join("\n");
+    let status = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .arg(&path)
+        .status()
+        .expect("running python3");
+    assert!(status.success(), "writing the wheel failed");
+    std::fs::read(&path).unwrap()
+}
+
+/// `pip download probe-pkg` from `index` with the proxy variables a sandboxed tool gets.
+async fn pip_download(proxy: &ProxyHandle, index: SocketAddr, dest: &std::path::Path) -> Ran {
+    let proxy = format!("http://{}", proxy.local_addr());
+    let output = tokio::process::Command::new("pip")
+        .args([
+            "download",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-deps",
+        ])
+        .args(["--retries", "0", "--dest"])
+        .arg(dest)
+        .args([
+            "--index-url",
+            &format!("http://{index}/simple/"),
+            "probe-pkg",
+        ])
+        .envs([("http_proxy", &proxy), ("HTTP_PROXY", &proxy)])
+        .envs([("https_proxy", &proxy), ("HTTPS_PROXY", &proxy)])
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .expect("running pip");
+    output.into()
+}
+
+#[tokio::test]
+async fn pip_downloads_from_an_allowed_index_and_not_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let wheel_name = "probe_pkg-0.1-py3-none-any.whl";
+    let page =
+        format!("<html><body><a href=\"/files/{wheel_name}\">{wheel_name}</a></body></html>");
+    let files = super::servers::Files::from([
+        (
+            "/simple/probe-pkg/".to_owned(),
+            ("text/html", page.into_bytes()),
+        ),
+        (
+            format!("/files/{wheel_name}"),
+            ("application/octet-stream", probe_wheel(dir.path())),
+        ),
+    ]);
+    let index = Site::with_files(files.clone()).await;
+    let other = Site::with_files(files).await;
+    let proxy = start(&[format!("127.0.0.1:{}", index.addr.port())]);
+
+    let dest = dir.path().join("allowed");
+    let got = pip_download(&proxy, index.addr, &dest).await;
+    assert_eq!(got.code, 0, "{}\n{}", got.stdout, got.stderr);
+    assert!(dest.join(wheel_name).is_file(), "{}", got.stdout);
+    let paths: Vec<String> = index
+        .heads()
+        .iter()
+        .map(|head| head.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "GET /simple/probe-pkg/",
+            &format!("GET /files/{wheel_name}")
+        ]
+    );
+
+    let dest = dir.path().join("refused");
+    let got = pip_download(&proxy, other.addr, &dest).await;
+    assert_eq!(got.code, 1, "{}\n{}", got.stdout, got.stderr);
+    assert!(!dest.join(wheel_name).exists());
+    assert_eq!(other.connections(), 0);
+    let refusals = proxy.refusals();
+    assert!(!refusals.is_empty());
+    assert!(
+        refusals
+            .iter()
+            .all(|r| r.kind == RefusalKind::NotAllowed && r.port == other.addr.port()),
+        "{refusals:?}"
+    );
+    assert_eq!(proxy.counts().allowed, 2);
 }

@@ -2,6 +2,7 @@
 //! it got, an echo server that reports EOF, a TLS site (rustls, self-signed by rcgen), and a raw
 //! HTTP/1.1 response reader for clients that speak to the proxy by hand.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +23,11 @@ impl Drop for Task {
     }
 }
 
-/// An HTTP site answering every request with `hello from <path>` and `Connection: close`.
+/// A path's content type and bytes.
+pub(super) type Files = HashMap<String, (&'static str, Vec<u8>)>;
+
+/// An HTTP site answering with its files, other paths with `hello from <path>`, each with
+/// `Connection: close`.
 pub(super) struct Site {
     pub(super) addr: SocketAddr,
     heads: Arc<Mutex<Vec<String>>>,
@@ -32,15 +37,25 @@ pub(super) struct Site {
 
 impl Site {
     pub(super) async fn start() -> Site {
-        Site::serve(None).await
+        Site::serve(None, Files::new()).await
+    }
+
+    /// A site serving `files`.
+    pub(super) async fn with_files(files: Files) -> Site {
+        Site::serve(None, files).await
     }
 
     /// The same site over TLS.
     pub(super) async fn start_tls() -> Site {
-        Site::serve(Some(TlsAcceptor::from(Arc::new(tls_config())))).await
+        Site::serve(
+            Some(TlsAcceptor::from(Arc::new(tls_config()))),
+            Files::new(),
+        )
+        .await
     }
 
-    async fn serve(tls: Option<TlsAcceptor>) -> Site {
+    async fn serve(tls: Option<TlsAcceptor>, files: Files) -> Site {
+        let files = Arc::new(files);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
@@ -49,15 +64,15 @@ impl Site {
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 *count.lock().unwrap() += 1;
-                let (seen, tls) = (Arc::clone(&seen), tls.clone());
+                let (seen, tls, files) = (Arc::clone(&seen), tls.clone(), Arc::clone(&files));
                 tokio::spawn(async move {
                     match tls {
                         Some(tls) => {
                             if let Ok(stream) = tls.accept(stream).await {
-                                answer(stream, seen).await;
+                                answer(stream, seen, &files).await;
                             }
                         }
-                        None => answer(stream, seen).await,
+                        None => answer(stream, seen, &files).await,
                     }
                 });
             }
@@ -81,19 +96,26 @@ impl Site {
     }
 }
 
-async fn answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, seen: Arc<Mutex<Vec<String>>>) {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    seen: Arc<Mutex<Vec<String>>>,
+    files: &Files,
+) {
     let Some(head) = read_head(&mut stream).await else {
         return;
     };
     let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
     seen.lock().unwrap().push(head);
-    let body = format!("hello from {path}");
-    let response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\
-         Connection: close\r\nKeep-Alive: timeout=5\r\n\r\n{body}",
+    let (content_type, body) = match files.get(&path) {
+        Some((content_type, body)) => (*content_type, body.clone()),
+        None => ("text/plain", format!("hello from {path}").into_bytes()),
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: {content_type}\r\n\
+         Connection: close\r\nKeep-Alive: timeout=5\r\n\r\n",
         body.len()
     );
-    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.write_all(&[head.as_bytes(), &body].concat()).await;
     let _ = stream.shutdown().await;
 }
 
