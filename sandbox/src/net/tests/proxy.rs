@@ -441,3 +441,42 @@ async fn pip_downloads_from_an_allowed_index_and_not_from_another() {
     );
     assert_eq!(proxy.counts().allowed, 2);
 }
+
+#[tokio::test]
+async fn hop_by_hop_headers_and_proxy_credentials_are_not_passed_on() {
+    let site = Site::start().await;
+    let proxy = start(&[format!("127.0.0.1:{}", site.addr.port())]);
+    let mut client = TcpStream::connect(proxy.local_addr()).await.unwrap();
+    let request = format!(
+        "POST http://{0}/form HTTP/1.1\r\nHost: elsewhere.example\r\nProxy-Authorization: Basic \
+         c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\
+         TE: trailers\r\nX-Kept: 2\r\nContent-Length: 5\r\n\r\nhello",
+        site.addr
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let (head, body) = soon(read_response(&mut client)).await;
+    assert_has(&head, "HTTP/1.1 200 OK\r\n", &[]);
+    assert_eq!(body, "hello from /form");
+    let heads = site.heads();
+    let sent = heads[0].to_ascii_lowercase();
+    // Host is the URI's authority (RFC 9112 3.2.2), the body's length is kept.
+    let kept = [
+        format!("\r\nhost: {}\r\n", site.addr),
+        "\r\nx-kept: 2\r\n".to_owned(),
+    ];
+    assert_has(
+        &sent,
+        "post /form http/1.1\r\n",
+        &[&kept[0], &kept[1], "content-length: 5"],
+    );
+    for dropped in [
+        "proxy-authorization",
+        "proxy-connection",
+        "x-hop",
+        "\r\nte:",
+        "c2vjcmv0",
+        "elsewhere",
+    ] {
+        assert!(!sent.contains(dropped), "{dropped} was passed on:\n{sent}");
+    }
+}
