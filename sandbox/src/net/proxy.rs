@@ -9,8 +9,8 @@
 //!
 //! A refusal is an HTTP answer the tool sees (403, 400 for a bad request, 502 when nothing
 //! answered), `text/plain`, with `X-Baton-Refused: <kind>` and the body
-//! `baton proxy refused <host>:<port>: <reason>`; it is logged at info level and kept in the
-//! handle. Request heads are capped at 64 KiB and must arrive within 30 s (also the next one on
+//! `baton proxy refused <host>:<port>: <reason>`; the first 32 are logged at info level and kept
+//! in the handle, all are counted. Request heads are capped at 64 KiB and must arrive within 30 s (also the next one on
 //! an idle keep-alive connection: hyper closes it then). At most [`MAX_CONNECTIONS`] client
 //! connections are served at a time; more wait in the listener's backlog.
 
@@ -147,15 +147,9 @@ impl Shared {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records, logs and answers a refusal.
+    /// Records, logs and answers a refusal. The kept ones are logged at info level, the rest at
+    /// debug (a tool retrying in a loop must not flood the worker's log).
     fn refuse(&self, refusal: Refusal) -> Response<Body> {
-        info!(
-            host = %refusal.host,
-            port = refusal.port,
-            kind = refusal.kind.as_str(),
-            reason = %refusal.reason,
-            "baton proxy refused a request"
-        );
         let status = match refusal.kind {
             RefusalKind::BadRequest => StatusCode::BAD_REQUEST,
             RefusalKind::Unreachable => StatusCode::BAD_GATEWAY,
@@ -167,9 +161,19 @@ impl Shared {
             HeaderValue::from_static(refusal.kind.as_str()),
         );
         self.refused.fetch_add(1, Ordering::Relaxed);
+        let (host, port, kind) = (&refusal.host, refusal.port, refusal.kind.as_str());
         let mut kept = self.kept();
         if kept.len() < KEPT_REFUSALS {
+            let reason = &refusal.reason;
+            info!(%host, port, kind, %reason, "baton proxy refused a request");
             kept.push(refusal);
+            if kept.len() == KEPT_REFUSALS {
+                info!(
+                    "baton proxy: {KEPT_REFUSALS} refusals, further ones are logged at debug level"
+                );
+            }
+        } else {
+            debug!(%host, port, kind, reason = %refusal.reason, "baton proxy refused a request");
         }
         response
     }
