@@ -10,9 +10,10 @@
 //! A refusal is an HTTP answer the tool sees (403, 400 for a bad request, 502 when nothing
 //! answered), `text/plain`, with `X-Baton-Refused: <kind>` and the body
 //! `baton proxy refused <host>:<port>: <reason>`; the first 32 are logged at info level and kept
-//! in the handle, all are counted. Request heads are capped at 64 KiB and must arrive within 30 s (also the next one on
-//! an idle keep-alive connection: hyper closes it then). At most [`MAX_CONNECTIONS`] client
-//! connections are served at a time; more wait in the listener's backlog.
+//! in the handle, all are counted. Request heads are capped at 64 KiB and must arrive within
+//! 30 s (also the next one on an idle keep-alive connection: hyper closes it then). At most
+//! [`MAX_CONNECTIONS`] client connections are served at a time; more wait in the listener's
+//! backlog.
 
 use std::convert::Infallible;
 use std::io;
