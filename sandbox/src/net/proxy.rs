@@ -9,8 +9,11 @@
 //!
 //! A refusal is an HTTP answer the tool sees (403, 400 for a bad request, 502 when nothing
 //! answered), `text/plain`, with `X-Baton-Refused: <kind>` and the body
-//! `baton proxy refused <host>:<port>: <reason>`; it is logged at info level and kept in the
-//! handle. Request heads are capped at 64 KiB and must arrive within 30 s.
+//! `baton proxy refused <host>:<port>: <reason>`; the first 32 are logged at info level and kept
+//! in the handle, all are counted. Request heads are capped at 64 KiB and must arrive within
+//! 30 s (also the next one on an idle keep-alive connection: hyper closes it then). At most
+//! [`MAX_CONNECTIONS`] client connections are served at a time; more wait in the listener's
+//! backlog.
 
 use std::convert::Infallible;
 use std::io;
@@ -28,6 +31,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -40,6 +44,9 @@ const MAX_HEAD: usize = 64 * 1024;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting to the permitted addresses of a host may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many client connections one proxy serves at a time: each costs the worker up to two file
+/// descriptors (the client's and the upstream one), and a tool must not exhaust the worker's.
+pub const MAX_CONNECTIONS: usize = 256;
 /// How many refusals a handle keeps (the rest are only counted).
 const KEPT_REFUSALS: usize = 32;
 
@@ -141,15 +148,9 @@ impl Shared {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records, logs and answers a refusal.
+    /// Records, logs and answers a refusal. The kept ones are logged at info level, the rest at
+    /// debug (a tool retrying in a loop must not flood the worker's log).
     fn refuse(&self, refusal: Refusal) -> Response<Body> {
-        info!(
-            host = %refusal.host,
-            port = refusal.port,
-            kind = refusal.kind.as_str(),
-            reason = %refusal.reason,
-            "baton proxy refused a request"
-        );
         let status = match refusal.kind {
             RefusalKind::BadRequest => StatusCode::BAD_REQUEST,
             RefusalKind::Unreachable => StatusCode::BAD_GATEWAY,
@@ -161,9 +162,19 @@ impl Shared {
             HeaderValue::from_static(refusal.kind.as_str()),
         );
         self.refused.fetch_add(1, Ordering::Relaxed);
+        let (host, port, kind) = (&refusal.host, refusal.port, refusal.kind.as_str());
         let mut kept = self.kept();
         if kept.len() < KEPT_REFUSALS {
+            let reason = &refusal.reason;
+            info!(%host, port, kind, %reason, "baton proxy refused a request");
             kept.push(refusal);
+            if kept.len() == KEPT_REFUSALS {
+                info!(
+                    "baton proxy: {KEPT_REFUSALS} refusals, further ones are logged at debug level"
+                );
+            }
+        } else {
+            debug!(%host, port, kind, reason = %refusal.reason, "baton proxy refused a request");
         }
         response
     }
@@ -200,14 +211,27 @@ impl Shared {
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // At the cap, wait for a connection to end: further clients queue in the backlog.
+        let slot = tokio::select! {
+            () = shared.stop.cancelled() => return,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             () = shared.stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
             Ok((stream, _)) => {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    serve(stream, shared).await;
+                    drop(slot);
+                });
             }
             Err(err) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -233,7 +257,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .max_buf_size(MAX_HEAD);
+        .max_header_size(MAX_HEAD);
     let connection = builder
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();

@@ -5,3 +5,4 @@ mod addr;
 mod policy;
 mod proxy;
 mod rules;
+mod servers;
