@@ -541,6 +541,7 @@ impl Settings {
             guard: std::sync::Arc::new(baton_sandbox::net::NetGuard {
                 protected,
                 private_ranges,
+                local_addrs: interface_addresses(),
             }),
             ..Default::default()
         })
@@ -550,6 +551,24 @@ impl Settings {
     pub(crate) fn graceful_shutdown(&self) -> Duration {
         Duration::from_secs(self.graceful_shutdown_secs)
     }
+}
+
+/// This host's interface addresses (the worker's own ports listen on them too).
+fn interface_addresses() -> Vec<std::net::IpAddr> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut addrs: Vec<std::net::IpAddr> = interfaces
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| std::net::IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| std::net::IpAddr::V6(v6.ip())))
+        })
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::NetError;
-use super::addr::classify;
+use super::addr::{AddrClass, classify};
 use super::rules::{HostRule, Target};
 
 /// How long a name lookup may take before the request is refused as [`RefusalKind::Unresolved`].
@@ -54,6 +54,9 @@ pub struct NetGuard {
     pub protected: Vec<(SocketAddr, String)>,
     /// Ranges treated like the private ones (the operator's cluster ranges).
     pub private_ranges: Vec<IpNet>,
+    /// This host's own interface addresses (the worker fills them in at start): they count as
+    /// this host too, so a protected port is refused on a public address of the host as well.
+    pub local_addrs: Vec<std::net::IpAddr>,
 }
 
 impl NetGuard {
@@ -61,12 +64,15 @@ impl NetGuard {
     fn protected(&self, addr: SocketAddr) -> Option<&str> {
         let ip = addr.ip().to_canonical();
         let class = classify(ip, &self.private_ranges);
+        let here = |ip: std::net::IpAddr, class: AddrClass| {
+            class.is_this_host() || self.local_addrs.iter().any(|a| a.to_canonical() == ip)
+        };
         self.protected.iter().find_map(|(endpoint, what)| {
             let guarded = endpoint.ip().to_canonical();
             let guarded_class = classify(guarded, &self.private_ranges);
             let same = guarded == ip
-                || (guarded.is_unspecified() && !class.is_public())
-                || (guarded_class.is_this_host() && class.is_this_host());
+                || (guarded.is_unspecified() && (!class.is_public() || here(ip, class)))
+                || (here(guarded, guarded_class) && here(ip, class));
             (endpoint.port() == addr.port() && same).then_some(what.as_str())
         })
     }

@@ -64,6 +64,8 @@ fn guard() -> Arc<NetGuard> {
             ),
         ],
         private_ranges: vec!["203.0.0.0/16".parse().unwrap()],
+        // A public address of this host.
+        local_addrs: vec!["198.100.7.7".parse().unwrap()],
     })
 }
 
@@ -254,6 +256,15 @@ async fn protected_endpoints_are_refused_even_when_a_rule_names_them() {
     assert_eq!(
         decide(&policy(&[]), "8.8.8.8", 9464).await.unwrap(),
         "8.8.8.8:9464"
+    );
+    // This host's own public address is this host too.
+    for port in [7233, 9464] {
+        let (kind, _) = refusal(&policy(&["198.100.7.7"]), "198.100.7.7", port).await;
+        assert_eq!(kind, RefusalKind::Protected, "{port}");
+    }
+    assert_eq!(
+        decide(&policy(&[]), "198.100.7.7", 443).await.unwrap(),
+        "198.100.7.7:443"
     );
     // Other ports of the same host are the rules' business.
     assert_eq!(
