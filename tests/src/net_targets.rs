@@ -10,7 +10,7 @@
 //!   not reach, not even with a raw `/dev/tcp` connect).
 //!
 //! Git over HTTP is [`crate::GitHttp`]. Each target serves from a thread of its own
-//! ([`HttpThread`]) and stops on drop.
+//! (`http_thread.rs`) and stops on drop.
 
 mod index;
 #[cfg(test)]

@@ -147,6 +147,19 @@ fn assert_connect_failed(output: &str) {
     );
 }
 
+/// The expected refusals by call id.
+fn by_call(calls: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    calls
+        .iter()
+        .map(|(id, r)| {
+            (
+                (*id).to_owned(),
+                r.iter().map(|h| (*h).to_owned()).collect(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
     let server = DevServer::start().unwrap();
@@ -163,6 +176,12 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
         ("counter", curl(&format!("http://{counter_at}/"))),
         ("frontend", curl(&format!("http://{frontend_at}/"))),
         ("metadata", curl("http://169.254.169.254/")),
+        (
+            "tunnel-counter",
+            format!("curl -sS -m 20 https://{counter_at}/; echo \"rc=$?\""),
+        ),
+        // The allowed host itself is out of reach but through the proxy.
+        ("raw-site", raw_connects(site.port())[0].clone()),
     ];
     let net = allow_loopback(&[site.port()]);
     let run = run_shell_calls(&server, &queue, "run-allow", &net, &calls);
@@ -173,22 +192,25 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
     assert_refused(&out["counter"], &counter_at);
     assert_refused(&out["frontend"], &frontend_at);
     assert_refused(&out["metadata"], metadata_at);
-    assert_eq!(site.hits(), 1);
+    let tunnel = &out["tunnel-counter"];
+    assert!(tunnel.contains("response 403"), "{tunnel}");
+    assert_connect_failed(tunnel);
+    assert_connect_failed(&out["raw-site"]);
+    assert_eq!((site.hits(), site.connections()), (1, 1));
     assert_eq!(
         counter.connections(),
         0,
         "a refused request reached the port"
     );
 
-    let expected: BTreeMap<String, Vec<String>> = [
-        ("counter", vec![counter_at.clone()]),
-        ("frontend", vec![frontend_at.clone()]),
-        ("metadata", vec![metadata_at.to_owned()]),
-        ("site", vec![]),
-    ]
-    .into_iter()
-    .map(|(id, r)| (id.to_owned(), r))
-    .collect();
+    let expected = by_call(&[
+        ("counter", &[&counter_at]),
+        ("frontend", &[&frontend_at]),
+        ("metadata", &[metadata_at]),
+        ("raw-site", &[]),
+        ("site", &[]),
+        ("tunnel-counter", &[&counter_at]),
+    ]);
     assert_eq!(watched_refusals(&server, &run), expected);
 
     let transcript = baton(&server, &["transcript", &run]).unwrap();
@@ -205,7 +227,7 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
 
     let (_, samples) = scrape_until(&metrics, "the requests counted", |s| {
         let counted = |outcome| value(s, "baton_tool_network_total", &[("outcome", outcome)]);
-        counted("allowed") >= 1.0 && counted("refused") >= 3.0
+        counted("allowed") >= 1.0 && counted("refused") >= 4.0
     });
     let counted = |outcome| {
         value(
@@ -214,7 +236,7 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
             &[("outcome", outcome)],
         )
     };
-    assert_eq!((counted("allowed"), counted("refused")), (1.0, 3.0));
+    assert_eq!((counted("allowed"), counted("refused")), (1.0, 4.0));
 }
 
 #[test]
@@ -232,6 +254,16 @@ fn network_without_hosts_keeps_loopback_out_of_reach() {
         ("bash-counter", bash_counter),
         ("py-counter", py_counter),
         ("proxy-counter", curl(&format!("http://{counter_at}/"))),
+        ("proxy-metadata", curl("http://169.254.169.254/")),
+        ("proxy-private", curl("http://10.255.255.53/")),
+        // `127.1` is 127.0.0.1 to the resolver: the proxy must check the address, not the name.
+        (
+            "proxy-numeric",
+            format!(
+                r#"/usr/bin/python3 -c 'import socket; s = socket.create_connection(("127.0.0.1", {PROXY_PORT}), 5); s.settimeout(20); s.sendall(b"GET http://127.1:{p}/ HTTP/1.1\r\nHost: 127.1:{p}\r\nConnection: close\r\n\r\n"); print(s.recv(4096).decode())'"#,
+                p = counter.port()
+            ),
+        ),
         // The control: sockets work and the proxy is there.
         (
             "py-proxy",
@@ -253,16 +285,38 @@ fn network_without_hosts_keeps_loopback_out_of_reach() {
         assert_connect_failed(&out[id]);
     }
     assert_refused(&out["proxy-counter"], &counter_at);
+    assert_refused(&out["proxy-metadata"], "169.254.169.254:80");
+    assert_refused(&out["proxy-private"], "10.255.255.53:80");
+    let numeric = &out["proxy-numeric"];
+    assert!(
+        numeric
+            .lines()
+            .any(|l| l.starts_with("HTTP/1.") && l.contains(" 403")),
+        "{numeric}"
+    );
     assert!(
         out["py-proxy"].contains("proxy reachable"),
         "{}",
         out["py-proxy"]
     );
     assert_eq!(counter.connections(), 0, "a tool reached a loopback port");
-    assert_eq!(
-        watched_refusals(&server, &run)["proxy-counter"],
-        vec![counter_at]
+    let mut refused = watched_refusals(&server, &run);
+    let numeric = refused.remove("proxy-numeric").unwrap_or_default();
+    assert!(
+        numeric.len() == 1 && numeric[0].ends_with(&format!(":{}", counter.port())),
+        "{numeric:?}"
     );
+    let expected = by_call(&[
+        ("bash-counter", &[]),
+        ("bash-frontend", &[]),
+        ("proxy-counter", &[&counter_at]),
+        ("proxy-metadata", &["169.254.169.254:80"]),
+        ("proxy-private", &["10.255.255.53:80"]),
+        ("py-counter", &[]),
+        ("py-frontend", &[]),
+        ("py-proxy", &[]),
+    ]);
+    assert_eq!(refused, expected);
 }
 
 #[test]
