@@ -12,6 +12,7 @@
 use crate::common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use baton_tests::net_targets::{
     PROBE_PACKAGE, PROBE_WHEEL, PackageIndex, SITE_PAGE, Site, TcpCounter, TlsSite,
@@ -382,4 +383,72 @@ fn git_clone_pip_download_and_https_work_through_the_proxy() {
     scrape_until(&metrics, "the proxied requests counted", |s| {
         value(s, "baton_tool_network_total", &[("outcome", "allowed")]) >= 3.0
     });
+}
+
+#[test]
+fn an_unknown_host_is_put_to_a_human_and_reached_once_allowed() {
+    let server = DevServer::start().unwrap();
+    let listed = Site::start().unwrap();
+    let unknown = Site::start().unwrap();
+    let queue = unique("net-ask");
+    let _w = worker(&server, &queue, &[]);
+    let unknown_at = format!("127.0.0.1:{}", unknown.port());
+    let fetch = curl(&unknown.url());
+    let dir = tempfile::tempdir().unwrap();
+    let shell = |id: &str| json!({"id": id, "name": "shell", "arguments": {"command": fetch}});
+    let turns = json!([
+        {"text": "Fetching.", "tool_calls": [shell("first")]},
+        {"text": "Again, now that it may be allowed.", "tool_calls": [shell("again")]},
+        {"text": "Done."}
+    ]);
+    let s = script(dir.path(), "run-ask", turns).display().to_string();
+    let mut args = vec![
+        "--script",
+        s.as_str(),
+        "--no-approval",
+        "--on-unknown-host",
+        "ask",
+    ];
+    let net = allow_loopback(&[listed.port()]);
+    args.extend(net.iter().map(String::as_str));
+    let run = submit(&server, &queue, &unique("run-ask"), &args, "fetch the page");
+
+    // The refused host waits for a human, named in `baton pending`.
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let pending = &status["pending"][0];
+    assert_eq!(pending["tool"], "baton.allow_host", "{status}");
+    let call_id = pending["call_id"].as_str().unwrap().to_owned();
+    assert!(
+        pending["arguments"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("\"host\":\"{unknown_at}\"")),
+        "{status}"
+    );
+    assert_eq!(unknown.hits(), 0);
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "the run in `baton pending`",
+        || {
+            let listed = baton(&server, &["pending", "--json"])?;
+            Ok(
+                (listed.stdout.contains(&run) && listed.stdout.contains("baton.allow_host"))
+                    .then_some(()),
+            )
+        },
+    )
+    .unwrap();
+    let approved = baton(&server, &["approve", &run, &call_id]).unwrap();
+    assert_eq!(approved.code, 0, "{approved}");
+
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Done.", "{r}");
+    let out = outputs(&server, &run);
+    assert_refused(&out["first"], &unknown_at);
+    assert!(out["again"].contains(SITE_PAGE), "{}", out["again"]);
+    assert_eq!(unknown.hits(), 1);
+    assert_eq!(
+        watched_refusals(&server, &run)["again"],
+        Vec::<String>::new()
+    );
 }
