@@ -3,6 +3,8 @@
 //! the proxy. Run as root (CI), the test runs itself again as uid 65534 (`setpriv`), from a
 //! copy of this binary that user can execute, to be that worker.
 
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
