@@ -437,6 +437,30 @@ fn each_kind_of_watch_line() {
         )
     );
     assert_eq!(
+        body(run_event::Kind::ToolFinished(ToolResult {
+            call_id: "call_1_2".to_owned(),
+            name: "shell".to_owned(),
+            content: "403".to_owned(),
+            is_error: true,
+            network_refusals: vec![baton_proto::NetworkRefusal {
+                host: "169.254.169.254".to_owned(),
+                port: 80,
+                kind: "private".to_owned(),
+                reason: "link-local".to_owned(),
+            }],
+            network_refused: 3,
+            network_allowed: 1,
+            ..Default::default()
+        })),
+        (
+            "tool_finished".to_owned(),
+            json!({"call_id": "call_1_2", "tool": "shell", "is_error": true, "content": "403",
+                   "network_refusals": [{"host": "169.254.169.254", "port": 80,
+                                         "kind": "private", "reason": "link-local"}],
+                   "network_refused": 3})
+        )
+    );
+    assert_eq!(
         body(run_event::Kind::Note("run started".to_owned())),
         ("note".to_owned(), json!({"text": "run started"}))
     );

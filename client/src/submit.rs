@@ -610,6 +610,26 @@ mod tests {
     }
 
     #[test]
+    fn allow_host_entries_are_checked_and_written_canonically() {
+        let parse = |host: &str| {
+            Cli::try_parse_from(["baton", "submit", "--allow-host", host, "x"]).map(|cli| {
+                let Command::Submit(submit) = cli.command else {
+                    unreachable!()
+                };
+                submit.allow_hosts
+            })
+        };
+        assert_eq!(parse("PyPI.org.").unwrap(), ["pypi.org"]);
+        assert_eq!(parse("*.example.com:443").unwrap(), ["*.example.com:443"]);
+        let bad = parse("exa mple.com").unwrap_err();
+        assert_eq!(bad.exit_code(), 2);
+        assert!(
+            bad.to_string().contains("bad --allow-host 'exa mple.com'"),
+            "{bad}"
+        );
+    }
+
+    #[test]
     fn a_policy_file_without_require_approval_keeps_shell_asking() {
         let rules_only = "[[rules]]\ntool = \"*\"\npattern = \"secrets/*\"\naction = \"deny\"\n";
         assert_eq!(

@@ -40,6 +40,17 @@ struct IdMaps {
     gid: Vec<u8>,
 }
 
+impl IdMaps {
+    /// This process's uid and gid mapped to themselves.
+    fn own() -> Self {
+        let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+        Self {
+            uid: format!("{uid} {uid} 1\n").into_bytes(),
+            gid: format!("{gid} {gid} 1\n").into_bytes(),
+        }
+    }
+}
+
 /// What the child needs, copied into the `pre_exec` closure.
 #[derive(Debug, Clone)]
 pub(super) struct NetNsChild {
@@ -51,13 +62,7 @@ impl NetNs {
     /// The socket pair (close-on-exec) and, when the worker is not root, its id maps.
     pub(super) fn new(root: bool) -> io::Result<Self> {
         let (parent, child) = socket_pair()?;
-        let maps = (!root).then(|| {
-            let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
-            IdMaps {
-                uid: format!("{uid} {uid} 1\n").into_bytes(),
-                gid: format!("{gid} {gid} 1\n").into_bytes(),
-            }
-        });
+        let maps = (!root).then(IdMaps::own);
         Ok(Self {
             parent,
             child: Some(child),
@@ -87,16 +92,7 @@ impl NetNsChild {
 
     /// In the child: the new namespace, `lo` up, the listener sent to the parent.
     pub(super) fn enter(&self) -> io::Result<()> {
-        match &self.maps {
-            None => check(unsafe_unshare(libc::CLONE_NEWNET))?,
-            Some(maps) => {
-                check(unsafe_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", &maps.uid)?;
-                write_file(c"/proc/self/gid_map", &maps.gid)?;
-            }
-        }
-        loopback_up()?;
+        enter_namespaces(self.maps.as_ref())?;
         let listener = listen()?;
         let sent = send_fd(self.sock, listener);
         // SAFETY: closing descriptors this child owns.
@@ -106,6 +102,21 @@ impl NetNsChild {
         }
         sent
     }
+}
+
+/// A new network namespace (and user namespace with `maps`) with `lo` up.
+fn enter_namespaces(maps: Option<&IdMaps>) -> io::Result<()> {
+    match maps {
+        None => check(unsafe_unshare(libc::CLONE_NEWNET))?,
+        Some(maps) => {
+            check(unsafe_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+            // In this order: the kernel refuses a gid_map before setgroups is denied.
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", &maps.uid)?;
+            write_file(c"/proc/self/gid_map", &maps.gid)?;
+        }
+    }
+    loopback_up()
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
@@ -204,71 +215,69 @@ fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 #[repr(C, align(8))]
 struct ControlBuffer([u8; 32]);
 
-fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
+/// Calls `f` with a one-byte message whose control buffer (`controllen` bytes of it) can carry
+/// one descriptor; every buffer lives on this stack frame (no allocation: the child uses it).
+fn with_message<R>(controllen: usize, f: impl FnOnce(&mut libc::msghdr) -> R) -> R {
     let mut byte = [0u8; 1];
     let mut control = ControlBuffer([0; 32]);
-    // SAFETY: sendmsg(2) with a msghdr pointing at stack buffers of the right sizes; the
-    // CMSG_* helpers only compute offsets into `control`.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut message: libc::msghdr = std::mem::zeroed();
-        message.msg_iov = &raw mut iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control.0.as_mut_ptr().cast();
-        message.msg_controllen = libc::CMSG_SPACE(size_of::<RawFd>() as u32) as usize;
-        let header = libc::CMSG_FIRSTHDR(&raw const message);
-        if header.is_null() {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: an all-zero msghdr is valid (no buffers); the fields set below point at buffers
+    // that outlive `f`.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &raw mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.0.as_mut_ptr().cast();
+    message.msg_controllen = controllen.min(control.0.len());
+    f(&mut message)
+}
+
+fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(size_of::<RawFd>() as u32) } as usize;
+    with_message(space, |message| {
+        // SAFETY: the CMSG_* helpers compute offsets into the message's control buffer, which
+        // has room for one descriptor; sendmsg(2) reads the message.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(message);
+            if header.is_null() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), fd);
+            if libc::sendmsg(sock, message, libc::MSG_NOSIGNAL) < 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
-        (*header).cmsg_level = libc::SOL_SOCKET;
-        (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), fd);
-        if libc::sendmsg(sock, &raw const message, libc::MSG_NOSIGNAL) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 fn receive_fd(sock: RawFd) -> io::Result<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut control = ControlBuffer([0; 32]);
-    // SAFETY: recvmsg(2) into stack buffers of the right sizes; the received descriptor is
-    // taken into an OwnedFd only when the kernel says one came (MSG_CMSG_CLOEXEC sets its flag).
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut message: libc::msghdr = std::mem::zeroed();
-        message.msg_iov = &raw mut iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control.0.as_mut_ptr().cast();
-        message.msg_controllen = control.0.len();
-        let got = libc::recvmsg(
-            sock,
-            &raw mut message,
-            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        );
-        if got < 0 {
-            return Err(io::Error::last_os_error());
+    with_message(usize::MAX, |message| {
+        // SAFETY: recvmsg(2) into the message's buffers; the received descriptor is taken into
+        // an OwnedFd only when the kernel says one came (MSG_CMSG_CLOEXEC sets its flag).
+        unsafe {
+            if libc::recvmsg(sock, message, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let header = libc::CMSG_FIRSTHDR(message);
+            if header.is_null()
+                || (*header).cmsg_level != libc::SOL_SOCKET
+                || (*header).cmsg_type != libc::SCM_RIGHTS
+            {
+                return Err(io::Error::other(
+                    "the tool process sent no listening socket for its proxy",
+                ));
+            }
+            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<RawFd>());
+            Ok(OwnedFd::from_raw_fd(fd))
         }
-        let header = libc::CMSG_FIRSTHDR(&raw const message);
-        if header.is_null()
-            || (*header).cmsg_level != libc::SOL_SOCKET
-            || (*header).cmsg_type != libc::SCM_RIGHTS
-        {
-            return Err(io::Error::other(
-                "the tool process sent no listening socket for its proxy",
-            ));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<RawFd>());
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
+    })
 }
 
 /// Whether this host lets the worker give a process a network namespace: a short-lived
@@ -281,24 +290,10 @@ pub(crate) fn probe() -> Result<(), String> {
         .find(|p| std::path::Path::new(p).exists())
         .ok_or("no `true` program to probe with")?;
     let mut command = std::process::Command::new(program);
-    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
-    let maps = IdMaps {
-        uid: format!("{uid} {uid} 1\n").into_bytes(),
-        gid: format!("{gid} {gid} 1\n").into_bytes(),
-    };
+    let maps = IdMaps::own();
     // SAFETY: the hook only makes raw system calls on memory owned by the closure.
     unsafe {
-        command.pre_exec(move || {
-            if root {
-                check(unsafe_unshare(libc::CLONE_NEWNET))?;
-            } else {
-                check(unsafe_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", &maps.uid)?;
-                write_file(c"/proc/self/gid_map", &maps.gid)?;
-            }
-            loopback_up()
-        });
+        command.pre_exec(move || enter_namespaces((!root).then_some(&maps)));
     }
     let what = if root {
         "unshare(CLONE_NEWNET)"

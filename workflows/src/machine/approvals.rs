@@ -253,15 +253,7 @@ impl RunState {
             ),
         );
         for c in &calls {
-            self.push_event(
-                now_ms,
-                run_event::Kind::ApprovalRequested(PendingCall {
-                    call_id: c.call.id.clone(),
-                    tool: c.call.name.clone(),
-                    arguments: c.call.arguments.clone(),
-                    requested_at_ms: now_ms,
-                }),
-            );
+            self.approval_requested(&c.call, now_ms);
         }
         self.phase = Phase::AwaitingApproval(Batch {
             calls,
@@ -275,14 +267,8 @@ impl RunState {
         });
     }
 
-    /// Pauses the run with a question for a human, answered like an approval.
-    pub(super) fn ask_question(&mut self, question: String, now_ms: i64) {
-        let call = ToolCall {
-            id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
-            name: QUESTION_TOOL.to_owned(),
-            arguments: serde_json::json!({ "question": question }).to_string(),
-            ..Default::default()
-        };
+    /// Records that `call` waits for a human (event `approval_requested`).
+    pub(super) fn approval_requested(&mut self, call: &ToolCall, now_ms: i64) {
         self.push_event(
             now_ms,
             run_event::Kind::ApprovalRequested(PendingCall {
@@ -292,6 +278,17 @@ impl RunState {
                 requested_at_ms: now_ms,
             }),
         );
+    }
+
+    /// Pauses the run with a question for a human, answered like an approval.
+    pub(super) fn ask_question(&mut self, question: String, now_ms: i64) {
+        let call = ToolCall {
+            id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
+            name: QUESTION_TOOL.to_owned(),
+            arguments: serde_json::json!({ "question": question }).to_string(),
+            ..Default::default()
+        };
+        self.approval_requested(&call, now_ms);
         self.phase = Phase::AwaitingApproval(Batch {
             calls: vec![PlannedCall {
                 call,

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use baton_proto::{PendingCall, ToolCall, ToolResult, run_event};
+use baton_proto::{ToolCall, ToolResult};
 
 use super::{Batch, Disposition, Phase, PlannedCall, RunState, user};
 
@@ -72,15 +72,7 @@ impl RunState {
                 arguments: serde_json::json!({ "host": host, "refused_for": call_id }).to_string(),
                 ..Default::default()
             };
-            self.push_event(
-                now_ms,
-                run_event::Kind::ApprovalRequested(PendingCall {
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                    requested_at_ms: now_ms,
-                }),
-            );
+            self.approval_requested(&call, now_ms);
             calls.push(PlannedCall {
                 call,
                 disposition: Disposition::Pending,
