@@ -74,7 +74,12 @@ enum Start {
 }
 
 impl Start {
-    const ALL: [Start; 4] = [Start::Unconfined, Start::Off, Start::Proxied, Start::Unfiltered];
+    const ALL: [Start; 4] = [
+        Start::Unconfined,
+        Start::Off,
+        Start::Proxied,
+        Start::Unfiltered,
+    ];
 
     fn label(self) -> &'static str {
         match self {
@@ -184,8 +189,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<Report> {
         starts: Vec::new(),
         requests: Vec::new(),
     };
-    if let Err(reason) = baton_sandbox::probe_host().and_then(|()| baton_sandbox::probe_network())
-    {
+    if let Err(reason) = baton_sandbox::probe_host().and_then(|()| baton_sandbox::probe_network()) {
         report.skipped = Some(reason);
         return Ok(report);
     }
@@ -308,7 +312,8 @@ async fn requests(
     ])?;
     let direct = sandbox(Network::Unfiltered, Arc::new(NetGuard::default()));
     let per_round = settings.requests.div_ceil(settings.rounds.max(1));
-    let mut timings: Vec<(Pass, Vec<Timing>)> = Pass::ALL.iter().map(|p| (*p, Vec::new())).collect();
+    let mut timings: Vec<(Pass, Vec<Timing>)> =
+        Pass::ALL.iter().map(|p| (*p, Vec::new())).collect();
     for _ in 0..settings.rounds.max(1) {
         for (pass, samples) in &mut timings {
             let site_hits = || if pass.https { tls.hits() } else { plain.hits() };
@@ -322,7 +327,11 @@ async fn requests(
                  || exit 1; i=$((i+1)); done",
                 ca = tls.ca_cert().display(),
             );
-            let sandbox = if pass.proxied { &through_proxy } else { &direct };
+            let sandbox = if pass.proxied {
+                &through_proxy
+            } else {
+                &direct
+            };
             let ran = sh(Some(sandbox), workspace, &script)
                 .await
                 .with_context(|| pass.label())?;
@@ -448,7 +457,10 @@ mod tests {
         assert!((got[0].tls_ready - 4.5).abs() < 1e-9);
         assert!((got[1].total - 2.0).abs() < 1e-9);
         let err = parse_timings("curl: (7) Failed to connect\n").unwrap_err();
-        assert!(format!("{err:#}").contains("not a curl timing line"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("not a curl timing line"),
+            "{err:#}"
+        );
         assert!(parse_timings("1 2\n").is_err());
     }
 
@@ -466,12 +478,16 @@ mod tests {
             // Only a host without Landlock or namespaces skips; say so rather than pass.
             panic!("this host cannot run the network bench: {reason}");
         }
-        let starts: Vec<(Start, usize)> = report.starts.iter().map(|(s, v)| (*s, v.len())).collect();
+        let starts: Vec<(Start, usize)> =
+            report.starts.iter().map(|(s, v)| (*s, v.len())).collect();
         assert_eq!(starts, Start::ALL.map(|s| (s, 2)));
         let passes: Vec<(Pass, usize)> =
             report.requests.iter().map(|(p, t)| (*p, t.len())).collect();
         assert_eq!(passes, Pass::ALL.map(|p| (p, 4)));
         let table = report.render();
-        assert!(table.contains("Added by the proxy per HTTPS request"), "{table}");
+        assert!(
+            table.contains("Added by the proxy per HTTPS request"),
+            "{table}"
+        );
     }
 }
