@@ -249,11 +249,11 @@ async fn sh(sandbox: Option<&Sandbox>, workspace: &Path, script: &str) -> anyhow
     if let Some(prepared) = &mut prepared {
         prepared.apply(&mut command);
     }
-    let child = command.spawn().context("spawning sh");
+    let child = command.spawn().context("spawning sh")?;
     if let Some(prepared) = &mut prepared {
         prepared.spawned()?;
     }
-    let output = child?.wait_with_output().await.context("waiting for sh")?;
+    let output = child.wait_with_output().await.context("waiting for sh")?;
     let allowed = prepared
         .as_ref()
         .and_then(Prepared::network_report)
