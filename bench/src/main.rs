@@ -35,6 +35,9 @@
 //! Replay gate (`baton-bench replay-check`, [`replay_check`], issue 17): `baton replay-check`
 //! over runs of ~1,000 history events, cold and against a warm cache.
 //!
+//! Network for tools (`baton-bench network`, [`network`], issue 19): tool start-up with and
+//! without a network namespace, and the latency the proxy adds per HTTP/HTTPS request.
+//!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
 //! directory to keep the event histories the numbers were read from.
@@ -49,6 +52,7 @@ mod heartbeats;
 mod history;
 mod host;
 mod inprocess;
+mod network;
 mod peer;
 mod per_turn;
 mod procfs;
@@ -95,6 +99,9 @@ enum Command {
     Caching(CachingArgs),
     /// Replay gate: `baton replay-check` over runs of ~1,000 events, cold and with a warm cache.
     ReplayCheck(ReplayCheckArgs),
+    /// Network for tools: tool start-up with and without a network namespace, and the
+    /// latency the proxy adds per HTTP/HTTPS request (curl in a confined shell call).
+    Network(NetworkArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
@@ -209,6 +216,19 @@ struct ReplayCheckArgs {
     /// Tool turns per run (~12 history events each).
     #[arg(long, default_value_t = replay_check::Settings::FULL.turns)]
     turns: u32,
+}
+
+#[derive(Debug, Args)]
+struct NetworkArgs {
+    /// Timed starts of each start-up variant.
+    #[arg(long, default_value_t = network::Settings::FULL.starts)]
+    starts: u32,
+    /// Requests of each request row.
+    #[arg(long, default_value_t = network::Settings::FULL.requests)]
+    requests: u32,
+    /// The CI smoke size (30 starts, 30 requests) instead of --starts and --requests.
+    #[arg(long, conflicts_with_all = ["starts", "requests"])]
+    short: bool,
 }
 
 #[derive(Debug, Args)]
@@ -331,6 +351,19 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::Network(args) => {
+            let report = network::run(if args.short {
+                network::Settings::SHORT
+            } else {
+                network::Settings {
+                    starts: args.starts,
+                    requests: args.requests,
+                    ..network::Settings::FULL
+                }
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::All(args) => {
             // The whole table of BENCHMARKS.md in under 10 minutes on 2 cores: per-turn on both
             // dev-server settings (the headline), every other scenario on the fast one.
@@ -413,6 +446,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
             lap("replay-check");
+            let report = network::run(if short {
+                network::Settings::SHORT
+            } else {
+                network::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+            lap("network");
             // Scenario 6 needs a venv from PyPI: when it cannot be set up (PyPI slow or
             // unreachable), say why and go on, so that CI does not fail for it.
             match peer::prepare().await {
