@@ -111,7 +111,9 @@ fn env_value<'a>(env: &'a [u8], name: &str) -> Option<&'a [u8]> {
 /// rounds until none is left (or [`ROUNDS`] passed). Returns how many were killed.
 fn kill_where(matches: impl Fn(&[u8]) -> bool) -> usize {
     let own = std::process::id();
-    let mut killed = 0;
+    // Distinct processes: one killed in a round may still be dying (not yet a zombie) in
+    // the next, and is signalled again.
+    let mut killed = std::collections::BTreeSet::new();
     for round in 0..ROUNDS {
         let found: Vec<u32> = pids()
             .filter(|&pid| pid != own)
@@ -127,14 +129,14 @@ fn kill_where(matches: impl Fn(&[u8]) -> bool) -> usize {
             if let Ok(pid) = i32::try_from(pid)
                 && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
             {
-                killed += 1;
+                killed.insert(pid);
             }
         }
         if round + 1 < ROUNDS {
             std::thread::sleep(BETWEEN_ROUNDS);
         }
     }
-    killed
+    killed.len()
 }
 
 fn pids() -> impl Iterator<Item = u32> {

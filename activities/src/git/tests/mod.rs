@@ -144,6 +144,18 @@ pub(super) struct Daemon {
 
 impl Daemon {
     pub(super) fn start(base: &Path) -> Self {
+        // A port found free may be taken by another process before the daemon binds it (tests
+        // of other binaries run at the same time): then the daemon exits, and a connect that
+        // succeeded reached someone else. Try again on another port.
+        for _ in 0..5 {
+            if let Some(daemon) = Self::try_start(base) {
+                return daemon;
+            }
+        }
+        panic!("git daemon did not start");
+    }
+
+    fn try_start(base: &Path) -> Option<Self> {
         let port = free_port();
         let child = Command::new("git")
             .args([
@@ -163,13 +175,18 @@ impl Daemon {
             .process_group(0)
             .spawn()
             .unwrap();
-        let daemon = Self { child, port };
+        let mut daemon = Self { child, port };
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "git daemon did not start");
+            if daemon.child.try_wait().unwrap().is_some() {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        daemon
+        // Still ours: a daemon that lost the port has exited by now.
+        std::thread::sleep(Duration::from_millis(50));
+        daemon.child.try_wait().unwrap().is_none().then_some(daemon)
     }
 
     pub(super) fn url(&self, path: &str) -> String {
