@@ -39,10 +39,23 @@ fn streamed(lines: &[Value], attempt: u64) -> String {
         .collect()
 }
 
-/// The run's history events.
-fn history_events(server: &DevServer, run: &str) -> Vec<Value> {
+/// Asserts the run's history has no event per delta: no signal or update at all, and far
+/// fewer events than the `deltas` watch showed (a run of one model call has ~30).
+fn assert_no_event_per_delta(server: &DevServer, run: &str, deltas: usize) {
     let history = server.workflow_history_json(run, None).unwrap();
-    history["events"].as_array().cloned().unwrap_or_default()
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let types: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["eventType"].as_str())
+        .collect();
+    assert!(
+        !types
+            .iter()
+            .any(|t| t.contains("SIGNALED") || t.contains("UPDATE")),
+        "{types:?}"
+    );
+    eprintln!("{deltas} deltas, {} history events", events.len());
+    assert!(events.len() < 40, "{types:?}");
 }
 
 /// The `watch --json` lines up to the run's end; asserts the final `assistant` line says
@@ -118,8 +131,7 @@ fn watch_json_shows_the_answer_as_the_model_writes_it() {
         .iter()
         .all(|l| l["assistant_delta"]["attempt"] == 1));
     // Thousands of tokens, heartbeats ten times a second: not one history event for them.
-    let events = history_events(&server, &run);
-    assert!(events.len() < 30, "{} history events", events.len());
+    assert_no_event_per_delta(&server, &run, of_kind(&lines, "assistant_delta").len());
 }
 
 #[test]
@@ -164,6 +176,5 @@ fn a_worker_killed_mid_stream_gives_attempt_2_from_its_start_never_a_mix() {
     assert!(attempts.windows(2).all(|w| w[0] <= w[1]), "{attempts:?}");
     assert!(attempts.contains(&2), "{attempts:?}");
     assert_eq!(llm.request_count(), 2);
-    let events = history_events(&server, &run);
-    assert!(events.len() < 30, "{} history events", events.len());
+    assert_no_event_per_delta(&server, &run, attempts.len());
 }
