@@ -125,8 +125,20 @@ fn watch_json_shows_the_answer_as_the_model_writes_it() {
     ));
     let run = submit_openai(&server, &queue, "run-stream");
     let watching = baton_spawn(&server, &["watch", &run, "--json"], &[]).unwrap();
+    let people = baton_spawn(&server, &["watch", &run], &[]).unwrap();
+    // People see the text before the reply ends, and once.
+    wait_until_blocking(T, "the start of the answer on screen", || {
+        Ok(people.stdout_so_far().contains("w0 w1 w2").then_some(()))
+    })
+    .unwrap();
+    assert!(!people.stdout_so_far().contains("w1999"), "streamed, not at the end");
     let lines = watched_to_the_end(watching, &text);
     assert_eq!(streamed(&lines, 1), text, "the deltas add up to the answer");
+    let shown = people.wait(T).unwrap();
+    assert_eq!(shown.code, 0, "{shown}");
+    assert_eq!(shown.stdout.matches("w1999").count(), 1, "{shown}");
+    assert_eq!(shown.stdout.matches("w0 w1 w2").count(), 1, "{shown}");
+    assert_eq!(shown.stdout.matches("── turn 1 ──").count(), 1, "{shown}");
     assert!(of_kind(&lines, "assistant_delta")
         .iter()
         .all(|l| l["assistant_delta"]["attempt"] == 1));
@@ -150,6 +162,7 @@ fn a_worker_killed_mid_stream_gives_attempt_2_from_its_start_never_a_mix() {
     }
     let run = submit_openai(&server, &queue, "run-stream-kill");
     let watching = baton_spawn(&server, &["watch", &run, "--json"], &[]).unwrap();
+    let people = baton_spawn(&server, &["watch", &run], &[]).unwrap();
     // Mid-stream (some deltas shown), kill the worker writing it.
     wait_until_blocking(T, "deltas of attempt 1", || {
         let shown = watching.stdout_so_far();
@@ -177,4 +190,14 @@ fn a_worker_killed_mid_stream_gives_attempt_2_from_its_start_never_a_mix() {
     assert!(attempts.contains(&2), "{attempts:?}");
     assert_eq!(llm.request_count(), 2);
     assert_no_event_per_delta(&server, &run, attempts.len());
+    // People see attempt 1's text abandoned, then attempt 2's from its start, whole, once.
+    let shown = people.wait(T).unwrap();
+    assert_eq!(shown.code, 0, "{shown}");
+    let (before, after) = shown
+        .stdout
+        .split_once("(model call retried, attempt 2: the text above is abandoned)")
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(before.contains("a0 a1") && !before.contains("b0 "), "{shown}");
+    assert!(!after.contains("a0 "), "{shown}");
+    assert_eq!(after.matches(second.as_str()).count(), 1, "{shown}");
 }
