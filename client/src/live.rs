@@ -47,7 +47,12 @@ pub(crate) async fn read(
     // A heartbeat from before this attempt started is an earlier attempt's.
     let current = matches!((beat_ms, start_ms), (Some(b), Some(s)) if b >= s);
     let mut progress = None;
-    if current && let Some(payload) = p.heartbeat_details.as_ref().and_then(|d| d.payloads.first()) {
+    if current
+        && let Some(payload) = p
+            .heartbeat_details
+            .as_ref()
+            .and_then(|d| d.payloads.first())
+    {
         progress = dc
             .from_payload::<StreamProgress>(&SerializationContextData::None, payload.clone())
             .await
@@ -224,10 +229,7 @@ mod tests {
             assert_eq!(given, text);
         }
         // Nothing new: no delta.
-        assert_eq!(
-            f.update(&at("1", 1, Some(details(1, full, 16, &[])))),
-            None
-        );
+        assert_eq!(f.update(&at("1", 1, Some(details(1, full, 16, &[])))), None);
     }
 
     #[test]
@@ -267,7 +269,10 @@ mod tests {
         let d = f
             .update(&at("1", 2, Some(details(2, "Second", 64, &[]))))
             .unwrap();
-        assert_eq!((d.attempt, d.restarted, d.text.as_str()), (2, false, "Second"));
+        assert_eq!(
+            (d.attempt, d.restarted, d.text.as_str()),
+            (2, false, "Second")
+        );
         // A stale describe of attempt 1 changes nothing.
         assert_eq!(f.update(&at("1", 1, Some(details(1, "x", 64, &[])))), None);
         // The call ends: the rest of attempt 2's text, never attempt 1's.

@@ -201,7 +201,10 @@ mod tests {
         live.reasoning("thinking");
         sink.publish(&live);
         assert!(rx.has_changed().unwrap());
-        assert_eq!(rx.borrow_and_update().progress(1).reasoning_tail, "thinking");
+        assert_eq!(
+            rx.borrow_and_update().progress(1).reasoning_tail,
+            "thinking"
+        );
         sink.publish(&live);
         assert!(!rx.has_changed().unwrap());
     }

@@ -131,7 +131,10 @@ fn watch_json_shows_the_answer_as_the_model_writes_it() {
         Ok(people.stdout_so_far().contains("w0 w1 w2").then_some(()))
     })
     .unwrap();
-    assert!(!people.stdout_so_far().contains("w1999"), "streamed, not at the end");
+    assert!(
+        !people.stdout_so_far().contains("w1999"),
+        "streamed, not at the end"
+    );
     let lines = watched_to_the_end(watching, &text);
     assert_eq!(streamed(&lines, 1), text, "the deltas add up to the answer");
     let shown = people.wait(T).unwrap();
@@ -139,9 +142,11 @@ fn watch_json_shows_the_answer_as_the_model_writes_it() {
     assert_eq!(shown.stdout.matches("w1999").count(), 1, "{shown}");
     assert_eq!(shown.stdout.matches("w0 w1 w2").count(), 1, "{shown}");
     assert_eq!(shown.stdout.matches("── turn 1 ──").count(), 1, "{shown}");
-    assert!(of_kind(&lines, "assistant_delta")
-        .iter()
-        .all(|l| l["assistant_delta"]["attempt"] == 1));
+    assert!(
+        of_kind(&lines, "assistant_delta")
+            .iter()
+            .all(|l| l["assistant_delta"]["attempt"] == 1)
+    );
     // Thousands of tokens, heartbeats ten times a second: not one history event for them.
     assert_no_event_per_delta(&server, &run, of_kind(&lines, "assistant_delta").len());
 }
@@ -178,9 +183,16 @@ fn a_worker_killed_mid_stream_gives_attempt_2_from_its_start_never_a_mix() {
     let lines = watched_to_the_end(watching, &second);
 
     let one = streamed(&lines, 1);
-    assert!(!one.is_empty() && first.starts_with(&one), "attempt 1: a prefix of its text");
+    assert!(
+        !one.is_empty() && first.starts_with(&one),
+        "attempt 1: a prefix of its text"
+    );
     assert!(one.len() < first.len(), "attempt 1 was cut");
-    assert_eq!(streamed(&lines, 2), second, "attempt 2 from its start, whole");
+    assert_eq!(
+        streamed(&lines, 2),
+        second,
+        "attempt 2 from its start, whole"
+    );
     // Deltas never go back to an attempt once a later one has shown.
     let attempts: Vec<u64> = of_kind(&lines, "assistant_delta")
         .iter()
@@ -197,7 +209,10 @@ fn a_worker_killed_mid_stream_gives_attempt_2_from_its_start_never_a_mix() {
         .stdout
         .split_once("(model call retried, attempt 2: the text above is abandoned)")
         .unwrap_or_else(|| panic!("{shown}"));
-    assert!(before.contains("a0 a1") && !before.contains("b0 "), "{shown}");
+    assert!(
+        before.contains("a0 a1") && !before.contains("b0 "),
+        "{shown}"
+    );
     assert!(!after.contains("a0 "), "{shown}");
     assert_eq!(after.matches(second.as_str()).count(), 1, "{shown}");
 }
