@@ -3,7 +3,7 @@
 //! line; a worker killed mid-stream gives attempt 2's deltas from its start, never a mix; the
 //! deltas write nothing to the run's history.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 
