@@ -10,6 +10,8 @@
 
 use baton_proto::{AssistantMessage, StreamProgress};
 use temporalio_common::data_converters::{DataConverter, SerializationContextData};
+
+use crate::style::Style;
 use temporalio_common::protos::temporal::api::{
     enums::v1::PendingActivityState, workflowservice::v1::DescribeWorkflowExecutionResponse,
 };
@@ -173,6 +175,32 @@ impl Follower {
     }
 }
 
+/// A model call's new output for people: its text as it comes under its turn's header
+/// (`open`: the header and some text are on screen), and for a retried attempt a line saying
+/// the text above is abandoned, then the new attempt's from its start.
+pub(crate) fn human(d: &Delta, turn: u32, open: &mut bool, style: &Style) -> String {
+    let mut out = String::new();
+    if d.restarted {
+        if std::mem::take(open) {
+            out.push('\n');
+        }
+        out.push_str(&style.yellow(&format!(
+            "(model call retried, attempt {}: the text above is abandoned)",
+            d.attempt
+        )));
+        out.push('\n');
+    }
+    if !d.text.is_empty() {
+        if !*open {
+            out.push_str(&style.bold(&format!("── turn {turn} ──")));
+            out.push('\n');
+            *open = true;
+        }
+        out.push_str(&d.text);
+    }
+    out
+}
+
 /// The part of a text of `total` chars ending in `tail` that comes after its first `seen`
 /// chars, and how many chars of that part are no longer in the tail.
 fn new_suffix(tail: &str, total: u32, seen: u32) -> (String, u64) {
@@ -291,6 +319,30 @@ mod tests {
         );
         // Finished once.
         assert_eq!(f.finish(&message), None);
+    }
+
+    #[test]
+    fn people_see_the_text_under_its_header_and_a_retry_replaces_it() {
+        let style = Style::plain();
+        let mut open = false;
+        let text = |attempt, t: &str, restarted| Delta {
+            attempt,
+            restarted,
+            text: t.into(),
+            ..Delta::default()
+        };
+        let mut shown = human(&Delta::default(), 2, &mut open, &style);
+        assert!(!open);
+        shown += &human(&text(1, "Hello", false), 2, &mut open, &style);
+        shown += &human(&text(1, " wor", false), 2, &mut open, &style);
+        shown += &human(&text(2, "", true), 2, &mut open, &style);
+        shown += &human(&text(2, "Hi", false), 2, &mut open, &style);
+        assert_eq!(
+            shown,
+            "── turn 2 ──\nHello wor\n(model call retried, attempt 2: the text above is \
+             abandoned)\n── turn 2 ──\nHi"
+        );
+        assert!(open);
     }
 
     #[test]

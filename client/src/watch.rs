@@ -434,25 +434,7 @@ impl<'a> View<'a> {
             let line = json::line(&json::WatchLine::delta(self.run, turn, d))? + "\n";
             return self.emit(&line);
         }
-        let mut out = String::new();
-        if d.restarted {
-            if std::mem::take(&mut self.live_open) {
-                out.push('\n');
-            }
-            out.push_str(&self.options.style.yellow(&format!(
-                "(model call retried, attempt {}: the text above is abandoned)",
-                d.attempt
-            )));
-            out.push('\n');
-        }
-        if !d.text.is_empty() {
-            if !self.live_open {
-                out.push_str(&self.options.style.bold(&format!("── turn {turn} ──")));
-                out.push('\n');
-                self.live_open = true;
-            }
-            out.push_str(&d.text);
-        }
+        let out = live::human(d, turn, &mut self.live_open, &self.options.style);
         self.emit(&out)
     }
 
