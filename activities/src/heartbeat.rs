@@ -11,17 +11,20 @@
 //! ones at most every `min(0.8 x heartbeat timeout, max_heartbeat_throttle_interval)`, carrying
 //! the latest details. The worker sets that maximum to [`HEARTBEAT_THROTTLE`], no longer than
 //! any interval below, so each beat is one `RecordActivityTaskHeartbeat` call and the interval
-//! here, not 0.8 x the timeout, decides how close to the timeout a heartbeat arrives.
+//! here, not 0.8 x the timeout, decides how close to the timeout a heartbeat arrives. A
+//! streaming model call beats up to ten times a second while text arrives
+//! ([`Heartbeat::start_on_change`], `llm::live`): its details are what `baton watch` shows.
 
 use std::time::{Duration, SystemTime};
 
 use temporalio_common::data_converters::TemporalSerializable;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
-use tokio::task::JoinHandle;
+use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 /// The worker's `max_heartbeat_throttle_interval`: at most this between two heartbeat calls
-/// of one activity, so no beat of the activities (every 1 s or more) is held back.
-pub const HEARTBEAT_THROTTLE: Duration = Duration::from_secs(1);
+/// of one activity, so no beat of the activities (every 1 s or more, a streaming model call's
+/// every `llm::live::STREAM_BEAT`) is held back.
+pub const HEARTBEAT_THROTTLE: Duration = Duration::from_millis(100);
 
 /// Leeway for the difference between this host's clock and the server's.
 const CLOCK_LEEWAY: Duration = Duration::from_secs(2);
@@ -96,6 +99,44 @@ impl Heartbeat {
         });
         Self { task }
     }
+
+    /// Starts beating every `every`, and soon after each change of `changes`: at most one
+    /// beat per `min_gap` (changes in between are coalesced into the next beat), with the
+    /// details `details` makes of the latest value. Once the sender is gone, every `every`.
+    pub(crate) fn start_on_change<S, T, F>(
+        ctx: &ActivityContext,
+        every: Duration,
+        min_gap: Duration,
+        mut changes: watch::Receiver<S>,
+        details: F,
+    ) -> Self
+    where
+        S: Send + Sync + 'static,
+        T: TemporalSerializable + Send + Sync + 'static,
+        F: Fn(&S) -> T + Send + 'static,
+    {
+        let ctx = ctx.clone();
+        let task = tokio::spawn(async move {
+            let mut open = true;
+            let mut idle = Instant::now() + every;
+            loop {
+                tokio::select! {
+                    changed = changes.changed(), if open => {
+                        if changed.is_err() {
+                            open = false;
+                            continue;
+                        }
+                    }
+                    () = tokio::time::sleep_until(idle) => {}
+                }
+                let beat = details(&changes.borrow_and_update());
+                let _ = ctx.record_heartbeat(beat).await;
+                idle = Instant::now() + every;
+                tokio::time::sleep(min_gap).await;
+            }
+        });
+        Self { task }
+    }
 }
 
 impl Drop for Heartbeat {
@@ -132,6 +173,8 @@ mod tests {
             assert!(HEARTBEAT_THROTTLE <= every, "{every:?} would be throttled");
             assert!(every * 3 <= timeout, "{every:?} against {timeout:?}");
         }
+        // A streaming model call's beats are not held back either.
+        assert!(HEARTBEAT_THROTTLE <= crate::llm::live::STREAM_BEAT);
     }
 
     #[test]

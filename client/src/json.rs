@@ -586,6 +586,25 @@ impl<'a> WatchLine<'a> {
         })
     }
 
+    /// An `assistant_delta` line: what the model of `turn` wrote since the previous one (not
+    /// an event of the run: `seq` and `at_ms` are null).
+    pub(crate) fn delta(run_id: &'a str, turn: u32, d: &'a crate::live::Delta) -> Self {
+        let event = Event::AssistantDelta(AssistantDelta {
+            attempt: d.attempt,
+            text: &d.text,
+            reasoning: &d.reasoning,
+            tool_calls: &d.tool_calls,
+        });
+        Self {
+            run_id,
+            seq: None,
+            turn,
+            at_ms: None,
+            kind: event.kind(),
+            event,
+        }
+    }
+
     /// The `finished` line built from a run's result, when no worker could replay its events.
     pub(crate) fn finished(run_id: &'a str, r: &'a RunResult) -> Self {
         let event = Event::Finished(Ended::finished(r));
@@ -607,6 +626,7 @@ impl<'a> WatchLine<'a> {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Event<'a> {
     Assistant(Assistant<'a>),
+    AssistantDelta(AssistantDelta<'a>),
     ApprovalRequested(Pending<'a>),
     ApprovalDecided(ApprovalDecided<'a>),
     ToolStarted(Call<'a>),
@@ -623,6 +643,7 @@ impl Event<'_> {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Assistant(_) => "assistant",
+            Self::AssistantDelta(_) => "assistant_delta",
             Self::ApprovalRequested(_) => "approval_requested",
             Self::ApprovalDecided(_) => "approval_decided",
             Self::ToolStarted(_) => "tool_started",
@@ -670,6 +691,19 @@ impl<'a> From<&'a AssistantMessage> for Assistant<'a> {
             tool_calls: a.tool_calls.iter().map(Call::from).collect(),
         }
     }
+}
+
+/// Model output as it streams: `assistant_delta`. `attempt` is the model call's attempt; a
+/// new attempt's deltas start from its beginning (the earlier attempt's are abandoned).
+#[derive(Debug, Serialize)]
+pub(crate) struct AssistantDelta<'a> {
+    pub(crate) attempt: u32,
+    /// Text since the previous line of this attempt.
+    pub(crate) text: &'a str,
+    /// Thinking text since the previous line.
+    pub(crate) reasoning: &'a str,
+    /// Names of the tool calls the model started since.
+    pub(crate) tool_calls: &'a [String],
 }
 
 /// A tool call: in `assistant`'s `tool_calls`, and `tool_started`.

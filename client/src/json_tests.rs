@@ -349,10 +349,17 @@ fn watch_lines_are_the_documented_ones() {
         at_ms: 1_767_225_631_002,
         ..event(9, 2, run_event::Kind::Finished(result))
     };
-    let lines: Vec<String> = [assistant, requested, finished]
-        .iter()
-        .map(|e| line(&WatchLine::of("run-1a2b", e).unwrap()).unwrap())
-        .collect();
+    let delta = crate::live::Delta {
+        attempt: 1,
+        text: "Let me".to_owned(),
+        ..Default::default()
+    };
+    let mut lines = vec![line(&WatchLine::delta("run-1a2b", 1, &delta)).unwrap()];
+    lines.extend(
+        [assistant, requested, finished]
+            .iter()
+            .map(|e| line(&WatchLine::of("run-1a2b", e).unwrap()).unwrap()),
+    );
     let readme = include_str!("../../README.md");
     let documented: Vec<&str> = readme
         .lines()

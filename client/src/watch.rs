@@ -1,9 +1,11 @@
 //! `baton watch RUN` (and the live view of `submit --wait`): follows a run's events through
 //! the workflow's `events` query, from the start or from a turn, until the run ends.
 //!
-//! For people: each turn's text, tool calls with a spinner while they run, approvals, results
-//! and token use. With `--json`: one JSON line per event (`json::WatchLine`, documented in
-//! the README). Re-attaching is always possible: the run keeps its events.
+//! For people: each turn's text (as the model writes it, when the provider streams), tool calls
+//! with a spinner while they run, approvals, results and token use. With `--json`: one JSON
+//! line per event (`json::WatchLine`, documented in the README), and `assistant_delta` lines
+//! while a model call streams (`live`: read from the call's heartbeat details, polled every
+//! 100 ms while it streams). Re-attaching is always possible: the run keeps its events.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -12,10 +14,13 @@ use std::{
     time::Duration,
 };
 
-use baton_proto::{EventsPage, EventsRequest, RunEvent, RunResult, Usage, run_event::Kind};
+use baton_proto::{
+    AssistantMessage, EventsPage, EventsRequest, RunEvent, RunResult, Usage, run_event::Kind,
+};
 use baton_workflows::AgentRun;
 use temporalio_client::{
-    Client, WorkflowDescribeOptions, WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryOptions,
+    Client, NamespacedClient, WorkflowDescribeOptions, WorkflowExecutionStatus, WorkflowHandle,
+    WorkflowQueryOptions,
 };
 
 use crate::{
@@ -23,7 +28,9 @@ use crate::{
     connect::{connect, handle, interaction_error, short},
     exit::{self, Exit},
     inflight::{self, InFlight},
-    inspect, json, render,
+    inspect, json,
+    live::{self, Delta, Follower},
+    render,
     style::{Spinner, Style},
     waiting::{self, Waited},
 };
@@ -196,7 +203,7 @@ pub(crate) async fn follow(
                     if since.elapsed() >= inspect::RECONNECT_BUDGET {
                         return Err(e);
                     }
-                    view.pause().await?;
+                    view.pause(h).await?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -227,7 +234,7 @@ pub(crate) async fn follow(
                 said_waiting = true;
             }
         }
-        view.pause().await?;
+        view.pause(h).await?;
     }
 }
 
@@ -268,6 +275,14 @@ struct View<'a> {
     last_event_ms: Option<i64>,
     /// The text of the last turn shown (not repeated as the answer at the end).
     last_text: String,
+    /// The model call in flight, as it streams.
+    live: Follower,
+    /// A model call is streaming: look at it at every spinner tick.
+    live_fast: bool,
+    /// People: streamed text is on screen, its turn's header shown.
+    live_open: bool,
+    /// The turn of the last `assistant` event (the call in flight is the next one).
+    model_turn: u32,
     ended: bool,
     end_shown: bool,
 }
@@ -288,6 +303,10 @@ impl<'a> View<'a> {
             awaiting: BTreeMap::new(),
             last_event_ms: None,
             last_text: String::new(),
+            live: Follower::default(),
+            live_fast: false,
+            live_open: false,
+            model_turn: 0,
             ended: false,
             end_shown: false,
         }
@@ -304,7 +323,36 @@ impl<'a> View<'a> {
         if !finished && e.turn < self.options.since_turn {
             return Ok(());
         }
-        let text = match &e.kind {
+        let mut text = String::new();
+        if let Some(Kind::Assistant(a)) = &e.kind {
+            // The end of a streamed reply: what the last looks missed, then the event (for
+            // people, without the text already on screen).
+            let rest = self.live.finish(a);
+            let streamed = std::mem::take(&mut self.live_open);
+            match rest {
+                Some(d) if self.options.json && !d.is_empty() => {
+                    text = json::line(&json::WatchLine::delta(self.run, e.turn, &d))? + "\n";
+                }
+                Some(d) if !self.options.json && streamed => {
+                    let rest = RunEvent {
+                        kind: Some(Kind::Assistant(AssistantMessage {
+                            text: String::new(),
+                            ..a.clone()
+                        })),
+                        ..e.clone()
+                    };
+                    let shown = render::event_human(self.run, &rest, &self.options.style, tokens);
+                    text = format!("{}\n", d.text.trim_end());
+                    // Without the header: it came before the streamed text.
+                    text.push_str(shown.split_once('\n').map_or("", |(_, body)| body));
+                    self.last_text.clone_from(&a.text);
+                    return self.emit(&text);
+                }
+                _ if streamed => text.push('\n'),
+                _ => {}
+            }
+        }
+        text.push_str(&match &e.kind {
             _ if self.options.json => match json::WatchLine::of(self.run, e) {
                 Some(line) => json::line(&line)? + "\n",
                 None => String::new(),
@@ -315,7 +363,7 @@ impl<'a> View<'a> {
                 !r.answer.trim().is_empty() && self.last_text.trim() == r.answer.trim(),
             ),
             _ => render::event_human(self.run, e, &self.options.style, tokens),
-        };
+        });
         if let Some(Kind::Assistant(a)) = &e.kind {
             self.last_text.clone_from(&a.text);
         }
@@ -358,6 +406,38 @@ impl<'a> View<'a> {
         self.emit(&text)
     }
 
+    /// Reads the model call in flight from a describe and shows what it wrote since the last
+    /// look. A describe that fails is skipped (the next poll tells about a lost connection).
+    async fn look_at_model(&mut self, h: &WorkflowHandle<Client, AgentRun>) -> Result<(), Exit> {
+        let streaming = match h.describe(WorkflowDescribeOptions::default()).await {
+            Ok(desc) => live::read(h.client().data_converter(), desc.raw()).await,
+            Err(_) => None,
+        };
+        self.live_fast = streaming.as_ref().is_some_and(|s| s.started);
+        let turn = self.model_turn + 1;
+        let Some(delta) = streaming.and_then(|s| self.live.update(&s)) else {
+            return Ok(());
+        };
+        if turn < self.options.since_turn {
+            return Ok(());
+        }
+        self.show_delta(turn, &delta)
+    }
+
+    /// Shows a model call's new output: an `assistant_delta` line, or (people) the text as it
+    /// comes, the abandoned output of a retried attempt replaced by the new one's.
+    fn show_delta(&mut self, turn: u32, d: &Delta) -> Result<(), Exit> {
+        if self.options.json {
+            if d.is_empty() {
+                return Ok(());
+            }
+            let line = json::line(&json::WatchLine::delta(self.run, turn, d))? + "\n";
+            return self.emit(&line);
+        }
+        let out = live::human(d, turn, &mut self.live_open, &self.options.style);
+        self.emit(&out)
+    }
+
     fn emit(&mut self, text: &str) -> Result<(), Exit> {
         self.spinner.clear();
         if text.is_empty() {
@@ -376,6 +456,7 @@ impl<'a> View<'a> {
         self.last_event_ms = Some(e.at_ms);
         match &e.kind {
             Some(Kind::Assistant(_)) => {
+                self.model_turn = self.model_turn.max(e.turn);
                 self.running.clear();
                 self.awaiting.clear();
             }
@@ -401,15 +482,22 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Waits until the next poll, animating the spinner meanwhile. Ends the watch (exit 3)
-    /// as soon as stdout's reader has gone, even with nothing new to print.
-    async fn pause(&mut self) -> Result<(), Exit> {
+    /// Waits until the next poll, animating the spinner meanwhile and showing the model's
+    /// output as it streams. Ends the watch (exit 3) as soon as stdout's reader has gone, even
+    /// with nothing new to print.
+    async fn pause(&mut self, h: &WorkflowHandle<Client, AgentRun>) -> Result<(), Exit> {
         let ticks = (POLL_INTERVAL.as_millis() / SPINNER_TICK.as_millis()).max(1);
-        for _ in 0..ticks {
+        for tick in 0..ticks {
             if stdout_reader_gone() {
                 return Err(reader_gone());
             }
-            if !self.ended {
+            // While the run waits for its model: a look once per poll, at every tick while a
+            // call streams.
+            let thinking = !self.ended && self.running.is_empty() && self.awaiting.is_empty();
+            if thinking && (tick == 0 || self.live_fast) {
+                self.look_at_model(h).await?;
+            }
+            if !self.ended && !self.live_open {
                 let text = spinner_text(
                     &self.running,
                     &self.awaiting,

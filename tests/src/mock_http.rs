@@ -49,6 +49,13 @@ pub enum ResponseMode {
         /// How long to hold the connection open before answering.
         total: Duration,
     },
+    /// For a streaming request: the records spread evenly over `total` (a
+    /// model writing its answer, e.g. 2,000 words over 5 s). A non-streaming
+    /// request gets the whole JSON answer after `total`.
+    Paced {
+        /// How long writing the whole stream takes.
+        total: Duration,
+    },
     /// For a streaming request: the same prefix as [`ResponseMode::Cut`],
     /// then an in-stream error event carrying `error` (OpenAI:
     /// `data: {"error":…}`; Anthropic: `event: error`), then a clean end of
@@ -104,6 +111,12 @@ impl MockResponse {
     /// keep-alives every second for `total`, then the whole stream.
     pub fn slow_stream(reply: Value, total: Duration) -> MockResponse {
         MockResponse::ok(reply).mode(ResponseMode::Slow { total })
+    }
+
+    /// 200 with `reply`, delivered as [`ResponseMode::Paced`]: its records
+    /// written one by one over `total`.
+    pub fn paced_stream(reply: Value, total: Duration) -> MockResponse {
+        MockResponse::ok(reply).mode(ResponseMode::Paced { total })
     }
 
     /// 200 with `reply`, delivered as [`ResponseMode::StreamError`]: some
@@ -646,7 +659,11 @@ async fn respond(
             let t = flavor.transcript(&resp.body, request);
             sse_response(status, Some(*total), t.records, false)
         }
-        (ResponseMode::Slow { total }, false) => {
+        (ResponseMode::Paced { total }, true) => {
+            let t = flavor.transcript(&resp.body, request);
+            paced_sse_response(status, *total, t.records)
+        }
+        (ResponseMode::Slow { total } | ResponseMode::Paced { total }, false) => {
             tokio::time::sleep(*total).await;
             json_response(status, &resp.body)
         }
@@ -696,7 +713,11 @@ fn sse_response(
     records: Vec<String>,
     abort: bool,
 ) -> Response {
-    let mut response = streamed_response(status, keepalive, records, abort);
+    event_stream(streamed_response(status, keepalive, records, abort))
+}
+
+/// `response` as an event stream (its content type and no caching).
+fn event_stream(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -704,6 +725,27 @@ fn sse_response(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// An event stream whose `records` are written one by one, evenly over `total`.
+fn paced_sse_response(status: StatusCode, total: Duration, records: Vec<String>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let n = records.len().max(1) as u32;
+        for (i, record) in records.into_iter().enumerate() {
+            tokio::time::sleep_until((start + total * i as u32 / n).into()).await;
+            if tx.send(Ok(Bytes::from(record))).await.is_err() {
+                return; // client went away
+            }
+        }
+    });
+    event_stream(
+        Response::builder()
+            .status(status)
+            .body(Body::from_stream(ReceiverStream::new(rx)))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+    )
 }
 
 /// A response whose body is written piece by piece by a task: first

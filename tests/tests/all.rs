@@ -26,6 +26,7 @@ mod suite {
     mod retry_budget;
     mod security;
     mod store;
+    mod streaming;
     mod tls;
     mod tools;
     mod worker_ops;

@@ -383,7 +383,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         ))
         .graceful_shutdown_period(settings.graceful_shutdown())
         // Each heartbeat of the activities is sent (the default throttles to 0.8 x the
-        // heartbeat timeout, which would leave a 4 s timeout a 0.8 s margin).
+        // heartbeat timeout, which would leave a 4 s timeout a 0.8 s margin), a streaming
+        // model call's up to ten a second (what `baton watch` shows as it streams).
         .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
         .activity_inbound_interceptor(ActivityObserver::new(
             metrics.as_ref().map(|m| m.baton.clone()),

@@ -12,7 +12,9 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 use super::{
-    LlmError, ModelTable, Provider, RetryBudget, anthropic, compact, openai, responses, scripted,
+    LlmError, ModelTable, Provider, RetryBudget, anthropic, compact,
+    live::{Live, LiveSink, STREAM_BEAT},
+    openai, responses, scripted,
 };
 use crate::heartbeat::{Heartbeat, until_cancelled};
 use baton_store::{
@@ -183,13 +185,29 @@ impl Providers {
 
     /// One model call, dispatched on `request.model.provider`.
     pub async fn generate(&self, request: &LlmRequest) -> Result<LlmResponse, LlmError> {
+        self.provider_for(request)?.generate(request).await
+    }
+
+    /// One model call whose stream's progress goes to `live` (for `baton watch`).
+    pub async fn generate_live(
+        &self,
+        request: &LlmRequest,
+        live: &LiveSink,
+    ) -> Result<LlmResponse, LlmError> {
+        self.provider_for(request)?
+            .generate_live(request, live)
+            .await
+    }
+
+    /// The provider `request.model.provider` names.
+    fn provider_for(&self, request: &LlmRequest) -> Result<&dyn Provider, LlmError> {
         let name = request
             .model
             .as_ref()
             .map(|m| m.provider.as_str())
             .unwrap_or_default();
         match self.by_name.get(name) {
-            Some(provider) => provider.generate(request).await,
+            Some(provider) => Ok(provider.as_ref()),
             None if name.is_empty() => Err(LlmError::Config(format!(
                 "the run names no provider; submit with --provider {}",
                 self.names().join("|")
@@ -281,14 +299,25 @@ impl LlmService {
             .map(|m| m.provider.clone())
             .unwrap_or_default();
         info!(run_id, provider, attempt, "llm call started");
-        // The whole attempt beats, blob store reads and writes included.
-        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
+        // The whole attempt beats, blob store reads and writes included; while the answer
+        // streams, up to ten times a second with what it has received so far (`baton
+        // watch`), under this attempt's number: the server keeps an attempt's last details
+        // until the next attempt's first beat.
+        let (live, changes) = LiveSink::channel();
+        let _beat = Heartbeat::start_on_change(
+            &ctx,
+            HEARTBEAT_EVERY,
+            STREAM_BEAT,
+            changes,
+            move |so_far: &Live| so_far.progress(attempt),
+        );
         let resolved = self
             .conversations
             .resolve(request)
             .await
             .map_err(|e| store_failure(e, attempt))?;
-        match until_cancelled(&ctx, self.providers.generate(&resolved.request)).await? {
+        let call = self.providers.generate_live(&resolved.request, &live);
+        match until_cancelled(&ctx, call).await? {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
                 self.models

@@ -372,3 +372,41 @@ async fn cache_reads_are_reported_in_the_usage() {
         );
     }
 }
+
+/// Every wire format publishes what its stream received, for `baton watch`: at the end, the
+/// text, the names of the tool calls and the reasoning of the message it assembled.
+#[tokio::test]
+async fn every_stream_publishes_its_text_tool_names_and_reasoning_as_it_goes() {
+    let mut with_reasoning = Vec::new();
+    for case in cases() {
+        for stream in [case.text_stream, case.reasoning_stream] {
+            let request = request(&case, vec![user("hi")]);
+            let (base, server) = serve_once(Reply::sse_chunked(stream, 64, true)).await;
+            let (sink, mut changes) = super::live::LiveSink::channel();
+            let response = (case.make)(&base)
+                .generate_live(&request, &sink)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            server.await.expect("server");
+            assert!(changes.has_changed().unwrap_or(false), "{}", case.name);
+            let live = changes.borrow_and_update().progress(3);
+            let message = response.message.expect("message");
+            assert_eq!(live.attempt, 3);
+            assert_eq!(live.text_tail, message.text, "{}", case.name);
+            assert_eq!(live.text_chars as usize, message.text.chars().count());
+            let names: Vec<&str> = message.tool_calls.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(live.tool_calls, names, "{}", case.name);
+            assert!(
+                message.reasoning.contains(&live.reasoning_tail),
+                "{}: {live:?}",
+                case.name
+            );
+            assert!(live.seq > 0, "{}", case.name);
+            if !live.reasoning_tail.is_empty() {
+                with_reasoning.push(case.name);
+            }
+        }
+    }
+    // Thinking (Anthropic) and reasoning_content (the quirks server) at least.
+    assert!(with_reasoning.len() >= 2, "{with_reasoning:?}");
+}

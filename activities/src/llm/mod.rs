@@ -13,6 +13,7 @@
 //! - [`models`]: the model table (context windows, output limits, prices) and a call's cost.
 //! - [`scripted`]: replays a script carried in the run's model config (demo, tests).
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
+//! - [`live`]: what a stream has received so far, beaten as heartbeat details for `baton watch`.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
 //! - [`error`]: the failure taxonomy and its mapping to Temporal failures.
 //! - [`retry`]: a provider's request timeout and retry budget ([`RetryBudget`]): the last
@@ -24,6 +25,7 @@ pub mod compact;
 #[cfg(test)]
 mod conformance;
 pub mod error;
+pub mod live;
 pub mod models;
 pub mod openai;
 pub mod provider;

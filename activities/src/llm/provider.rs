@@ -4,7 +4,7 @@ use std::{future::Future, pin::Pin};
 
 use baton_proto::{AssistantMessage, FinishReason, LlmRequest, LlmResponse, ToolCall, Usage};
 
-use super::LlmError;
+use super::{LlmError, live::LiveSink};
 
 /// The future of one model call.
 pub type GenerateFuture<'a> =
@@ -21,6 +21,17 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 
     /// One model call (for a streaming provider: the whole stream, consumed).
     fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a>;
+
+    /// One model call that publishes what its stream has received so far to `live` (for
+    /// `baton watch`). By default [`generate`](Self::generate), publishing nothing.
+    fn generate_live<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+        live: &'a LiveSink,
+    ) -> GenerateFuture<'a> {
+        let _ = live;
+        self.generate(request)
+    }
 }
 
 /// The finish reason when the provider gave none: tool calls if there are any, else stop.

@@ -14,6 +14,7 @@ use baton_proto::{LlmRequest, LlmResponse};
 use super::{
     LlmError,
     error::classify_http,
+    live::{Live, LiveSink},
     provider::{GenerateFuture, Provider},
     sse::{EventStream, SseEvent},
 };
@@ -49,6 +50,9 @@ pub(crate) trait ResponseParser: Default + Send {
 
     /// Whether the provider has sent its finish (stop) reason.
     fn has_finish_reason(&self) -> bool;
+
+    /// What the stream has received so far, for watchers.
+    fn live(&self) -> &Live;
 
     /// The message assembled so far.
     fn into_response(self) -> LlmResponse;
@@ -152,16 +156,25 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
     }
 
     fn generate<'a>(&'a self, request: &'a LlmRequest) -> GenerateFuture<'a> {
-        Box::pin(call(self, request))
+        Box::pin(call(self, request, None))
+    }
+
+    fn generate_live<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+        live: &'a LiveSink,
+    ) -> GenerateFuture<'a> {
+        Box::pin(call(self, request, Some(live)))
     }
 }
 
 /// One call: POSTs the body and reads the answer. A non-2xx status is classified with its
 /// headers (`Retry-After`) and body; a 2xx event stream (when streaming) is read to its end;
-/// any other 2xx body is parsed whole.
+/// any other 2xx body is parsed whole. A stream's progress goes to `live` after each event.
 async fn call<W: WireFormat>(
     provider: &HttpProvider<W>,
     request: &LlmRequest,
+    live: Option<&LiveSink>,
 ) -> Result<LlmResponse, LlmError> {
     let url = provider.url.as_str();
     provider.wire.check(request)?;
@@ -179,7 +192,7 @@ async fn call<W: WireFormat>(
         return Err(classify_http(W::PROVIDER, status.as_u16(), &headers, &text));
     }
     if provider.stream && is_event_stream(&response) {
-        return read_stream::<W>(response, url).await;
+        return read_stream::<W>(response, url, live).await;
     }
     let text = response.text().await.map_err(transport)?;
     W::Response::parse_body(&text)
@@ -190,15 +203,22 @@ async fn call<W: WireFormat>(
 async fn read_stream<W: WireFormat>(
     response: reqwest::Response,
     url: &str,
+    live: Option<&LiveSink>,
 ) -> Result<LlmResponse, LlmError> {
     let mut events = EventStream::new(Box::pin(response.bytes_stream()));
     let mut state = W::Response::default();
     loop {
         let cause = match events.next_event().await {
-            Ok(Some(event)) => match state.on_event(&event)? {
-                Flow::Done => break,
-                Flow::Continue => continue,
-            },
+            Ok(Some(event)) => {
+                let flow = state.on_event(&event)?;
+                if let Some(live) = live {
+                    live.publish(state.live());
+                }
+                match flow {
+                    Flow::Done => break,
+                    Flow::Continue => continue,
+                }
+            }
             Ok(None) => None,
             Err(e) => Some(e),
         };

@@ -13,6 +13,7 @@ use super::{PROVIDER, thinking::StreamedThinking};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
+    live::Live,
     provider::{assistant_response, default_finish},
     sse::SseEvent,
     transport::{Flow, ResponseParser},
@@ -251,6 +252,7 @@ pub(crate) struct StreamState {
     blocks: BTreeMap<u64, Streamed>,
     stop_reason: Option<String>,
     usage: Option<AnthropicUsage>,
+    live: Live,
 }
 
 fn str_at<'v>(v: &'v Value, pointer: &str) -> Option<&'v str> {
@@ -297,7 +299,9 @@ impl ResponseParser for StreamState {
                 let block = v.get("content_block").unwrap_or(&Value::Null);
                 let kept = match str_at(block, "/type") {
                     Some("text") => {
-                        self.text.push_str(str_at(block, "/text").unwrap_or(""));
+                        let text = str_at(block, "/text").unwrap_or("");
+                        self.live.text(text);
+                        self.text.push_str(text);
                         Streamed::Text
                     }
                     Some("thinking") | Some("redacted_thinking") => {
@@ -305,7 +309,11 @@ impl ResponseParser for StreamState {
                     }
                     Some("tool_use") => Streamed::Tool(ToolBlock {
                         id: str_at(block, "/id").unwrap_or("").to_owned(),
-                        name: str_at(block, "/name").unwrap_or("").to_owned(),
+                        name: {
+                            let name = str_at(block, "/name").unwrap_or("");
+                            self.live.tool_call(name);
+                            name.to_owned()
+                        },
                         start_input: block.get("input").cloned(),
                         partial_json: String::new(),
                     }),
@@ -316,7 +324,11 @@ impl ResponseParser for StreamState {
             "content_block_delta" => {
                 let delta = v.get("delta").unwrap_or(&Value::Null);
                 match str_at(delta, "/type") {
-                    Some("text_delta") => self.text.push_str(str_at(delta, "/text").unwrap_or("")),
+                    Some("text_delta") => {
+                        let text = str_at(delta, "/text").unwrap_or("");
+                        self.live.text(text);
+                        self.text.push_str(text);
+                    }
                     Some(kind @ ("thinking_delta" | "signature_delta")) => {
                         let Some(Streamed::Thinking(block)) = self.blocks.get_mut(&index) else {
                             return Err(bad(format!(
@@ -324,9 +336,9 @@ impl ResponseParser for StreamState {
                             )));
                         };
                         if kind == "thinking_delta" {
-                            block
-                                .thinking
-                                .push_str(str_at(delta, "/thinking").unwrap_or(""));
+                            let thinking = str_at(delta, "/thinking").unwrap_or("");
+                            self.live.reasoning(thinking);
+                            block.thinking.push_str(thinking);
                         } else {
                             block
                                 .signature
@@ -370,6 +382,10 @@ impl ResponseParser for StreamState {
 
     fn has_finish_reason(&self) -> bool {
         self.stop_reason.is_some()
+    }
+
+    fn live(&self) -> &Live {
+        &self.live
     }
 
     fn into_response(self) -> LlmResponse {

@@ -14,6 +14,7 @@ use super::{KIND_EXTRA_CONTENT, KIND_REASONING_CONTENT, PROVIDER};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
+    live::Live,
     provider::{assistant_response, default_finish},
     sse::SseEvent,
     transport::{Flow, ResponseParser},
@@ -354,6 +355,7 @@ pub(crate) struct StreamState {
     calls: Vec<PartialCall>,
     finish: Option<String>,
     usage: Option<ChatUsage>,
+    live: Live,
 }
 
 impl StreamState {
@@ -387,6 +389,7 @@ impl StreamState {
 
     fn on_tool_call_delta(&mut self, call: DeltaToolCall) {
         let id = call.id.filter(|id| !id.is_empty());
+        let mut started = None;
         let entry = self.call_for(call.index, id.as_deref());
         if let Some(id) = id
             && entry.id.is_empty()
@@ -397,6 +400,9 @@ impl StreamState {
             if let Some(name) = f.name.filter(|n| !n.is_empty())
                 && name != entry.name
             {
+                if entry.name.is_empty() {
+                    started = Some(name.clone());
+                }
                 // Sent once by OpenAI; some servers repeat it (skipped) or split it (appended).
                 entry.name.push_str(&name);
             }
@@ -406,6 +412,9 @@ impl StreamState {
             (None | Some(Value::Null), _) => {}
             (Some(Value::Object(more)), Some(Value::Object(have))) => have.extend(more),
             (Some(extra), slot) => *slot = Some(extra),
+        }
+        if let Some(name) = started {
+            self.live.tool_call(&name);
         }
     }
 }
@@ -448,6 +457,7 @@ impl ResponseParser for StreamState {
         };
         if let Some(delta) = choice.delta {
             if let Some(text) = delta.content {
+                self.live.text(&text);
                 self.text.push_str(&text);
             }
             if let Some(refusal) = delta.refusal {
@@ -457,6 +467,7 @@ impl ResponseParser for StreamState {
                 self.reasoning_content.push_str(r);
             }
             if let Some(r) = reasoning_of(delta.reasoning_content, delta.reasoning) {
+                self.live.reasoning(&r);
                 self.reasoning.push_str(&r);
             }
             for call in delta.tool_calls.unwrap_or_default() {
@@ -471,6 +482,10 @@ impl ResponseParser for StreamState {
 
     fn has_finish_reason(&self) -> bool {
         self.finish.is_some()
+    }
+
+    fn live(&self) -> &Live {
+        &self.live
     }
 
     fn into_response(self) -> LlmResponse {

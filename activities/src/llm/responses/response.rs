@@ -15,6 +15,7 @@ use super::{PROVIDER, REASONING_KIND};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
+    live::Live,
     provider::{assistant_response, default_finish},
     sse::SseEvent,
     transport::{Flow, ResponseParser},
@@ -387,6 +388,7 @@ pub(crate) struct StreamState {
     ending: Option<Ending>,
     /// The terminal event's output, for a stream that sent no item events.
     final_output: Vec<(OutputItem, String)>,
+    live: Live,
 }
 
 impl StreamState {
@@ -457,6 +459,10 @@ impl ResponseParser for StreamState {
             "response.output_item.added" => {
                 if let (Some(index), Some(item)) = (parsed.output_index, parsed.item) {
                     let item: Value = serde_json::from_str(item.get()).unwrap_or_default();
+                    if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                        self.live
+                            .tool_call(item.get("name").and_then(Value::as_str).unwrap_or(""));
+                    }
                     self.items.insert(index, StreamItem::started(&item));
                 }
             }
@@ -464,7 +470,14 @@ impl ResponseParser for StreamState {
             | "response.refusal.delta"
             | "response.function_call_arguments.delta" => {
                 let delta = parsed.delta.as_ref().and_then(Value::as_str).unwrap_or("");
+                if kind == "response.output_text.delta" {
+                    self.live.text(delta);
+                }
                 self.on_delta(kind, parsed.output_index, delta);
+            }
+            "response.reasoning_summary_text.delta" => {
+                let delta = parsed.delta.as_ref().and_then(Value::as_str).unwrap_or("");
+                self.live.reasoning(delta);
             }
             "response.output_item.done" => {
                 if let (Some(index), Some(item)) = (parsed.output_index, parsed.item) {
@@ -492,6 +505,10 @@ impl ResponseParser for StreamState {
 
     fn has_finish_reason(&self) -> bool {
         self.ending.is_some()
+    }
+
+    fn live(&self) -> &Live {
+        &self.live
     }
 
     fn into_response(self) -> LlmResponse {
