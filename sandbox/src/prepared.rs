@@ -95,4 +95,10 @@ impl Prepared {
     pub fn network_report(&self) -> Option<NetReport> {
         self.proxy.as_ref().map(ProxyHandle::report)
     }
+
+    /// What the proxy let through and refused since the last call of this (`None` without a
+    /// network namespace): for a process that serves many tool calls.
+    pub fn take_network_report(&self) -> Option<NetReport> {
+        self.proxy.as_ref().map(ProxyHandle::take_report)
+    }
 }

@@ -96,7 +96,7 @@ pub(crate) async fn execute(
     } else {
         output::cap(&text, FULL_OUTPUT_CAP_BYTES)
     };
-    Ok(ToolResult {
+    let mut answer = ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
         content,
@@ -104,7 +104,13 @@ pub(crate) async fn execute(
         full_output,
         attachments,
         ..Default::default()
-    })
+    };
+    // A sandboxed server's connections refused since the previous call (calls in parallel
+    // on one server share them out as they end).
+    if let Some(network) = connection.take_network_report() {
+        crate::tools::add_network(&mut answer, network);
+    }
+    Ok(answer)
 }
 
 /// The call's arguments as a JSON object (`None` for none).

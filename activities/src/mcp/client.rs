@@ -64,10 +64,18 @@ pub(crate) struct Connection {
     group: Option<u32>,
     stderr: StderrTail,
     /// A sandboxed child's set-up (its private temp dir), kept while it runs.
-    _sandbox: Option<baton_sandbox::Prepared>,
+    sandbox: Option<baton_sandbox::Prepared>,
 }
 
 impl Connection {
+    /// What a sandboxed server's processes did through their proxy since the last call of
+    /// this (`None` unless the server runs with the run's network).
+    pub(crate) fn take_network_report(&self) -> Option<baton_sandbox::net::NetReport> {
+        self.sandbox
+            .as_ref()
+            .and_then(baton_sandbox::Prepared::take_network_report)
+    }
+
     /// A handle for requests (cheap; requests on clones multiplex on the one connection).
     pub(crate) fn peer(&self) -> Peer<RoleClient> {
         self.service.peer().clone()
@@ -272,7 +280,7 @@ async fn connect_stdio(
             service,
             group,
             stderr: tail,
-            _sandbox: confined,
+            sandbox: confined,
         }),
         Err(mut e) => {
             kill_group(group);
@@ -325,7 +333,7 @@ async fn connect_http(name: &str, settings: &McpServerSettings) -> Result<Connec
         service,
         group: None,
         stderr: StderrTail::default(),
-        _sandbox: None,
+        sandbox: None,
     })
 }
 

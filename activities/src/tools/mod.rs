@@ -189,19 +189,27 @@ pub async fn execute(ctx: &ToolContext, call: &ToolCall) -> Result<ToolResult, T
         )),
     };
 
-    let network = outcome.network.unwrap_or_default();
-    let content = outcome.content + &refusals_note(&network);
-    Ok(ToolResult {
+    let mut result = ToolResult {
         call_id: call.id.clone(),
         name: call.name.clone(),
-        content,
+        content: outcome.content,
         is_error: outcome.is_error,
         full_output: outcome.full.unwrap_or_default(),
-        network_refused: saturate(network.refused),
-        network_allowed: saturate(network.allowed),
-        network_refusals: network.refusals.into_iter().map(refusal_proto).collect(),
         ..Default::default()
-    })
+    };
+    if let Some(network) = outcome.network {
+        add_network(&mut result, network);
+    }
+    Ok(result)
+}
+
+/// What the call's processes did through their proxy, in the result: the counts, the kept
+/// refusals, and a note for the model when there were refusals.
+pub(crate) fn add_network(result: &mut ToolResult, network: baton_sandbox::net::NetReport) {
+    result.content.push_str(&refusals_note(&network));
+    result.network_refused = saturate(network.refused);
+    result.network_allowed = saturate(network.allowed);
+    result.network_refusals = network.refusals.into_iter().map(refusal_proto).collect();
 }
 
 /// What the model is told about refused connections, which some tools hide (pip says only

@@ -128,6 +128,16 @@ impl ProxyHandle {
         self.shared.kept().clone()
     }
 
+    /// The kept refusals and the counts, which start over (see [`ProxyHandle::take_report`]).
+    pub(super) fn take(&self) -> (Vec<Refusal>, ProxyCounts) {
+        let refusals = std::mem::take(&mut *self.shared.kept());
+        let counts = ProxyCounts {
+            allowed: self.shared.allowed.swap(0, Ordering::Relaxed),
+            refused: self.shared.refused.swap(0, Ordering::Relaxed),
+        };
+        (refusals, counts)
+    }
+
     /// Requests allowed and refused so far.
     pub fn counts(&self) -> ProxyCounts {
         ProxyCounts {

@@ -26,6 +26,17 @@ impl ProxyHandle {
             refused: counts.refused,
         }
     }
+
+    /// The refusals and counts since the last time this was called, which starts them over
+    /// (a long-lived process, such as a sandboxed MCP server, reports them per call).
+    pub fn take_report(&self) -> NetReport {
+        let (refusals, counts) = self.take();
+        NetReport {
+            refusals,
+            allowed: counts.allowed,
+            refused: counts.refused,
+        }
+    }
 }
 
 /// The proxy variables of a process in its own network namespace: both cases, since curl and

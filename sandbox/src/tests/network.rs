@@ -175,3 +175,51 @@ async fn any_public_host_mode_never_reaches_loopback_and_the_port_cannot_be_take
     assert_eq!((report.allowed, report.refused), (0, 2));
     assert!(report.refusals.iter().all(|r| r.kind.as_str() == "private"));
 }
+
+#[tokio::test]
+async fn a_long_lived_process_reports_its_refusals_call_by_call() {
+    let sandbox = proxied(&[], NetGuard::default());
+    let dir = TempDir::new().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let fifo = workspace.join("go");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    // Two "calls" of one process, as a sandboxed MCP server serves them.
+    let script = "curl -sS --max-time 10 http://127.0.0.1:1/first; read _ < go; \
+                  curl -sS --max-time 10 http://10.1.2.3/second";
+    let mut prepared = sandbox
+        .prepare(&workspace, super::STATE_DIR)
+        .unwrap()
+        .unwrap();
+    let mut sh = tokio::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(script)
+        .current_dir(&workspace)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    prepared.apply(&mut sh);
+    let child = sh.spawn().unwrap();
+    prepared.spawned().unwrap();
+    let mut first = Vec::new();
+    for _ in 0..200 {
+        first.extend(prepared.take_network_report().unwrap().refusals);
+        if !first.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let targets =
+        |refusals: &[crate::net::Refusal]| refusals.iter().map(|r| r.target()).collect::<Vec<_>>();
+    assert_eq!(targets(&first), ["127.0.0.1:1"]);
+    std::fs::write(&fifo, "\n").unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let second = prepared.take_network_report().unwrap();
+    assert_eq!(
+        (targets(&second.refusals), second.refused),
+        (vec!["10.1.2.3:80".to_owned()], 1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(prepared.take_network_report().unwrap().refused, 0);
+}
