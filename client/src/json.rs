@@ -10,7 +10,7 @@
 //! | `submit` | [`Submitted`]; with `--wait`: [`Ended`] or [`StoppedWaiting`] |
 //! | `result` | [`Ended`]; [`NotEnded`] without `--wait`; [`StoppedWaiting`] |
 //! | `status` | [`Status`] (`activities`: [`Activity`]) |
-//! | `watch` | one [`WatchLine`] per event |
+//! | `watch` | one [`WatchLine`] per event (`json_watch.rs`) |
 //! | `transcript` | [`Transcript`] (the proto items as proto3 JSON) |
 //! | `approve`, `deny` | [`Decided`] |
 //! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
@@ -18,8 +18,7 @@
 //! | `download` | [`Downloaded`] |
 
 use baton_proto::{
-    ApprovalDecision, AssistantMessage, Changes, Delivered, FileChange, FinishReason, Item,
-    PendingCall, RunEvent, RunResult, RunState, RunStatus, ToolCall, ToolResult, Usage, run_event,
+    Changes, Delivered, FileChange, Item, PendingCall, RunResult, RunState, RunStatus, Usage,
 };
 use serde::Serialize;
 
@@ -557,254 +556,13 @@ impl WaitingCall {
     }
 }
 
-/// One `baton watch --json` line: `{"run_id", "seq", "turn", "at_ms", "kind", <kind>: {..}}`.
-#[derive(Debug, Serialize)]
-pub(crate) struct WatchLine<'a> {
-    pub(crate) run_id: &'a str,
-    /// Null on a `finished` line built from the run's result (no worker replayed its events).
-    pub(crate) seq: Option<u32>,
-    pub(crate) turn: u32,
-    /// Workflow time, Unix milliseconds; null as `seq`.
-    pub(crate) at_ms: Option<i64>,
-    /// The name of the key the event is under.
-    pub(crate) kind: &'static str,
-    #[serde(flatten)]
-    pub(crate) event: Event<'a>,
-}
-
-impl<'a> WatchLine<'a> {
-    /// The line of a recorded event (`None` for an event of no kind).
-    pub(crate) fn of(run_id: &'a str, e: &'a RunEvent) -> Option<Self> {
-        let event = Event::from(e.kind.as_ref()?);
-        Some(Self {
-            run_id,
-            seq: Some(e.seq),
-            turn: e.turn,
-            at_ms: Some(e.at_ms),
-            kind: event.kind(),
-            event,
-        })
-    }
-
-    /// An `assistant_delta` line: what the model of `turn` wrote since the previous one (not
-    /// an event of the run: `seq` and `at_ms` are null).
-    pub(crate) fn delta(run_id: &'a str, turn: u32, d: &'a crate::live::Delta) -> Self {
-        let event = Event::AssistantDelta(AssistantDelta {
-            attempt: d.attempt,
-            text: &d.text,
-            reasoning: &d.reasoning,
-            tool_calls: &d.tool_calls,
-        });
-        Self {
-            run_id,
-            seq: None,
-            turn,
-            at_ms: None,
-            kind: event.kind(),
-            event,
-        }
-    }
-
-    /// The `finished` line built from a run's result, when no worker could replay its events.
-    pub(crate) fn finished(run_id: &'a str, r: &'a RunResult) -> Self {
-        let event = Event::Finished(Ended::finished(r));
-        Self {
-            run_id,
-            seq: None,
-            turn: r.turns,
-            at_ms: None,
-            kind: event.kind(),
-            event,
-        }
-    }
-}
-
-/// A watch line's event, under a key named like its kind.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "snake_case")]
-// Built once per printed line and dropped: the size of the largest variant costs nothing.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Event<'a> {
-    Assistant(Assistant<'a>),
-    AssistantDelta(AssistantDelta<'a>),
-    ApprovalRequested(Pending<'a>),
-    ApprovalDecided(ApprovalDecided<'a>),
-    ToolStarted(Call<'a>),
-    ToolFinished(ToolFinished<'a>),
-    /// Something baton did (run started, instructions read, approval timed out, ...).
-    Note {
-        text: &'a str,
-    },
-    Finished(Ended<'a>),
-}
-
-impl Event<'_> {
-    /// The kind, as the key serde writes the event under (pinned by a test).
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Assistant(_) => "assistant",
-            Self::AssistantDelta(_) => "assistant_delta",
-            Self::ApprovalRequested(_) => "approval_requested",
-            Self::ApprovalDecided(_) => "approval_decided",
-            Self::ToolStarted(_) => "tool_started",
-            Self::ToolFinished(_) => "tool_finished",
-            Self::Note { .. } => "note",
-            Self::Finished(_) => "finished",
-        }
-    }
-}
-
-impl<'a> From<&'a run_event::Kind> for Event<'a> {
-    fn from(kind: &'a run_event::Kind) -> Self {
-        match kind {
-            run_event::Kind::Assistant(a) => Self::Assistant(Assistant::from(a)),
-            run_event::Kind::ApprovalRequested(p) => Self::ApprovalRequested(Pending::from(p)),
-            run_event::Kind::ApprovalDecided(d) => Self::ApprovalDecided(ApprovalDecided::from(d)),
-            run_event::Kind::ToolStarted(c) => Self::ToolStarted(Call::from(c)),
-            run_event::Kind::ToolFinished(r) => Self::ToolFinished(ToolFinished::from(r)),
-            run_event::Kind::Note(text) => Self::Note { text },
-            run_event::Kind::Finished(r) => Self::Finished(Ended::finished(r)),
-        }
-    }
-}
-
-/// A model reply: `assistant`.
-#[derive(Debug, Serialize)]
-pub(crate) struct Assistant<'a> {
-    pub(crate) text: &'a str,
-    /// The provider's thinking text, often `""`.
-    pub(crate) reasoning: &'a str,
-    /// `stop`, `tool_calls`, `length`, `content_filter`, or `""`.
-    pub(crate) finish_reason: &'static str,
-    pub(crate) tool_calls: Vec<Call<'a>>,
-}
-
-impl<'a> From<&'a AssistantMessage> for Assistant<'a> {
-    fn from(a: &'a AssistantMessage) -> Self {
-        Self {
-            text: &a.text,
-            reasoning: &a.reasoning,
-            finish_reason: match a.finish_reason() {
-                FinishReason::Unspecified => "",
-                other => other.as_str_name(),
-            },
-            tool_calls: a.tool_calls.iter().map(Call::from).collect(),
-        }
-    }
-}
-
-/// Model output as it streams: `assistant_delta`. `attempt` is the model call's attempt; a
-/// new attempt's deltas start from its beginning (the earlier attempt's are abandoned).
-#[derive(Debug, Serialize)]
-pub(crate) struct AssistantDelta<'a> {
-    pub(crate) attempt: u32,
-    /// Text since the previous line of this attempt.
-    pub(crate) text: &'a str,
-    /// Thinking text since the previous line.
-    pub(crate) reasoning: &'a str,
-    /// Names of the tool calls the model started since.
-    pub(crate) tool_calls: &'a [String],
-}
-
-/// A tool call: in `assistant`'s `tool_calls`, and `tool_started`.
-#[derive(Debug, Serialize)]
-pub(crate) struct Call<'a> {
-    pub(crate) call_id: &'a str,
-    pub(crate) tool: &'a str,
-    /// The JSON text the model wrote.
-    pub(crate) arguments: &'a str,
-}
-
-impl<'a> From<&'a ToolCall> for Call<'a> {
-    fn from(c: &'a ToolCall) -> Self {
-        Self {
-            call_id: &c.id,
-            tool: &c.name,
-            arguments: &c.arguments,
-        }
-    }
-}
-
-/// `approval_decided`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ApprovalDecided<'a> {
-    pub(crate) call_id: &'a str,
-    pub(crate) approved: bool,
-    /// The name the sender gave.
-    pub(crate) approver: &'a str,
-    /// The Temporal client identity the decision came from (from history).
-    pub(crate) identity: &'a str,
-    pub(crate) reason: &'a str,
-    pub(crate) remember: bool,
-}
-
-impl<'a> From<&'a ApprovalDecision> for ApprovalDecided<'a> {
-    fn from(d: &'a ApprovalDecision) -> Self {
-        Self {
-            call_id: &d.call_id,
-            approved: d.approved,
-            approver: &d.approver,
-            identity: &d.identity,
-            reason: &d.reason,
-            remember: d.remember,
-        }
-    }
-}
-
-/// `tool_finished`: what the model sees (`baton transcript` has full outputs).
-#[derive(Debug, Serialize)]
-pub(crate) struct ToolFinished<'a> {
-    pub(crate) call_id: &'a str,
-    pub(crate) tool: &'a str,
-    pub(crate) is_error: bool,
-    pub(crate) content: &'a str,
-    /// Connections the proxy refused the call's processes (absent when none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) network_refusals: Vec<NetworkRefusal<'a>>,
-    /// How many were refused in all (absent when none; the list keeps the first 32).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub(crate) network_refused: u32,
-}
-
-/// One connection the proxy refused.
-#[derive(Debug, Serialize)]
-pub(crate) struct NetworkRefusal<'a> {
-    pub(crate) host: &'a str,
-    pub(crate) port: u32,
-    /// `not_allowed`, `private`, `protected`, `unresolved`, `unreachable` or `bad_request`.
-    pub(crate) kind: &'a str,
-    pub(crate) reason: &'a str,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-impl<'a> From<&'a ToolResult> for ToolFinished<'a> {
-    fn from(r: &'a ToolResult) -> Self {
-        Self {
-            call_id: &r.call_id,
-            tool: &r.name,
-            is_error: r.is_error,
-            content: &r.content,
-            network_refusals: r
-                .network_refusals
-                .iter()
-                .map(|n| NetworkRefusal {
-                    host: &n.host,
-                    port: n.port,
-                    kind: &n.kind,
-                    reason: &n.reason,
-                })
-                .collect(),
-            network_refused: r.network_refused,
-        }
-    }
-}
-
 #[cfg(test)]
 #[path = "json_tests.rs"]
 mod tests;
+
+#[path = "json_watch.rs"]
+mod watch;
+pub(crate) use watch::WatchLine;
 
 #[path = "json_fleet.rs"]
 mod fleet;
