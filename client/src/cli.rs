@@ -214,6 +214,17 @@ pub(crate) struct SubmitArgs {
     /// Enable this tool (repeatable; default: all built-in tools).
     #[arg(long = "tool", value_name = "NAME")]
     pub(crate) tools: Vec<String>,
+    /// Give the model the spawn_agent tool: it may delegate parts of the task to subagents,
+    /// child runs with their own copy of the workspace whose changes merge back (added to the
+    /// --tool list, or to all built-in tools).
+    #[arg(long)]
+    pub(crate) subagents: bool,
+    /// With --subagents: how many subagents the run may start in all (default 8).
+    #[arg(long, value_name = "N", requires = "subagents", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_subagents: Option<u32>,
+    /// With --subagents: how deep they may nest (default 1: subagents cannot start their own).
+    #[arg(long, value_name = "N", requires = "subagents", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_subagent_depth: Option<u32>,
     /// Give the run the tools of this MCP server, configured on the workers as
     /// `[mcp.servers.NAME]` (repeatable); `NAME:tool1,tool2` narrows it to those tools. The model
     /// sees them as `mcp__NAME__tool`.
@@ -509,6 +520,10 @@ pub(crate) struct WatchArgs {
     /// Print JSON lines, one event each (schema: README "`baton watch --json` schema").
     #[arg(long)]
     pub(crate) json: bool,
+    /// Follow the run's subagents inline too (their events indented under their run id; JSON
+    /// lines carry the child's run_id).
+    #[arg(long)]
+    pub(crate) children: bool,
 }
 
 #[derive(Debug, Args)]

@@ -533,6 +533,9 @@ pub(crate) struct ListedRun<'a> {
 pub(crate) struct PendingRun<'a> {
     pub(crate) run_id: &'a str,
     pub(crate) turn: u32,
+    /// A subagent's parent run.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) parent_run_id: String,
     pub(crate) pending: Vec<WaitingCall>,
 }
 

@@ -48,6 +48,7 @@ fn pending_call() -> PendingCall {
 
 fn awaiting() -> RunStatus {
     RunStatus {
+        parent_run_id: String::new(),
         state: RunState::AwaitingApproval as i32,
         turn: 2,
         pending: vec![pending_call()],
@@ -284,17 +285,26 @@ fn listed_and_pending_runs() {
         json!({"runs": [{"run_id": "r1", "state": "FAILED", "reason": "max_turns_exceeded", "turn": 50, "temporal_status": "Completed", "task_queue": "baton"}]})
     );
     let pending = Runs {
-        runs: vec![PendingRun {
-            run_id: "r1",
-            turn: 2,
-            pending: vec![WaitingCall::new(pending_call(), 1_700_000_061_999)],
-        }],
+        runs: vec![
+            PendingRun {
+                run_id: "r1",
+                turn: 2,
+                parent_run_id: String::new(),
+                pending: vec![WaitingCall::new(pending_call(), 1_700_000_061_999)],
+            },
+            PendingRun {
+                run_id: "r1.sub-1",
+                turn: 1,
+                parent_run_id: "r1".to_owned(),
+                pending: Vec::new(),
+            },
+        ],
     };
     assert_eq!(
         value(&pending),
         json!({"runs": [{"run_id": "r1", "turn": 2, "pending": [
             {"call_id": "call_2_1", "tool": "shell", "arguments": "{\"command\":\"ls\"}", "waiting_seconds": 61}
-        ]}]})
+        ]}, {"run_id": "r1.sub-1", "turn": 1, "parent_run_id": "r1", "pending": []}]})
     );
 }
 

@@ -88,6 +88,8 @@ pub(crate) enum Event<'a> {
     Note {
         text: &'a str,
     },
+    SubagentStarted(SubagentStartedLine<'a>),
+    SubagentFinished(SubagentFinishedLine<'a>),
     Finished(Ended<'a>),
 }
 
@@ -102,6 +104,8 @@ impl Event<'_> {
             Self::ToolStarted(_) => "tool_started",
             Self::ToolFinished(_) => "tool_finished",
             Self::Note { .. } => "note",
+            Self::SubagentStarted(_) => "subagent_started",
+            Self::SubagentFinished(_) => "subagent_finished",
             Self::Finished(_) => "finished",
         }
     }
@@ -117,6 +121,59 @@ impl<'a> From<&'a run_event::Kind> for Event<'a> {
             run_event::Kind::ToolFinished(r) => Self::ToolFinished(ToolFinished::from(r)),
             run_event::Kind::Note(text) => Self::Note { text },
             run_event::Kind::Finished(r) => Self::Finished(Ended::finished(r)),
+            run_event::Kind::SubagentStarted(s) => Self::SubagentStarted(SubagentStartedLine {
+                call_id: &s.call_id,
+                child_run_id: &s.run_id,
+                task: &s.task,
+            }),
+            run_event::Kind::SubagentFinished(f) => {
+                Self::SubagentFinished(SubagentFinishedLine::from(f))
+            }
+        }
+    }
+}
+
+/// `subagent_started`: the run's `spawn_agent` call `call_id` started child run
+/// `child_run_id` (`baton watch <child_run_id>` follows it; `--children` inline).
+#[derive(Debug, Serialize)]
+pub(crate) struct SubagentStartedLine<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) child_run_id: &'a str,
+    pub(crate) task: &'a str,
+}
+
+/// `subagent_finished`: how the child ended and whether its change set landed here
+/// (`merge`: `merged`, `unchanged`, `conflict: <paths>`, `error: <why>`).
+#[derive(Debug, Serialize)]
+pub(crate) struct SubagentFinishedLine<'a> {
+    pub(crate) call_id: &'a str,
+    pub(crate) child_run_id: &'a str,
+    /// `COMPLETED`, `FAILED`, `CANCELLED`.
+    pub(crate) status: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) turns: u32,
+    pub(crate) total_tokens: u32,
+    pub(crate) files_changed: u32,
+    pub(crate) merge: &'a str,
+    /// The child's answer as the parent's model got it (cut).
+    pub(crate) answer: &'a str,
+}
+
+impl<'a> From<&'a baton_proto::SubagentFinished> for SubagentFinishedLine<'a> {
+    fn from(f: &'a baton_proto::SubagentFinished) -> Self {
+        let outcome = f.outcome.as_ref();
+        Self {
+            call_id: &f.call_id,
+            child_run_id: outcome.map_or("", |o| o.run_id.as_str()),
+            status: outcome.map_or("", |o| o.status().as_str_name()),
+            reason: outcome.map_or("", |o| o.reason().as_str_name()),
+            turns: outcome.map_or(0, |o| o.turns),
+            total_tokens: outcome
+                .and_then(|o| o.usage.as_ref())
+                .map_or(0, |u| u.total_tokens),
+            files_changed: outcome.map_or(0, |o| o.files_changed),
+            merge: outcome.map_or("", |o| o.merge.as_str()),
+            answer: &f.answer,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! tool calls, follows runs live, prints results. Talks only to Temporal.
 //!
 //! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
-//! (status, result, transcript), [`watch`] (live events), [`decide`] (approve, deny, cancel,
+//! (status, result, transcript), [`watch`] (live events; [`children`]: subagents followed inline), [`decide`] (approve, deny, cancel,
 //! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
 //! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
@@ -14,6 +14,7 @@
 mod ask;
 mod blobs;
 mod changes;
+mod children;
 #[cfg(test)]
 mod ci_examples;
 mod cli;

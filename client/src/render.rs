@@ -238,6 +238,33 @@ pub(crate) fn event_human(
     tokens: Option<&Usage>,
 ) -> String {
     match &e.kind {
+        Some(run_event::Kind::SubagentStarted(s)) => format!(
+            "{} {}  (baton watch {})\n",
+            style.cyan(&format!("⇢ subagent {} started:", s.run_id)),
+            one_line(&s.task, 160),
+            s.run_id
+        ),
+        Some(run_event::Kind::SubagentFinished(f)) => {
+            let o = f.outcome.clone().unwrap_or_default();
+            let how = format!(
+                "⇠ subagent {} {} after {} turn(s), changes {}",
+                o.run_id,
+                o.status().as_str_name().to_lowercase(),
+                o.turns,
+                if o.merge.is_empty() {
+                    "unchanged"
+                } else {
+                    &o.merge
+                }
+            );
+            let landed = matches!(o.merge.as_str(), "merged" | "unchanged" | "");
+            let how = if o.status() == baton_proto::RunState::Completed && landed {
+                style.green(&how)
+            } else {
+                style.yellow(&how)
+            };
+            format!("{how}\n")
+        }
         Some(run_event::Kind::Assistant(a)) => {
             let header = format!("── turn {} ──", e.turn);
             let mut out = style.bold(&header);

@@ -85,6 +85,7 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
                 json: false,
                 show_end: false,
                 style: Style::detect(),
+                children: false,
             };
             watch::follow(&h, &run_id, options, &seen_turn).await?;
         }
@@ -227,7 +228,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             cache_ttl: flag_name(args.cache_ttl),
             ..Default::default()
         }),
-        tools: args.tools.clone(),
+        tools: tool_names(args),
         approval: Some(approval),
         limits: Some(Limits {
             max_turns: args.max_turns.unwrap_or(0),
@@ -247,6 +248,8 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
                 .unwrap_or(0),
             history_events_budget: args.history_budget.unwrap_or(0),
             segment_turns: args.segment_turns.unwrap_or(0),
+            max_subagents: args.max_subagents.unwrap_or(0),
+            max_subagent_depth: args.max_subagent_depth.unwrap_or(0),
             ..Default::default()
         }),
         labels: {
@@ -293,6 +296,21 @@ fn mcp_servers(entries: &[String]) -> Result<Vec<McpUse>, Exit> {
 
 /// Tools that wait for a human unless a policy file or a flag says otherwise: `shell`, and
 /// every MCP tool that is not read-only (the server's `readOnlyHint`).
+/// The spec's tool names: `--tool`s (empty = every built-in tool), plus `spawn_agent` with
+/// `--subagents`.
+fn tool_names(args: &SubmitArgs) -> Vec<String> {
+    if !args.subagents || args.tools.iter().any(|t| t == tools::SPAWN_AGENT) {
+        return args.tools.clone();
+    }
+    let mut names = if args.tools.is_empty() {
+        tools::BUILTIN_TOOLS.map(str::to_owned).to_vec()
+    } else {
+        args.tools.clone()
+    };
+    names.push(tools::SPAWN_AGENT.to_owned());
+    names
+}
+
 fn default_require_approval() -> Vec<String> {
     vec![tools::SHELL.to_owned(), mcp::EVERY_TOOL.to_owned()]
 }

@@ -162,6 +162,7 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
                 PendingRun {
                     run_id: r.id(),
                     turn: st.turn,
+                    parent_run_id: st.parent_run_id.clone(),
                     pending: st
                         .pending
                         .into_iter()
@@ -179,7 +180,10 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     }
     for r in &runs {
         let st = status_of(r);
-        println!("{}  (turn {})", r.id(), st.turn);
+        match st.parent_run_id.as_str() {
+            "" => println!("{}  (turn {})", r.id(), st.turn),
+            parent => println!("{}  (turn {}, subagent of {parent})", r.id(), st.turn),
+        }
         for p in &st.pending {
             println!(
                 "  {}  {}  {}  (waiting {})",

@@ -24,6 +24,7 @@ use temporalio_client::{
 };
 
 use crate::{
+    children::Children,
     cli::WatchArgs,
     connect::{connect, handle, interaction_error, short},
     exit::{self, Exit},
@@ -69,6 +70,8 @@ pub(crate) struct FollowOptions {
     pub(crate) show_end: bool,
     /// Colour and spinner (ignored with `json`).
     pub(crate) style: Style,
+    /// Follow subagents inline (`--children`).
+    pub(crate) children: bool,
 }
 
 /// `baton watch RUN`.
@@ -84,6 +87,7 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<i32, Exit> {
         } else {
             Style::detect()
         },
+        children: args.children,
     };
     let seen_turn = AtomicU32::new(args.since);
     match waiting::until_detached(None, follow(&h, &args.run, options, &seen_turn)).await {
@@ -123,6 +127,9 @@ pub(crate) async fn follow(
     let mut first_page = true;
     let mut said_waiting = false;
     let mut lost_since: Option<std::time::Instant> = None;
+    let mut children = options
+        .children
+        .then(|| Children::new(h.client().clone(), options.json, view.options.style));
     loop {
         let query = h.query(
             AgentRun::events,
@@ -149,6 +156,13 @@ pub(crate) async fn follow(
                     seen_turn.fetch_max(e.turn, Ordering::Relaxed);
                     let usage = tokens.filter(|(seq, _)| *seq == e.seq).map(|(_, u)| u);
                     view.show(e, usage.as_ref())?;
+                    if let Some(c) = &mut children {
+                        c.saw(e);
+                    }
+                }
+                if let Some(c) = &mut children {
+                    let text = c.poll().await?;
+                    view.emit(&text)?;
                 }
                 if page.finished {
                     let result = inspect::wait_result(h, run).await?;
@@ -478,7 +492,7 @@ impl<'a> View<'a> {
                 self.running.clear();
                 self.awaiting.clear();
             }
-            Some(Kind::Note(_)) | None => {}
+            Some(Kind::Note(_) | Kind::SubagentStarted(_) | Kind::SubagentFinished(_)) | None => {}
         }
     }
 

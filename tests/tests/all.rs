@@ -27,6 +27,7 @@ mod suite {
     mod security;
     mod store;
     mod streaming;
+    mod subagents;
     mod tls;
     mod tools;
     mod worker_ops;

@@ -5,8 +5,8 @@
 
 use baton_proto::{
     Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
-    InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, PrepareRequest,
-    PreparedWorkspace, ToolRequest, ToolResult, WorkspaceInstructions,
+    InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, MergeRequest,
+    MergeResult, PrepareRequest, PreparedWorkspace, ToolRequest, ToolResult, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -100,12 +100,21 @@ impl WorkspaceActivities {
     pub fn deliver(request: DeliverRequest) -> Result<Delivered, ActivityError> {
         unimplemented!()
     }
+
+    /// Lands a subagent's change set on its parent's workspace snapshot (three-way, by file;
+    /// no files are touched: manifests only). Conflicts are a result, not a failure.
+    #[activity(name = "merge_changes")]
+    pub fn merge_changes(request: MergeRequest) -> Result<MergeResult, ActivityError> {
+        unimplemented!()
+    }
 }
 
 /// Marker of the `collect_changes` activity, for implementations.
 pub use workspace_activities::CollectChanges;
 /// Marker of the `deliver` activity, for implementations.
 pub use workspace_activities::Deliver;
+/// Marker of the `merge_changes` activity, for implementations.
+pub use workspace_activities::MergeChanges;
 /// Marker of the `prepare_workspace` activity, for implementations.
 pub use workspace_activities::PrepareWorkspace;
 

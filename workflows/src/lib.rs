@@ -8,6 +8,7 @@
 //! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
 //! - [`mcp`]: MCP tools (issue 18): model-facing names, listed tools as definitions, spec
 //!   checks.
+//! - [`subagent`]: subagents (issue 20): `spawn_agent` arguments and the child run's spec.
 //! - [`view`]: the model's view of a conversation (elision, summary, stubs), shared with the
 //!   model activity.
 //! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
@@ -27,6 +28,7 @@ pub mod mcp;
 pub mod policy;
 pub mod prompt;
 pub mod schema;
+pub mod subagent;
 pub mod tools;
 pub mod view;
 pub mod workflow;

@@ -177,10 +177,13 @@ pub fn assess(
             _ => Assessment::AskHuman,
         },
         None => {
-            let listed = policy
-                .require_approval
-                .iter()
-                .any(|name| tool_matches(name, &tool.name) && !tool.read_only);
+            let listed = policy.require_approval.iter().any(|name| {
+                tool_matches(name, &tool.name)
+                        && !tool.read_only
+                        // A subagent asks for its own calls; "*" does not also ask for the
+                        // delegation (naming `spawn_agent` does).
+                        && !(name == "*" && tool.name == tools::SPAWN_AGENT)
+            });
             if listed {
                 Assessment::AskHuman
             } else {

@@ -18,6 +18,9 @@ pub const EDIT_FILE: &str = "edit_file";
 pub const SEARCH_FILES: &str = "search_files";
 /// Name of the glob tool.
 pub const GLOB: &str = "glob";
+/// Name of the subagent tool: starts a child run (issue 20). Not one of the default tools: a
+/// run has it only when its spec names it.
+pub const SPAWN_AGENT: &str = "spawn_agent";
 
 /// Every built-in tool's name, in the order the model sees them.
 pub const BUILTIN_TOOLS: [&str; 7] = [
@@ -72,6 +75,14 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
              Returns `path:line: text` for each matching line, up to `max_results`.",
             r#"{"type":"object","properties":{"pattern":{"type":"string","description":"Regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the workspace (default: the workspace)."},"glob":{"type":"string","description":"Only search files whose path matches this glob, e.g. *.rs or src/**/*.py."},"case_insensitive":{"type":"boolean","description":"Ignore case (default false)."},"max_results":{"type":"integer","minimum":1,"description":"Stop after this many matching lines (default 200)."}},"required":["pattern"],"additionalProperties":false}"#,
             true,
+        ),
+        SPAWN_AGENT => (
+            "Delegate a self-contained part of the task to a subagent: a new agent run with its \
+             own copy of the workspace as it is now. It sees only `task` (not this \
+             conversation), so say everything it needs. Returns its final answer; the files it \
+             changed are merged into this workspace. Several calls in one reply run in parallel.",
+            r#"{"type":"object","properties":{"task":{"type":"string","description":"What the subagent should do and report back, self-contained."},"tools":{"type":"array","items":{"type":"string"},"description":"Tools it may use, from yours (default: all of yours)."},"policy":{"type":"object","properties":{"require_approval":{"type":"array","items":{"type":"string"},"description":"Tools whose calls wait for a human in the subagent, on top of your own approval policy."},"sandbox":{"type":"string","enum":["workspace-write","read-only"],"description":"read-only: its commands cannot change files."}},"additionalProperties":false,"description":"Narrows your own approval policy and sandbox for the subagent."},"max_turns":{"type":"integer","minimum":1,"description":"Model calls it may make (default and at most: your own limit)."}},"required":["task"],"additionalProperties":false}"#,
+            false,
         ),
         GLOB => (
             "Find files in the workspace whose relative path matches a glob pattern such as \

@@ -14,8 +14,8 @@
 use std::sync::Arc;
 
 use baton_proto::{
-    Changes, CollectRequest, DeliverRequest, Delivered, FileChange, PrepareRequest,
-    PreparedWorkspace, workspace_source,
+    Changes, CollectRequest, DeliverRequest, Delivered, FileChange, MergeRequest, MergeResult,
+    PrepareRequest, PreparedWorkspace, workspace_source,
 };
 use baton_store::{BlobId, changes, snapshot};
 use baton_workflows::activities::FailureType;
@@ -241,6 +241,52 @@ impl WorkspaceService {
             patch_bytes,
             error: String::new(),
         })
+    }
+
+    /// A subagent's change set landed on its parent's workspace snapshot.
+    #[activity(definition = baton_workflows::activities::MergeChanges)]
+    pub async fn merge_changes(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: MergeRequest,
+    ) -> Result<MergeResult, ActivityError> {
+        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
+        let run_id = run_id_of(&ctx);
+        let store = self.tools.store();
+        let parse = |id: &str| match id {
+            "" => Ok(None),
+            id => BlobId::parse(id)
+                .map(Some)
+                .map_err(|e| unavailable(format!("bad snapshot id '{id}': {e}"))),
+        };
+        let (into, base) = (parse(&request.into)?, parse(&request.base)?);
+        let Some(theirs) = parse(&request.theirs)? else {
+            return Err(unavailable(
+                "merge_changes needs the subagent's final snapshot".to_owned(),
+            ));
+        };
+        let work = changes::merge(store.as_ref(), into.as_ref(), base.as_ref(), &theirs);
+        match until_cancelled(&ctx, work).await? {
+            Ok(merged) => {
+                info!(
+                    run_id,
+                    changed = merged.changed.len(),
+                    "subagent changes merged"
+                );
+                Ok(MergeResult {
+                    snapshot: merged.snapshot.to_string(),
+                    changed: merged.changed,
+                    conflicts: Vec::new(),
+                })
+            }
+            Err(changes::MergeError::Conflicts(conflicts)) => Ok(MergeResult {
+                conflicts,
+                ..MergeResult::default()
+            }),
+            Err(e) => Err(retryable(format!(
+                "cannot merge the subagent's changes: {e}"
+            ))),
+        }
     }
 
     /// Commits and pushes the change set (and opens a pull request).

@@ -14,12 +14,14 @@
 //! - `binary`: `GIT binary patch` literals (zlib + git's base85).
 //! - `stat`: [`diffstat`].
 //! - `extract`: [`extract`].
+//! - `merge`: [`merge`], a subagent's change set landed on its parent's tree (three-way, by file).
 //! - `tests/`: round trips through real `git apply` (`apply.rs`), output next to git's own
 //!   (`git_output.rs`), `extract` and refused manifests (`extract.rs`).
 
 mod binary;
 mod extract;
 mod ignore;
+mod merge;
 mod patch;
 mod stat;
 #[cfg(test)]
@@ -33,6 +35,7 @@ use std::{
 use futures::{StreamExt, TryStreamExt, stream};
 
 pub use extract::{Extracted, extract};
+pub use merge::{Entries, MergeError, Merged, merge, three_way};
 pub use stat::diffstat;
 
 use crate::{

@@ -19,7 +19,8 @@ const INVALID_ARGUMENTS_SHOWN: usize = 2048;
 
 impl RunState {
     /// The step of an `Executing` batch: its calls allowed to run, in call order.
-    pub(super) fn run_tools_step(&self, batch: &Batch) -> Step {
+    pub(super) fn run_tools_step(&self, batch: &Batch, now_ms: i64) -> Step {
+        let spawns = self.spawns(batch, now_ms);
         let requests: Vec<ToolRequest> = batch
             .calls
             .iter()
@@ -38,6 +39,16 @@ impl RunState {
                     .is_some_and(|p| p.on_retry == "ask"),
                 retry_confirmed: batch.retry,
                 sandbox: self.spec.sandbox.clone(),
+                subagent: None,
+                subagent_run_id: String::new(),
+            })
+            .map(|mut r| {
+                let id = r.call.as_ref().map(|c| c.id.as_str()).unwrap_or_default();
+                if let Some((_, spec, run_id)) = spawns.iter().find(|(call, ..)| call == id) {
+                    r.subagent = Some(spec.clone());
+                    r.subagent_run_id = run_id.clone();
+                }
+                r
             })
             .collect();
         Step::RunTools {
@@ -68,6 +79,8 @@ impl RunState {
                 PlannedCall { call, disposition }
             })
             .collect();
+        let mut planned = planned;
+        self.check_spawns(&mut planned, now_ms);
         let batch = Batch {
             calls: planned,
             requested_at_ms: now_ms,
@@ -187,7 +200,7 @@ impl RunState {
             finished.push(r.clone());
         }
         for r in finished {
-            self.push_event(now_ms, run_event::Kind::ToolFinished(r));
+            self.push_tool_finished(now_ms, r);
         }
     }
 
@@ -224,6 +237,7 @@ impl RunState {
                     self.outputs.touched |= touches;
                     r.call_id = planned.call.id.clone();
                     r.name = planned.call.name.clone();
+                    self.on_spawn_result(&r);
                     r
                 }
                 Disposition::Refused { content } => ToolResult {
@@ -258,7 +272,7 @@ impl RunState {
                 self.workspace_snapshot = Some(result.snapshot.clone());
             }
             if !batch.done.iter().any(|d| d.call_id == result.call_id) {
-                self.push_event(now_ms, run_event::Kind::ToolFinished(result.clone()));
+                self.push_tool_finished(now_ms, result.clone());
             }
             self.conversation.push(Item {
                 kind: Some(item::Kind::ToolResult(result)),

@@ -76,6 +76,8 @@
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
 //! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
 //! - `mcp.rs`: the run's MCP servers listed at its start.
+//! - `subagents.rs`: `spawn_agent` calls (checked, the child's spec), children's events and
+//!   usage.
 //! - `status.rs`: status, pending calls, events, [`describe_event`].
 
 use std::{collections::BTreeSet, fmt};
@@ -98,6 +100,7 @@ mod mcp;
 mod network;
 mod outputs;
 mod status;
+mod subagents;
 mod turn;
 
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
@@ -357,6 +360,9 @@ pub struct RunState {
     /// run, later segments included.
     #[serde(default)]
     pub mcp_listed: bool,
+    /// `spawn_agent` calls that ran (each took a child run id), over the whole run.
+    #[serde(default)]
+    pub subagents_started: u32,
 }
 
 /// A compaction summary.
@@ -396,8 +402,11 @@ impl RunState {
     /// A new run. Fails if the spec names unknown tools (the CLI checks this too).
     pub fn new(run_id: &str, spec: RunSpec, now_ms: i64) -> Result<Self, StateError> {
         let spec = normalize(spec);
-        let tools = tools::definitions(&spec.tools)
+        let mut tools = tools::definitions(&spec.tools)
             .map_err(|unknown| StateError::UnknownTools { unknown })?;
+        if !crate::subagent::may_spawn(&spec) {
+            tools.retain(|t| t.name != tools::SPAWN_AGENT);
+        }
         if let Some(p) = &spec.approval {
             policy::validate(p).map_err(|detail| StateError::InvalidPolicy { detail })?;
         }
@@ -459,6 +468,7 @@ impl RunState {
             outputs: Outputs::default(),
             model_context_window: 0,
             mcp_listed: false,
+            subagents_started: 0,
         }
     }
 
@@ -481,7 +491,7 @@ impl RunState {
                 timeout_seconds: self.approval_timeout(),
             },
             Phase::Compacting { upto, .. } => Step::Compact(self.compact_request(*upto)),
-            Phase::Executing(batch) => self.run_tools_step(batch),
+            Phase::Executing(batch) => self.run_tools_step(batch, now_ms),
             Phase::Thinking => {
                 if let Some((reason, detail)) = self.guard(now_ms) {
                     if self.ask_on_exhausted() {

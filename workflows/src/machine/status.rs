@@ -27,6 +27,12 @@ impl RunState {
             usage: Some(self.usage),
             last_event: self.events.last().map(describe_event).unwrap_or_default(),
             reason: reason as i32,
+            parent_run_id: self
+                .spec
+                .parent
+                .as_ref()
+                .map(|p| p.run_id.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -149,6 +155,22 @@ pub fn describe_event(e: &RunEvent) -> String {
         ),
         Some(run_event::Kind::Finished(r)) => format!("run ended: {}", r.reason().as_str_name()),
         Some(run_event::Kind::Note(n)) => n.clone(),
+        Some(run_event::Kind::SubagentStarted(s)) => {
+            format!("subagent {} started ({})", s.run_id, s.call_id)
+        }
+        Some(run_event::Kind::SubagentFinished(f)) => {
+            let o = f.outcome.clone().unwrap_or_default();
+            format!(
+                "subagent {} ended: {}{}",
+                o.run_id,
+                o.reason().as_str_name(),
+                if o.merge.is_empty() {
+                    String::new()
+                } else {
+                    format!("; changes {}", o.merge)
+                }
+            )
+        }
         None => String::new(),
     }
 }

@@ -1,20 +1,32 @@
 //! A batch of approved tool calls: in parallel up to the run's limit, or one at a time with
 //! snapshot chaining when a call changes the workspace; read-only calls as local activities
-//! when the run asks for it; MCP tools' calls as `mcp_call_tool` activities.
+//! when the run asks for it; MCP tools' calls as `mcp_call_tool` activities; `spawn_agent`
+//! calls as child workflows ([`subagents`](super::subagents)).
 
 use std::pin::Pin;
 
 use baton_proto::{ToolRequest, ToolResult};
-use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
+use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, WorkflowContext};
 
 use super::{
     AgentRun, failure_message, now_ms,
     options::{local_tool_options, mcp_tool_options, tool_options},
     patches::PATCH_SERIAL_MUTATING,
+    subagents,
 };
 use crate::activities::ToolActivities;
 
-/// Runs approved calls as activities, at most `max_parallel` at once, results in call order.
+/// How one call of a group ended (built per call and consumed at once: the size of the
+/// larger variant costs nothing).
+#[allow(clippy::large_enum_variant)]
+enum Outcome {
+    /// An activity (built-in or MCP tool).
+    Tool(Result<ToolResult, ActivityExecutionError>),
+    /// A subagent (child workflow), before its changes land.
+    Child(subagents::Ended),
+}
+
+/// Runs approved calls as activities (`spawn_agent` calls as child workflows), at most `max_parallel` at once, results in call order.
 /// A call whose activity fails for good (after retries) becomes an error observation.
 pub(super) async fn run_tools(
     ctx: &WorkflowContext<AgentRun>,
@@ -25,8 +37,10 @@ pub(super) async fn run_tools(
     let mut results = Vec::with_capacity(requests.len());
     // Calls that change the workspace run one at a time, each from the snapshot the previous
     // one left: they may run on different workers, whose copies cannot be merged.
+    // Subagents of one batch start from the same tree and run side by side: their change sets
+    // land one after another, three-way, once they end.
     let serial = requests.len() > 1
-        && requests.iter().any(|r| r.mutating)
+        && requests.iter().any(|r| r.mutating && r.subagent.is_none())
         && ctx.patched(PATCH_SERIAL_MUTATING);
     let chunk = if serial {
         1
@@ -52,7 +66,7 @@ pub(super) async fn run_tools(
             snapshot: snapshot.clone(),
             ..r.clone()
         };
-        let outcomes = if local {
+        let outcomes: Vec<Outcome> = if local {
             let futures: Vec<_> = group
                 .iter()
                 .map(|r| {
@@ -60,25 +74,33 @@ pub(super) async fn run_tools(
                     ctx.execute_local_activity(ToolActivities::run_tool, with_snapshot(r), opts)
                 })
                 .collect();
-            temporalio_workflow::join_all(futures).await
+            temporalio_workflow::join_all(futures)
+                .await
+                .into_iter()
+                .map(Outcome::Tool)
+                .collect()
         } else {
             let futures: Vec<_> = group
                 .iter()
-                .map(|r| -> Pin<Box<dyn Future<Output = _> + '_>> {
-                    if r.mcp.is_some() {
+                .map(|r| -> Pin<Box<dyn Future<Output = Outcome> + '_>> {
+                    if r.subagent.is_some() {
+                        let from = snapshot.clone();
+                        Box::pin(async move {
+                            Outcome::Child(subagents::run_child(ctx, r, &from, token).await)
+                        })
+                    } else if r.mcp.is_some() {
                         let opts = mcp_tool_options(r, token);
-                        Box::pin(ctx.execute_activity(
+                        let call = ctx.execute_activity(
                             ToolActivities::mcp_call_tool,
                             with_snapshot(r),
                             opts,
-                        ))
+                        );
+                        Box::pin(async move { Outcome::Tool(call.await) })
                     } else {
                         let opts = tool_options(r, token);
-                        Box::pin(ctx.execute_activity(
-                            ToolActivities::run_tool,
-                            with_snapshot(r),
-                            opts,
-                        ))
+                        let call =
+                            ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts);
+                        Box::pin(async move { Outcome::Tool(call.await) })
                     }
                 })
                 .collect();
@@ -90,6 +112,15 @@ pub(super) async fn run_tools(
         let finished_before = results.len();
         for (request, outcome) in group.iter().zip(outcomes) {
             let call = request.call.clone().unwrap_or_default();
+            let outcome = match outcome {
+                Outcome::Child(_) if stopped => continue,
+                Outcome::Child(ended) => {
+                    let result = subagents::land(ctx, request, ended, &mut snapshot, token).await;
+                    results.push(result);
+                    continue;
+                }
+                Outcome::Tool(outcome) => outcome,
+            };
             results.push(match outcome {
                 Ok(result) => {
                     if !result.snapshot.is_empty() {

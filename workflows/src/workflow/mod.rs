@@ -10,6 +10,8 @@
 //! - [`outputs`](self::outputs): the workspace prepared from its source, the change set and
 //!   delivery when the run ends;
 //! - [`mcp`](self::mcp): the run's MCP servers listed before its first step;
+//! - [`subagents`](self::subagents): `spawn_agent` calls as child workflows, their changes
+//!   landed;
 //! - [`status`](self::status): the memo, search attributes and UI details (three generations);
 //! - [`patches`]: the registry of patch markers and the histories that cover them;
 //! - [`variant`]: a test-only switch that makes this build's workflow code differ (fleet tests).
@@ -22,6 +24,7 @@ mod options;
 mod outputs;
 pub mod patches;
 mod status;
+mod subagents;
 pub mod variant;
 
 use std::time::{Duration, UNIX_EPOCH};

@@ -134,6 +134,11 @@ pub(super) fn deliver_options(token: &WorkflowCancellationToken) -> ActivityOpti
     workspace_options("deliver", Duration::from_secs(15 * 60), token)
 }
 
+/// Options of `merge_changes` (reads three manifests and the ignore files, writes one).
+pub(super) fn merge_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    workspace_options("merge_changes", Duration::from_secs(5 * 60), token)
+}
+
 fn workspace_options(
     summary: &str,
     start_to_close: Duration,

@@ -23,6 +23,7 @@ mod mcp;
 mod network;
 mod outputs;
 mod phases;
+mod subagents;
 mod turn;
 
 fn spec(require_approval: &[&str]) -> RunSpec {
