@@ -2,7 +2,7 @@
 //! `AgentRun` code. A change that makes the workflow nondeterministic (a reordered, added or
 //! removed command) fails here. Record a new history with
 //! `cargo test -p baton-tests --test all -- --ignored record_approval_history` (or
-//! `record_budget_history`, `record_mcp_history`). Every patch marker of the workflow's registry
+//! `record_budget_history`, `record_mcp_history`, `record_subagent_history`). Every patch marker of the workflow's registry
 //! (`baton_workflows::workflow::patches`) must be recorded by one of these histories.
 
 #![allow(clippy::unwrap_used)]
@@ -35,6 +35,9 @@ const RECORD_AS: &str = "approval-run-v9.json";
 const RECORD_BUDGET_AS: &str = "budget-run";
 /// Prefix of the files `record_mcp_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_MCP_AS: &str = "mcp-run";
+
+/// Prefix of the files `record_subagent_history` writes (`<prefix>-{parent,child}.json`).
+const RECORD_SUBAGENT_AS: &str = "subagent-run";
 
 /// Histories replayed against the current code.
 fn histories_dir() -> PathBuf {
@@ -389,6 +392,85 @@ async fn record_mcp_history() {
     assert_eq!(listings(&second), 0, "segment 2 lists nothing");
     for (n, json) in [(1, first), (2, second)] {
         let file = format!("{RECORD_MCP_AS}-segment-{n}.json");
+        std::fs::write(histories_dir().join(file), json).unwrap();
+    }
+}
+
+/// Records `tests/histories/<RECORD_SUBAGENT_AS>-{parent,child}.json` (issue 20): a parent
+/// whose first turn spawns two subagents (child workflows) that each write a file; the second
+/// child's change set lands through `merge_changes` (the first one's took the tree as it was),
+/// then the parent answers. The child's history is recorded too (a run with a parent).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "records a history; run by hand after an intended workflow change"]
+async fn record_subagent_history() {
+    use super::subagents::{calls, scripted, spawn, write};
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let scripts = scripted(&llm);
+    let queue = unique("record");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README"), "recorded\n").unwrap();
+    let parent = RECORD_SUBAGENT_AS;
+    let (a, b) = (format!("{parent}.sub-1"), format!("{parent}.sub-2"));
+    {
+        let mut scripts = scripts.lock().unwrap();
+        scripts.insert(
+            parent.to_owned(),
+            vec![
+                calls(&[
+                    spawn("call_a", "write a.txt"),
+                    spawn("call_b", "write b.txt"),
+                ]),
+                MockOpenAi::text_reply("Both written."),
+            ],
+        );
+        scripts.insert(
+            a.clone(),
+            vec![
+                write("call_wa", "a.txt", "a\n"),
+                MockOpenAi::text_reply("a done"),
+            ],
+        );
+        scripts.insert(
+            b.clone(),
+            vec![
+                write("call_wb", "b.txt", "b\n"),
+                MockOpenAi::text_reply("b done"),
+            ],
+        );
+    }
+    let workspace = dir.path().display().to_string();
+    submit(
+        &server,
+        &queue,
+        parent,
+        &[
+            "--provider",
+            "openai",
+            "--subagents",
+            "--no-approval",
+            "--workspace-from",
+            &workspace,
+        ],
+        "record a subagent history",
+    );
+    let r = result(&server, parent, 0);
+    assert_eq!(r["changes"]["files_changed"], 2, "{r}");
+    let parent_json = fetch_history(&server, parent, None).await;
+    let text = String::from_utf8_lossy(&parent_json);
+    assert_eq!(
+        text.matches("StartChildWorkflowExecutionInitiated").count(),
+        2
+    );
+    assert!(
+        text.contains("merge_changes"),
+        "the second child's changes were merged"
+    );
+    let child_json = fetch_history(&server, &b, None).await;
+    for (name, json) in [("parent", parent_json), ("child", child_json)] {
+        let file = format!("{RECORD_SUBAGENT_AS}-{name}.json");
         std::fs::write(histories_dir().join(file), json).unwrap();
     }
 }

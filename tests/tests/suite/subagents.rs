@@ -26,7 +26,7 @@ type Scripts = Arc<Mutex<BTreeMap<String, Vec<Value>>>>;
 
 /// The mock answers each run from its script: reply k to the request with k assistant
 /// messages. A run without a script (or past its end) gets a 500, which fails the test.
-fn scripted(llm: &MockOpenAi) -> Scripts {
+pub(super) fn scripted(llm: &MockOpenAi) -> Scripts {
     let scripts: Scripts = Arc::default();
     let by_run = Arc::clone(&scripts);
     llm.set_responder(Arc::new(move |req| {
@@ -42,12 +42,12 @@ fn scripted(llm: &MockOpenAi) -> Scripts {
     scripts
 }
 
-fn spawn(id: &str, task: &str) -> (String, String, String) {
+pub(super) fn spawn(id: &str, task: &str) -> (String, String, String) {
     let args = json!({"task": task}).to_string();
     (id.to_owned(), "spawn_agent".to_owned(), args)
 }
 
-fn calls(calls: &[(String, String, String)]) -> Value {
+pub(super) fn calls(calls: &[(String, String, String)]) -> Value {
     let refs: Vec<(&str, &str, &str)> = calls
         .iter()
         .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
@@ -55,7 +55,7 @@ fn calls(calls: &[(String, String, String)]) -> Value {
     MockOpenAi::tool_calls_reply(&refs)
 }
 
-fn write(id: &str, path: &str, content: &str) -> Value {
+pub(super) fn write(id: &str, path: &str, content: &str) -> Value {
     let args = json!({"path": path, "content": content}).to_string();
     MockOpenAi::tool_calls_reply(&[(id, "write_file", &args)])
 }
