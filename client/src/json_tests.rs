@@ -433,6 +433,45 @@ fn each_kind_of_watch_line() {
         )
     );
     assert_eq!(
+        body(run_event::Kind::SubagentStarted(
+            baton_proto::SubagentStarted {
+                call_id: "call_1_1".to_owned(),
+                run_id: "r1.sub-1".to_owned(),
+                task: "write the tests".to_owned(),
+            }
+        )),
+        (
+            "subagent_started".to_owned(),
+            json!({"call_id": "call_1_1", "child_run_id": "r1.sub-1", "task": "write the tests"})
+        )
+    );
+    assert_eq!(
+        body(run_event::Kind::SubagentFinished(
+            baton_proto::SubagentFinished {
+                call_id: "call_1_1".to_owned(),
+                outcome: Some(baton_proto::SubagentOutcome {
+                    run_id: "r1.sub-1".to_owned(),
+                    status: RunState::Completed as i32,
+                    reason: TerminationReason::Completed as i32,
+                    usage: Some(Usage {
+                        total_tokens: 420,
+                        ..Default::default()
+                    }),
+                    turns: 3,
+                    files_changed: 2,
+                    merge: "merged".to_owned(),
+                }),
+                answer: "Tests written.".to_owned(),
+            }
+        )),
+        (
+            "subagent_finished".to_owned(),
+            json!({"call_id": "call_1_1", "child_run_id": "r1.sub-1", "status": "COMPLETED",
+                "reason": "completed", "turns": 3, "total_tokens": 420, "files_changed": 2,
+                "merge": "merged", "answer": "Tests written."})
+        )
+    );
+    assert_eq!(
         body(run_event::Kind::ToolStarted(call())),
         (
             "tool_started".to_owned(),
