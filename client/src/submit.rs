@@ -552,21 +552,11 @@ async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
 
 /// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may
 /// be a JSON object (it is sent to the workflow as text, as a model would write it).
-pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Exit::usage(format!(
-            "cannot read script file {}: {e}; pass an existing JSON file to --script",
-            path.display()
-        ))
-    })?;
-    let mut v: Value = serde_json::from_str(&text).map_err(|e| {
-        Exit::usage(format!(
-            "script file {} is not valid JSON: {e}",
-            path.display()
-        ))
-    })?;
+/// A script as the proto reads it: a bare list of turns is `{"turns": [...]}`, arguments
+/// written as JSON objects become their JSON text; the same for the subagents' scripts.
+fn normalize_script(v: &mut Value) {
     if v.is_array() {
-        v = serde_json::json!({ "turns": v });
+        *v = serde_json::json!({ "turns": v.take() });
     }
     if let Some(turns) = v.get_mut("turns").and_then(Value::as_array_mut) {
         for turn in turns {
@@ -581,6 +571,25 @@ pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
             }
         }
     }
+    if let Some(children) = v.get_mut("subagents").and_then(Value::as_array_mut) {
+        children.iter_mut().for_each(normalize_script);
+    }
+}
+
+pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Exit::usage(format!(
+            "cannot read script file {}: {e}; pass an existing JSON file to --script",
+            path.display()
+        ))
+    })?;
+    let mut v: Value = serde_json::from_str(&text).map_err(|e| {
+        Exit::usage(format!(
+            "script file {} is not valid JSON: {e}",
+            path.display()
+        ))
+    })?;
+    normalize_script(&mut v);
     let script: Script = crate::strict::from_value(v).map_err(|e| {
         Exit::usage(format!(
             "script file {} does not match the script format ({e}); expected {{\"turns\": [{{\"text\": \"...\", \"tool_calls\": [{{\"name\": \"shell\", \"arguments\": {{\"command\": \"ls\"}}}}]}}]}}",

@@ -221,6 +221,7 @@ pub fn script_turn(script: &baton_proto::Script, turn: u32) -> baton_proto::Scri
             turn
         },
         turns: one,
+        subagents: Vec::new(),
     }
 }
 

@@ -336,3 +336,77 @@ fn a_child_that_continues_as_new_reports_to_a_parent_that_does_too() {
     let child_result = result(&s.server, &child, 0);
     assert_eq!(child_result["answer"], "Wrote one, two and three.");
 }
+
+#[test]
+fn a_scripted_parents_children_that_change_one_file_differently_conflict_and_the_first_stands() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sub-conflict");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let child = |text: &str| {
+        json!({"turns": [
+            {"text": "", "tool_calls": [{"name": "write_file", "arguments":
+                {"path": "same.txt", "content": format!("{text}\n")}}]},
+            {"text": format!("{text} wrote same.txt")}
+        ]})
+    };
+    let s = dir.path().join("parent.json");
+    let parent_script = json!({
+        "turns": [
+            {"text": "", "tool_calls": [
+                {"name": "spawn_agent", "arguments": {"task": "write same.txt as A"}},
+                {"name": "spawn_agent", "arguments": {"task": "write same.txt as B"}}
+            ]},
+            {"text": "One of them conflicted."}
+        ],
+        "subagents": [child("A"), child("B")]
+    });
+    std::fs::write(&s, parent_script.to_string()).unwrap();
+    let run = unique("parent");
+    let out = baton_with_timeout(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            s.to_str().unwrap(),
+            "--subagents",
+            "--no-approval",
+            "--wait",
+            "--json",
+            "write same.txt twice",
+        ],
+        &[],
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["answer"], "One of them conflicted.", "{r}");
+    // The first child's change landed; the second's conflicted and did not.
+    let diff = baton(&server, &["diff", &run]).unwrap();
+    assert!(
+        diff.stdout.contains("+A") && !diff.stdout.contains("+B"),
+        "{diff}"
+    );
+    let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
+    let merges: Vec<String> = watch
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["kind"] == "subagent_finished")
+        .map(|l| l["subagent_finished"]["merge"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(merges, vec!["merged", "conflict: same.txt"], "{watch}");
+    let transcript = baton(&server, &["transcript", &run, "--json"]).unwrap();
+    assert!(
+        transcript
+            .stdout
+            .contains("did NOT land in your workspace (conflict: same.txt)"),
+        "{transcript}"
+    );
+}

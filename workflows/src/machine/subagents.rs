@@ -61,8 +61,14 @@ impl RunState {
                 c.call.name == SPAWN_AGENT && matches!(c.disposition, Disposition::Run { .. })
             })
             .filter_map(|c| {
-                let spec = self.child_spec(&c.call, now_ms).ok()?;
+                let mut spec = self.child_spec(&c.call, now_ms).ok()?;
                 ordinal += 1;
+                // A scripted parent (demo, tests) carries its children's scripts.
+                if let Some(model) = &mut spec.model
+                    && let Some(script) = model.script.take()
+                {
+                    model.script = script.subagents.get(ordinal as usize - 1).cloned();
+                }
                 let id = subagent::child_run_id(&self.run_id, ordinal);
                 Some((c.call.id.clone(), spec, id))
             })

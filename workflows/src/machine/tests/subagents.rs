@@ -108,6 +108,47 @@ fn spawns_over_the_limit_or_with_bad_arguments_are_refused_and_the_rest_get_chil
 }
 
 #[test]
+fn a_scripted_parent_hands_each_child_its_own_script() {
+    let script = |text: &str| baton_proto::Script {
+        turns: vec![baton_proto::ScriptedTurn {
+            text: text.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let spec = RunSpec {
+        model: Some(baton_proto::ModelConfig {
+            provider: "scripted".into(),
+            script: Some(baton_proto::Script {
+                subagents: vec![script("first child"), script("second child")],
+                ..script("parent")
+            }),
+            ..Default::default()
+        }),
+        ..spawning_spec(0)
+    };
+    let mut s = RunState::new("p1", spec, T0).unwrap();
+    expect_llm(&mut s);
+    let spawns = vec![spawn("a", "one"), spawn("b", "two"), spawn("c", "three")];
+    s.on_llm_response(reply("", spawns, FinishReason::ToolCalls), T0);
+    let texts: Vec<Option<String>> = expect_tools(&mut s)
+        .iter()
+        .map(|r| {
+            let model = r.subagent.as_ref().unwrap().model.as_ref().unwrap();
+            model.script.as_ref().map(|s| s.turns[0].text.clone())
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            Some("first child".into()),
+            Some("second child".into()),
+            None
+        ]
+    );
+}
+
+#[test]
 fn a_child_at_the_depth_limit_is_not_offered_spawn_agent() {
     let spec = RunSpec {
         parent: Some(baton_proto::ParentRun {

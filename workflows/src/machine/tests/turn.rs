@@ -403,6 +403,7 @@ fn a_script_travels_one_turn_at_a_time() {
                 })
                 .collect(),
             first_turn: 0,
+            subagents: Vec::new(),
         }),
         ..Default::default()
     });
