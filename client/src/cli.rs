@@ -261,9 +261,14 @@ pub(crate) struct SubmitArgs {
     pub(crate) sandbox: SandboxMode,
     /// Run read-only tool calls (read_file, list_files, search_files, glob) as local
     /// activities on the worker running the run: one workflow task per turn instead of two. A
-    /// worker dying mid-call re-runs the read (harmless: it changes nothing).
-    #[arg(long)]
+    /// worker dying mid-call re-runs the read (harmless: it changes nothing). The default (a
+    /// read that takes over 10 s runs again as a regular activity); kept for scripts.
+    #[arg(long, conflicts_with = "remote_read_tools")]
     pub(crate) local_read_tools: bool,
+    /// Run read-only tool calls as regular activities instead (each visible as an activity in
+    /// the Web UI, retried by the server; two workflow tasks per turn).
+    #[arg(long)]
+    pub(crate) remote_read_tools: bool,
     /// Let tool processes reach any public host (default: no network, only Unix sockets).
     /// They get it through the worker's proxy (HTTP and HTTPS, with http_proxy/https_proxy
     /// set), never loopback, link-local, private ranges, the Temporal frontend or the

@@ -216,6 +216,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             },
         }),
         local_read_tools: args.local_read_tools,
+        remote_read_tools: args.remote_read_tools,
         task,
         model: Some(ModelConfig {
             provider,

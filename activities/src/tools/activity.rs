@@ -393,6 +393,24 @@ impl ToolService {
     }
 }
 
+/// Test hook of debug builds only (the e2e test of the slow-read safeguard): a read-only call
+/// whose arguments mention `slow-read` waits `BATON_TEST_READ_DELAY_MS` first. Release
+/// builds never read it.
+fn test_read_delay(request: &ToolRequest) -> Option<Duration> {
+    if !cfg!(debug_assertions) || request.mutating {
+        return None;
+    }
+    let call = request.call.as_ref()?;
+    if !call.arguments.contains("slow-read") {
+        return None;
+    }
+    let ms: u64 = std::env::var("BATON_TEST_READ_DELAY_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
+}
+
 impl ToolService {
     /// One attempt of a tool call, built-in or MCP.
     async fn attempt(
@@ -466,6 +484,9 @@ impl ToolService {
             }
         };
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, progress.clone());
+        if let Some(delay) = test_read_delay(&request) {
+            tokio::time::sleep(delay).await;
+        }
         if matches!(kind, Kind::Builtin) && (attempt > 1 || request.retry_confirmed) {
             // An earlier attempt's processes may still run on this host (its worker was killed
             // outright): they must not write into the workspace of this one.

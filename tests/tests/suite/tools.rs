@@ -58,53 +58,16 @@ fn malformed_arguments_and_unknown_tools_are_observations() {
     );
 }
 
-/// `--local-read-tools`: read-only calls run as local activities (markers in history, no
-/// activity task of their own, one workflow task per turn); a mutating call of the same run
-/// stays a regular activity.
-#[test]
-fn read_only_tools_can_run_as_local_activities() {
-    let server = DevServer::start().unwrap();
-    let queue = unique("local-reads");
-    let w = worker(&server, &queue, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let s = script(
-        dir.path(),
-        "local",
-        json!([
-            {"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": {"path": "n.txt", "content": "local-read-ok\n"}}]},
-            {"text": "Reading.", "tool_calls": [{"name": "read_file", "arguments": {"path": "n.txt"}}]},
-            {"text": "Listing.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
-            {"text": "Done."}
-        ]),
-    );
-    let run = submit(
-        &server,
-        &queue,
-        &unique("run-local"),
-        &[
-            "--script",
-            s.to_str().unwrap(),
-            "--no-approval",
-            "--local-read-tools",
-        ],
-        "read locally",
-    );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
-    assert_eq!(r["turns"], 4);
-    let history = server.workflow_history_json(&run, None).unwrap();
+/// Activity types scheduled in `run`'s history, and its local activity markers.
+fn scheduled_and_local(server: &DevServer, run: &str) -> (Vec<String>, usize, String) {
+    let history = server.workflow_history_json(run, None).unwrap();
     let events = history["events"].as_array().unwrap();
-    let scheduled: Vec<&str> = events
+    let scheduled = events
         .iter()
         .filter_map(|e| e.pointer("/activityTaskScheduledEventAttributes/activityType/name"))
         .filter_map(Value::as_str)
+        .map(str::to_owned)
         .collect();
-    // read_instructions, 4 model calls, and the write_file call: the reads are not there.
-    assert_eq!(
-        scheduled.iter().filter(|n| **n == "run_tool").count(),
-        1,
-        "{scheduled:?}"
-    );
     let local_markers = events
         .iter()
         .filter(|e| {
@@ -113,10 +76,113 @@ fn read_only_tools_can_run_as_local_activities() {
                 == Some("core_local_activity")
         })
         .count();
-    assert_eq!(local_markers, 2, "one local activity marker per read");
+    (scheduled, local_markers, decode_history_payloads(&history))
+}
+
+fn reads_script(dir: &std::path::Path, last_read: Value) -> std::path::PathBuf {
+    script(
+        dir,
+        "local",
+        json!([
+            {"text": "Writing.", "tool_calls": [{"name": "write_file", "arguments": {"path": "n.txt", "content": "local-read-ok slow-read-target\n"}}]},
+            {"text": "Reading.", "tool_calls": [{"name": "read_file", "arguments": {"path": "n.txt"}}]},
+            {"text": "Looking.", "tool_calls": [last_read]},
+            {"text": "Done."}
+        ]),
+    )
+}
+
+/// By default (patch `local-read-tools-v1`; `--local-read-tools` says the same) read-only calls
+/// run as local activities (markers in history, no activity task of their own, one workflow
+/// task per turn); a mutating call of the same run stays a regular activity. A read that takes
+/// longer than its 10 s budget runs again as a regular activity, whose result the model gets.
+#[test]
+fn read_only_tools_run_as_local_activities_and_a_slow_one_moves_to_an_activity() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("local-reads");
+    // Debug builds only: reads whose arguments say "slow-read" wait 11 s first.
+    let w = worker(&server, &queue, &[("BATON_TEST_READ_DELAY_MS", "11000")]);
+    let dir = tempfile::tempdir().unwrap();
+    let fast = json!({"name": "list_files", "arguments": {}});
+    let s = reads_script(dir.path(), fast);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-local"),
+        &["--script", s.to_str().unwrap(), "--no-approval"],
+        "read locally",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    assert_eq!(r["turns"], 4);
+    let (scheduled, local, text) = scheduled_and_local(&server, &run);
+    // read_instructions, 4 model calls, and the write_file call: the reads are not there.
+    assert_eq!(
+        scheduled.iter().filter(|n| *n == "run_tool").count(),
+        1,
+        "{scheduled:?}"
+    );
+    assert_eq!(local, 2, "one local activity marker per read");
     // The model saw what the local read returned.
-    assert!(decode_history_payloads(&history).contains("local-read-ok"));
+    assert!(text.contains("local-read-ok"));
     assert!(w.workspace_root().join(&run).join("n.txt").exists());
+
+    let slow = json!({"name": "search_files", "arguments": {"pattern": "slow-read"}});
+    let s = reads_script(dir.path(), slow);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-slow"),
+        &["--script", s.to_str().unwrap(), "--no-approval"],
+        "read slowly",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let (scheduled, local, text) = scheduled_and_local(&server, &run);
+    // The write, and the slow search once its local attempt ran out of budget.
+    assert_eq!(
+        scheduled.iter().filter(|n| *n == "run_tool").count(),
+        2,
+        "{scheduled:?}"
+    );
+    assert!(
+        local >= 2,
+        "the fast read and the slow one's local attempt: {local}"
+    );
+    assert!(
+        text.contains("n.txt:1: local-read-ok slow-read-target"),
+        "{text}"
+    );
+}
+
+/// `--remote-read-tools`: every call is a regular activity, as before the patch.
+#[test]
+fn remote_read_tools_keeps_reads_as_activities() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("remote-reads");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let s = reads_script(dir.path(), json!({"name": "list_files", "arguments": {}}));
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-remote"),
+        &[
+            "--script",
+            s.to_str().unwrap(),
+            "--no-approval",
+            "--remote-read-tools",
+        ],
+        "read remotely",
+    );
+    assert_eq!(result(&server, &run, 0)["status"], "COMPLETED");
+    let (scheduled, local, _) = scheduled_and_local(&server, &run);
+    assert_eq!(
+        scheduled.iter().filter(|n| *n == "run_tool").count(),
+        3,
+        "{scheduled:?}"
+    );
+    assert_eq!(local, 0);
 }
 
 /// `--sandbox off` runs commands as the worker's user: a worker honours it only when its

@@ -11,7 +11,7 @@ use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, Wor
 use super::{
     AgentRun, failure_message, now_ms,
     options::{local_tool_options, mcp_tool_options, tool_options},
-    patches::PATCH_SERIAL_MUTATING,
+    patches::{PATCH_LOCAL_READS, PATCH_SERIAL_MUTATING},
     subagents,
 };
 use crate::activities::ToolActivities;
@@ -51,10 +51,19 @@ pub(super) async fn run_tools(
         .first()
         .map(|r| r.snapshot.clone())
         .unwrap_or_default();
-    // Read-only calls as local activities (the run asked for it; they change nothing, so
-    // running one again after a worker failure is harmless).
-    let local = ctx.state(|s| s.run.spec.local_read_tools)
-        && requests.iter().all(|r| !r.mutating && r.mcp.is_none());
+    // Read-only calls as local activities: one workflow task per turn instead of two. They
+    // change nothing, so running one again after a worker failure is harmless. By default since
+    // patch `local-read-tools-v1`, each within a budget after which it runs again as a regular
+    // activity (a slow read must not hold the workflow task); before it, only for runs that
+    // asked (`local_read_tools`), unbounded.
+    let read_only = !requests.is_empty()
+        && requests
+            .iter()
+            .all(|r| !r.mutating && r.mcp.is_none() && r.subagent.is_none());
+    let (asked, remote) =
+        ctx.state(|s| (s.run.spec.local_read_tools, s.run.spec.remote_read_tools));
+    let bounded = read_only && !remote && ctx.patched(PATCH_LOCAL_READS);
+    let local = read_only && (bounded || asked);
     for group in requests.chunks(chunk) {
         let ids: Vec<String> = group
             .iter()
@@ -70,15 +79,33 @@ pub(super) async fn run_tools(
             let futures: Vec<_> = group
                 .iter()
                 .map(|r| {
-                    let opts = local_tool_options(r, token);
+                    let opts = local_tool_options(r, token, bounded);
                     ctx.execute_local_activity(ToolActivities::run_tool, with_snapshot(r), opts)
                 })
                 .collect();
-            temporalio_workflow::join_all(futures)
-                .await
-                .into_iter()
-                .map(Outcome::Tool)
-                .collect()
+            let mut outcomes = temporalio_workflow::join_all(futures).await;
+            if bounded && !token.is_cancelled() {
+                // The slow-read safeguard: what did not finish in the budget (or failed) runs
+                // as a regular activity, with the tool's own timeout, heartbeats and retries.
+                let slow: Vec<usize> = (0..outcomes.len())
+                    .filter(|&i| outcomes[i].is_err())
+                    .collect();
+                let again: Vec<_> = slow
+                    .iter()
+                    .map(|&i| {
+                        let r = &group[i];
+                        let opts = tool_options(r, token);
+                        ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts)
+                    })
+                    .collect();
+                for (i, outcome) in slow
+                    .into_iter()
+                    .zip(temporalio_workflow::join_all(again).await)
+                {
+                    outcomes[i] = outcome;
+                }
+            }
+            outcomes.into_iter().map(Outcome::Tool).collect()
         } else {
             let futures: Vec<_> = group
                 .iter()

@@ -218,20 +218,35 @@ pub(super) fn mcp_tool_options(
     tool_activity_options(request, retry, token)
 }
 
-/// A tool call run as a local activity (read-only calls of a run with `local_read_tools`).
+/// How long a read-only call may run as a local activity, retries included, before it runs
+/// again as a regular activity (the slow-read safeguard of patch `local-read-tools-v1`): a
+/// local activity holds the workflow task open while it runs, and a quick read is the point.
+pub const LOCAL_READ_BUDGET: Duration = Duration::from_secs(10);
+
+/// A tool call run as a local activity: a read-only call. `bounded` (patch
+/// `local-read-tools-v1`): within [`LOCAL_READ_BUDGET`], after which the workflow runs it as a
+/// regular activity; otherwise (runs that asked for `local_read_tools` before the patch) within
+/// the tool's own timeout.
 pub(super) fn local_tool_options(
     request: &ToolRequest,
     token: &WorkflowCancellationToken,
+    bounded: bool,
 ) -> LocalActivityOptions {
     let tool = ToolActivity::of(request);
-    LocalActivityOptions::builder()
+    let builder = LocalActivityOptions::builder()
         .activity_id(tool.activity_id)
-        .start_to_close_timeout(tool.timeout)
         .retry_policy(tool_retry_policy())
         .cancel_type(ActivityCancellationType::WaitCancellationCompleted)
         .cancellation_token(token.clone())
-        .summary(tool.summary)
-        .build()
+        .summary(tool.summary);
+    if bounded {
+        builder
+            .start_to_close_timeout(LOCAL_READ_BUDGET.min(tool.timeout))
+            .schedule_to_close_timeout(LOCAL_READ_BUDGET.min(tool.timeout))
+            .build()
+    } else {
+        builder.start_to_close_timeout(tool.timeout).build()
+    }
 }
 
 pub(super) fn tool_options(

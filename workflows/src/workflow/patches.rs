@@ -60,6 +60,12 @@ pub const PATCH_MEMO_ON_DECISION: &str = "memo-on-decision-v1";
 /// Checked once per execution, at its start.
 pub const PATCH_RUN_OUTPUTS: &str = "run-outputs-v1";
 
+/// A batch of read-only built-in tool calls runs as local activities by default (issue 21: one
+/// workflow task per turn instead of two), each bounded by
+/// [`LOCAL_READ_BUDGET`](super::options::LOCAL_READ_BUDGET): a read that fails or runs longer
+/// runs again as a regular activity. `RunSpec.remote_read_tools` opts out.
+pub const PATCH_LOCAL_READS: &str = "local-read-tools-v1";
+
 /// Name of the marker events a patch records in history (`MarkerRecorded`; the patch id is in
 /// the details), for tools that read histories.
 pub const PATCH_MARKER_NAME: &str = temporalio_common::protos::constants::PATCH_MARKER_NAME;
@@ -90,7 +96,7 @@ pub struct Patch {
 }
 
 /// Every marker the workflow has ever checked, oldest first.
-pub const REGISTRY: [Patch; 9] = [
+pub const REGISTRY: [Patch; 10] = [
     Patch {
         id: PATCH_READ_INSTRUCTIONS,
         changed: "a read_instructions activity before the first turn (AGENTS.md in the prompt)",
@@ -143,6 +149,12 @@ pub const REGISTRY: [Patch; 9] = [
         id: PATCH_RUN_OUTPUTS,
         changed: "workspace prepared from its source; change set collected and delivered at the end",
         covered_by: &["approval-run-v9.json"],
+        stage: Stage::Active,
+    },
+    Patch {
+        id: PATCH_LOCAL_READS,
+        changed: "read-only tool batches as local activities by default (a slow read falls back)",
+        covered_by: &["approval-run-v10.json"],
         stage: Stage::Active,
     },
 ];
