@@ -55,19 +55,20 @@ impl BatonWorker {
         self.run_with(llm, id, turns, false).await
     }
 
-    /// [`Self::run`], with the run's read-only tool calls as local activities if `local`.
+    /// [`Self::run`], with the run's read-only tool calls as regular activities if `remote`
+    /// (`--remote-read-tools`; the default runs them as local activities).
     pub(crate) async fn run_with(
         &self,
         llm: &MockOpenAi,
         id: &str,
         turns: u32,
-        local: bool,
+        remote: bool,
     ) -> anyhow::Result<Duration> {
         scenario::push_replies(llm, turns);
         scenario::write_notes(&self.worker.workspace_root().join(id))?;
         let calls_before = llm.request_count();
         let spec = RunSpec {
-            local_read_tools: local,
+            remote_read_tools: remote,
             ..scenario::spec(turns)
         };
         let wall = run_spec(&self.client, self.worker.task_queue(), id, spec, turns)

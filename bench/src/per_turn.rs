@@ -129,7 +129,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<PerTurnReport> {
         report.c.turn_ms.extend(run.turn_ms);
         let last = |row: &Row| row.wall_ms_per_turn.last().copied().unwrap_or_default();
         eprintln!(
-            "  rep {rep}/{}: ms/turn: baton {:.1}, baton local reads {:.1}, bare Temporal {:.1}, \
+            "  rep {rep}/{}: ms/turn: baton {:.1}, baton reads as activities {:.1}, bare Temporal {:.1}, \
              bare + upserts {:.1}, in-process {:.2}",
             settings.reps,
             last(&report.a),

@@ -43,7 +43,8 @@ pub(crate) struct PerTurnReport {
     pub(crate) settings: Settings,
     /// (a) baton.
     pub(crate) a: Row,
-    /// (a') baton with read-only tools as local activities (the lever of scenario 5).
+    /// (a') baton with read-only tools as regular activities (`--remote-read-tools`; the
+    /// default before issue 21, the lever of scenario 5).
     pub(crate) l: Row,
     /// (b) bare Temporal.
     pub(crate) b: Row,
@@ -78,9 +79,12 @@ impl PerTurnReport {
         );
         let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|");
         for (label, row) in [
-            ("(a) baton AgentRun (baton-worker process)", &self.a),
             (
-                "(a') lever: (a) with read-only tools as local activities",
+                "(a) baton AgentRun (baton-worker process, default: local read-only tools)",
+                &self.a,
+            ),
+            (
+                "(a') lever: (a) with read-only tools as regular activities",
                 &self.l,
             ),
             ("(b) bare Temporal BareLoop (in-process worker)", &self.b),
@@ -123,10 +127,10 @@ impl PerTurnReport {
         );
         let _ = writeln!(
             out,
-            "lever (a') / (a): **{:.2}x** by ms/turn (local activities for read-only tools save \
+            "lever (a) / (a'): **{:.2}x** by ms/turn (local activities for read-only tools save \
              {:.1} ms per turn); (a') / bare Temporal: {:.2}x",
-            self.l.ms_per_turn() / self.a.ms_per_turn(),
-            self.a.ms_per_turn() - self.l.ms_per_turn(),
+            self.a.ms_per_turn() / self.l.ms_per_turn(),
+            self.l.ms_per_turn() - self.a.ms_per_turn(),
             self.l.ms_per_turn() / self.b.ms_per_turn(),
         );
         if let (Some(a), Some(b), Some(u)) = (&self.a.phases, &self.b.phases, &self.u.phases) {
@@ -141,7 +145,7 @@ impl PerTurnReport {
             let l = self.l.phases.unwrap_or_default();
             for (label, p) in [
                 ("(a) baton", a),
-                ("(a') baton, local read-only tools", &l),
+                ("(a') baton, read-only tools as activities", &l),
                 ("(b) bare Temporal", b),
                 ("(b+) bare + upserts", u),
                 ("(a) - (b): what baton adds", &diff),
@@ -166,7 +170,7 @@ impl PerTurnReport {
         );
         for (label, row) in [
             ("(a) baton", &self.a),
-            ("(a') baton, local read-only tools", &self.l),
+            ("(a') baton, read-only tools as activities", &self.l),
             ("(b) bare", &self.b),
             ("(b+) bare + upserts", &self.u),
         ] {
@@ -186,7 +190,7 @@ impl PerTurnReport {
 /// A summary of several per-turn reports (one per server setting), as Markdown.
 pub(crate) fn summary(reports: &[PerTurnReport]) -> String {
     let mut out = String::from(
-        "### summary\n\n| server | baton ms/turn | baton, local read-only tools, ms/turn | \
+        "### summary\n\n| server | baton ms/turn | baton, read-only tools as activities, ms/turn | \
          bare Temporal ms/turn | in-process ms/turn | baton / bare Temporal | (a') / bare \
          Temporal | baton / in-process |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
     );
