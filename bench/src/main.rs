@@ -140,6 +140,9 @@ struct ThroughputArgs {
     /// Also run the bare loop with one status upsert pair per turn.
     #[arg(long)]
     ablation: bool,
+    /// Also run baton on this many worker processes, at the highest --runs (repeatable).
+    #[arg(long = "workers", default_values_t = [2])]
+    scale_out: Vec<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -285,7 +288,7 @@ async fn main() -> anyhow::Result<()> {
                 concurrency: args.runs,
                 turns: args.turns,
                 fast_server: args.fast_server,
-                two_workers: true,
+                scale_out: args.scale_out,
                 ablation: args.ablation,
             })
             .await?;
@@ -403,7 +406,7 @@ async fn main() -> anyhow::Result<()> {
                     concurrency: vec![runs],
                     turns,
                     fast_server: true,
-                    two_workers: i == 0,
+                    scale_out: if i == 0 { vec![2] } else { Vec::new() },
                     ablation: false,
                 })
                 .await?;

@@ -26,8 +26,9 @@ pub(crate) struct Settings {
     pub(crate) turns: u32,
     /// Start the dev server with [`per_turn::FAST_SERVER_CONFIG`].
     pub(crate) fast_server: bool,
-    /// Also measure two `baton-worker` processes (at the lowest concurrency).
-    pub(crate) two_workers: bool,
+    /// Also measure baton on this many `baton-worker` processes each (at the highest
+    /// concurrency: where the server, not the worker, becomes the limit).
+    pub(crate) scale_out: Vec<usize>,
     /// Also measure the bare loop with one status memo and search-attribute upsert per turn
     /// (what the visibility writes cost at each concurrency).
     pub(crate) ablation: bool,
@@ -104,17 +105,17 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
         for &variant in &variants {
             let cell = Settings {
                 concurrency: vec![runs],
-                two_workers: false,
+                scale_out: Vec::new(),
                 ..settings.clone()
             };
             rows.extend(run_on_one_server(cell, &[variant]).await?.rows);
         }
     }
-    if settings.two_workers {
-        let runs = settings.concurrency.iter().copied().min().unwrap_or(1);
+    let runs = settings.concurrency.iter().copied().max().unwrap_or(1);
+    for &n in &settings.scale_out {
         let cell = Settings {
             concurrency: vec![runs],
-            two_workers: true,
+            scale_out: vec![n],
             ..settings.clone()
         };
         rows.extend(run_on_one_server(cell, &[]).await?.rows);
@@ -122,7 +123,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
     Ok(ThroughputReport { settings, rows })
 }
 
-/// Measures `variants` (and, with `settings.two_workers`, two baton workers) at each of
+/// Measures `variants` (and, with `settings.scale_out = [n]`, baton on n workers) at each of
 /// `settings.concurrency` on one fresh dev server.
 async fn run_on_one_server(
     settings: Settings,
@@ -136,7 +137,8 @@ async fn run_on_one_server(
     let root = tempfile::tempdir().context("creating the workspace root")?;
     let queue = unique("tp-baton");
     // Only the workers this server's measurements use (an idle one would still poll it).
-    let needs_baton = variants.contains(&Variant::Baton) || settings.two_workers;
+    let scale_out = settings.scale_out.first().copied();
+    let needs_baton = variants.contains(&Variant::Baton) || scale_out.is_some();
     let needs_bare = variants.iter().any(|v| *v != Variant::Baton);
     let mut workers = Vec::new();
     if needs_baton {
@@ -210,12 +212,13 @@ async fn run_on_one_server(
             rows.push(row);
         }
     }
-    if settings.two_workers {
-        // Two baton workers on the same task queue, at the lowest concurrency (the server, not the
-        // worker, is what saturates on this machine).
-        workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
+    if let Some(n) = scale_out {
+        // n baton workers on the same task queue.
+        while workers.len() < n {
+            workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
+        }
         let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
-        let runs = settings.concurrency.iter().copied().min().unwrap_or(1);
+        let runs = settings.concurrency.iter().copied().max().unwrap_or(1);
         let row = m
             .batch(
                 Variant::Baton,
@@ -223,11 +226,11 @@ async fn run_on_one_server(
                 &pids,
                 Some(root.path()),
                 runs,
-                &format!("{tag}-2w-{runs}"),
+                &format!("{tag}-{n}w-{runs}"),
             )
             .await?;
         eprintln!(
-            "  Baton x{runs} on 2 workers: {:.1} turns/s",
+            "  Baton x{runs} on {n} workers: {:.1} turns/s",
             row.turns_per_s()
         );
         rows.push(row);
@@ -357,8 +360,11 @@ impl ThroughputReport {
             if let (Some(a), Some(b)) = (find(Variant::Baton), find(Variant::Bare)) {
                 let _ = writeln!(
                     out,
-                    "baton / bare Temporal at {runs} concurrent runs, by turns/s: **{:.2}x**",
-                    a.turns_per_s() / b.turns_per_s()
+                    "baton / bare Temporal at {runs} concurrent runs: turns/s **{:.2}x**, worker \
+                     CPU per turn {:.2}x, server CPU per turn {:.2}x",
+                    a.turns_per_s() / b.turns_per_s(),
+                    a.worker_cpu_ms_per_turn() / b.worker_cpu_ms_per_turn(),
+                    a.server_cpu_ms_per_turn() / b.server_cpu_ms_per_turn()
                 );
             }
         }
