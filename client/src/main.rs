@@ -25,6 +25,7 @@ mod fleet;
 mod inflight;
 mod inspect;
 mod json;
+mod launch;
 mod live;
 mod render;
 mod replay_check;
