@@ -17,9 +17,10 @@ use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
 
-/// The input of the latest execution of `run` (its spec), decoded, and its size in bytes.
+/// The input of the first execution of `run` (its spec), decoded, and its size in bytes.
 fn first_input(server: &DevServer, run: &str) -> (Value, usize) {
-    let history = server.workflow_history_json(run, None).unwrap();
+    let first = segments(server, run).remove(0);
+    let history = server.workflow_history_json(run, Some(&first)).unwrap();
     let data = history["events"][0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"]
         [0]["data"]
         .as_str()
@@ -255,5 +256,80 @@ fn bad_forks_are_refused_with_what_to_do() {
     assert_eq!(
         (r["answer"].as_str(), r["turns"].as_u64()),
         (Some("Nothing here."), Some(2))
+    );
+}
+
+#[test]
+fn a_continued_run_forks_from_its_first_segments_spec_and_its_stored_items() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("fork-continued");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut turns: Vec<Value> = (1..=12)
+        .map(|k| json!({"text": format!("Note {k}."), "tool_calls": [{"name": "write_file", "arguments": {"path": format!("n{k}"), "content": format!("{k}\n")}}]}))
+        .collect();
+    turns.push(json!({"text": "Wrote twelve notes."}));
+    let s = script(dir.path(), "long", Value::Array(turns))
+        .display()
+        .to_string();
+    let run = unique("run-continued");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--script",
+            &s,
+            "--segment-turns",
+            "4",
+            "--label",
+            "team=infra",
+        ],
+        "write notes",
+    );
+    assert_eq!(result(&server, &run, 0)["turns"], 13);
+    assert!(
+        segments(&server, &run).len() >= 3,
+        "the run continued as new"
+    );
+    let transcript = baton(&server, &["transcript", &run, "--json"]).unwrap();
+    assert_eq!(transcript.code, 0, "{transcript}");
+    // The early turns are stubs in the run's last segment: the fork reads them from the store.
+    let id = unique("run-fork-of-continued");
+    let out = baton(
+        &server,
+        &[
+            "fork",
+            &run,
+            "--at-turn",
+            "2",
+            "--id",
+            &id,
+            "--instructions",
+            "Write them again.",
+            "--wait",
+            "--json",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["answer"], "Wrote twelve notes.", "{r}");
+    assert_eq!(r["turns"], 13, "{r}");
+    let (input, _) = first_input(&server, &id);
+    assert!(input.get("continued").is_none(), "{input}");
+    assert_eq!(input["task"], "write notes");
+    assert_eq!(input["labels"]["team"], "infra");
+    assert_eq!(input["limits"]["segment_turns"], 4);
+    let held = input["fork"]["held"].as_array().unwrap();
+    assert_eq!(held.len(), 5, "task, two turns, stored by call 3");
+    assert!(held.iter().all(|i| i.get("stub").is_none()), "{held:?}");
+    // The fork continued as new too (RUN's segment budget): its later inputs name the
+    // source without carrying its items.
+    let history = server.workflow_history_json(&id, None).unwrap();
+    let text = decode_history_payloads(&history["events"][0]);
+    assert!(
+        text.contains("\"continued\"") && text.contains("\"held\":[]"),
+        "{text}"
     );
 }
