@@ -31,7 +31,8 @@ fn first_input(server: &DevServer, run: &str) -> (Value, usize) {
     (serde_json::from_slice(&bytes).unwrap(), bytes.len())
 }
 
-/// `baton fork ARGS --json`, its exit code asserted; the JSON it printed.
+/// `baton fork ARGS --json`, its exit code asserted; the JSON it printed (the fork, its
+/// result with `--wait`, or the error).
 fn fork(server: &DevServer, args: &[&str], code: i32) -> Value {
     let mut all = vec!["fork"];
     all.extend_from_slice(args);
@@ -237,22 +238,7 @@ fn bad_forks_are_refused_with_what_to_do() {
 
     // A fork at turn 1 of a scripted run replays the script from turn 2, and waits.
     let id = unique("run-forked");
-    let out = baton(
-        &server,
-        &[
-            "fork",
-            &run,
-            "--at-turn",
-            "1",
-            "--id",
-            &id,
-            "--wait",
-            "--json",
-        ],
-    )
-    .unwrap();
-    assert_eq!(out.code, 0, "{out}");
-    let r = out.json().unwrap();
+    let r = fork(&server, &[&run, "--at-turn", "1", "--id", &id, "--wait"], 0);
     assert_eq!(
         (r["answer"].as_str(), r["turns"].as_u64()),
         (Some("Nothing here."), Some(2))
@@ -296,10 +282,9 @@ fn a_continued_run_forks_from_its_first_segments_spec_and_its_stored_items() {
     assert_eq!(transcript.code, 0, "{transcript}");
     // The early turns are stubs in the run's last segment: the fork reads them from the store.
     let id = unique("run-fork-of-continued");
-    let out = baton(
+    let r = fork(
         &server,
         &[
-            "fork",
             &run,
             "--at-turn",
             "2",
@@ -308,12 +293,9 @@ fn a_continued_run_forks_from_its_first_segments_spec_and_its_stored_items() {
             "--instructions",
             "Write them again.",
             "--wait",
-            "--json",
         ],
-    )
-    .unwrap();
-    assert_eq!(out.code, 0, "{out}");
-    let r = out.json().unwrap();
+        0,
+    );
     assert_eq!(r["answer"], "Wrote twelve notes.", "{r}");
     assert_eq!(r["turns"], 13, "{r}");
     let (input, _) = first_input(&server, &id);

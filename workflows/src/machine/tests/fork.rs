@@ -131,13 +131,7 @@ fn a_fork_holds_the_first_turns_by_reference_and_asks_with_its_instructions() {
     let kept = fork.spec.fork.clone().unwrap();
     assert!(kept.held.is_empty() && kept.conversation.unwrap().added.is_empty());
     assert_eq!((kept.run_id.as_str(), kept.at_turn), ("src", 3));
-    let notes: Vec<String> = fork.events.iter().map(describe_event).collect();
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("forked from run src at turn 3")),
-        "{notes:?}"
-    );
+    assert_noted(&fork, "forked from run src at turn 3");
     fork.on_llm_response(reply("Wrote g.", vec![], FinishReason::Stop), T0 + 6);
     let result = expect_finish(&mut fork);
     assert_eq!((result.answer.as_str(), result.turns), ("Wrote g.", 4));
@@ -188,13 +182,7 @@ fn a_forks_workspace_is_its_sources_at_the_turn_and_its_changes_count_from_the_s
         },
         T0,
     );
-    let notes: Vec<String> = fork.events.iter().map(describe_event).collect();
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("workspace ready: fork of src at turn 3")),
-        "{notes:?}"
-    );
+    assert_noted(&fork, "workspace ready: fork of src at turn 3");
     expect_llm_by_reference(&mut fork);
     fork.on_llm_response(reply("Nothing more.", vec![], FinishReason::Stop), T0);
     match fork.next_step(T0) {
@@ -207,6 +195,12 @@ fn a_forks_workspace_is_its_sources_at_the_turn_and_its_changes_count_from_the_s
         }
         other => panic!("expected the change set, got {other:?}"),
     }
+}
+
+/// One of the run's events says `text`.
+fn assert_noted(state: &RunState, text: &str) {
+    let notes: Vec<String> = state.events.iter().map(describe_event).collect();
+    assert!(notes.iter().any(|n| n.contains(text)), "{text}: {notes:?}");
 }
 
 /// The next step, an LLM call by reference.
