@@ -29,7 +29,8 @@ pub(crate) enum Command {
     Submit(SubmitArgs),
     /// Start a new run from turn N of another: RUN's conversation up to the end of that turn
     /// (carried by reference, not replayed) and RUN's workspace as it was then, to try another
-    /// instruction from a known state without paying for the turns before it again.
+    /// instruction from a known state without paying for the turns before it again. The
+    /// fork's turns count on from N, so RUN's turn limit applies to the total (--max-turns).
     Fork(ForkArgs),
     /// Show a run's state, pending approvals and token use (answers even with no worker up).
     Status(RunArgs),

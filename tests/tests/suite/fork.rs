@@ -176,6 +176,12 @@ fn a_fork_at_turn_3_has_the_first_three_turns_their_workspace_and_a_small_histor
     let transcript = baton(&server, &["transcript", &id, "--json"]).unwrap();
     assert_eq!(transcript.code, 0, "{transcript}");
     assert!(transcript.stdout.contains("Write g instead."));
+    let label = format!("baton.fork_of={run}");
+    wait_until_blocking(T, "the fork listed by its label", || {
+        let out = baton(&server, &["list", "--label", &label, "--json"])?;
+        Ok(out.stdout.contains(&id).then_some(()))
+    })
+    .unwrap();
 }
 
 #[test]
