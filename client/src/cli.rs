@@ -27,6 +27,11 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Start a run.
     Submit(SubmitArgs),
+    /// Start a new run from turn N of another: RUN's conversation up to the end of that turn
+    /// (carried by reference, not replayed) and RUN's workspace as it was then, to try another
+    /// instruction from a known state without paying for the turns before it again. The
+    /// fork's turns count on from N, so RUN's turn limit applies to the total (--max-turns).
+    Fork(ForkArgs),
     /// Show a run's state, pending approvals and token use (answers even with no worker up).
     Status(RunArgs),
     /// Approve pending tool calls (no CALL_ID on a terminal: asks per call).
@@ -365,6 +370,45 @@ pub(crate) struct SubmitArgs {
     #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
     pub(crate) task_queue: String,
     /// Wait for the run to end and print its result.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: give up waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ForkArgs {
+    /// The run to fork, running or ended (a worker must answer for it, as for `transcript`;
+    /// its stored conversation is read from the workers' blob store, BATON_STORE__*).
+    pub(crate) run: String,
+    /// Fork after this turn (model call) of RUN, counted from 1 as `status` counts them: the
+    /// fork gets that call's reply and the results of its tool calls, not a message a user sent
+    /// after them. The fork's turns count on from N.
+    #[arg(long, value_name = "N")]
+    pub(crate) at_turn: u32,
+    /// What the fork should do from there: a user message the model gets before the fork's
+    /// first call (unlike `submit --instructions`, which adds to the system prompt). Needed
+    /// when turn N is RUN's final answer.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) instructions: Option<String>,
+    /// The fork's run id (default: a new unique id); no run may have it yet.
+    #[arg(long, value_parser = parse_run_id)]
+    pub(crate) id: Option<String>,
+    /// The fork's limit on model calls, RUN's first N included (default: RUN's limit, itself
+    /// 50 unless RUN was submitted with --max-turns).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_turns: Option<u32>,
+    /// Label the fork (repeatable), on top of RUN's labels; `baton.fork_of` names RUN.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+    /// Task queue the workers poll (default: RUN's).
+    #[arg(long)]
+    pub(crate) task_queue: Option<String>,
+    /// Wait for the fork to end and print its result.
     #[arg(long)]
     pub(crate) wait: bool,
     /// With --wait: give up waiting after this long (exit 3; the run goes on).

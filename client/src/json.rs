@@ -8,6 +8,7 @@
 //! | --- | --- |
 //! | any, when it fails | [`Failure`] |
 //! | `submit` | [`Submitted`]; with `--wait`: [`Ended`] or [`StoppedWaiting`] |
+//! | `fork` | [`Forked`]; with `--wait`: [`Ended`] or [`StoppedWaiting`] |
 //! | `result` | [`Ended`]; [`NotEnded`] without `--wait`; [`StoppedWaiting`] |
 //! | `status` | [`Status`] (`activities`: [`Activity`]) |
 //! | `watch` | one [`WatchLine`] per event (`json_watch.rs`) |
@@ -66,6 +67,18 @@ impl<'a> Submitted<'a> {
             task_queue,
         }
     }
+}
+
+/// `fork --json` without `--wait`: the fork has started.
+#[derive(Debug, Serialize)]
+pub(crate) struct Forked<'a> {
+    pub(crate) run_id: &'a str,
+    /// Always `RUNNING`.
+    pub(crate) status: &'static str,
+    pub(crate) task_queue: &'a str,
+    /// The run it was forked from, and at which turn.
+    pub(crate) fork_of: &'a str,
+    pub(crate) at_turn: u32,
 }
 
 /// A run's token use and estimated cost. `input_tokens` counts every prompt token (cache

@@ -96,6 +96,17 @@ fn a_failure_and_a_submitted_run() {
         line(&Submitted::new("r1", "baton")).unwrap(),
         r#"{"run_id":"r1","status":"RUNNING","task_queue":"baton"}"#
     );
+    let forked = Forked {
+        run_id: "r2",
+        status: "RUNNING",
+        task_queue: "baton",
+        fork_of: "r1",
+        at_turn: 3,
+    };
+    assert_eq!(
+        line(&forked).unwrap(),
+        r#"{"run_id":"r2","status":"RUNNING","task_queue":"baton","fork_of":"r1","at_turn":3}"#
+    );
 }
 
 /// `result --json`: in the README's order; `answer` only when completed, `last_text` ("" when

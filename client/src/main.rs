@@ -1,7 +1,9 @@
 //! `baton`: the command-line client. Submits runs, shows their status, approves or denies
 //! tool calls, follows runs live, prints results. Talks only to Temporal.
 //!
-//! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`inspect`]
+//! Modules: [`cli`] (flags), [`connect`] (Temporal connection), [`submit`], [`launch`]
+//! (starting a run and following it), [`fork`] (a run from another's turn N; [`fork_source`]
+//! reads the source), [`inspect`]
 //! (status, result, transcript), [`watch`] (live events; [`children`]: subagents followed inline), [`decide`] (approve, deny, cancel,
 //! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
 //! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
@@ -23,9 +25,12 @@ mod connect;
 mod decide;
 mod exit;
 mod fleet;
+mod fork;
+mod fork_source;
 mod inflight;
 mod inspect;
 mod json;
+mod launch;
 mod live;
 mod render;
 mod replay_check;
@@ -84,6 +89,7 @@ async fn main() {
     };
     let outcome = match cli.command {
         Command::Submit(a) => submit::run(a).await,
+        Command::Fork(a) => fork::run(a).await,
         Command::Status(a) => inspect::status(a).await,
         Command::Approve(a) => decide::decide(a, true).await,
         Command::Deny(a) => decide::decide(a, false).await,

@@ -1,33 +1,22 @@
 //! `baton submit`: builds a RunSpec from flags (checking everything a user can get wrong
 //! before anything starts), starts the `AgentRun` workflow, and optionally waits.
 
-use std::{
-    io::Read,
-    path::Path,
-    sync::atomic::{AtomicU32, Ordering},
-    time::Duration,
-};
+use std::{io::Read, path::Path};
 
 use baton_proto::{
     ApprovalPolicy, ApprovalTimeoutAction, Limits, McpUse, ModelConfig, RunSpec, SandboxPolicy,
     Script,
 };
-use baton_workflows::{AgentRun, mcp, policy, tools};
+use baton_workflows::{mcp, policy, tools};
 use serde_json::Value;
-use temporalio_client::{WorkflowStartOptions, errors::WorkflowStartError};
 
 use crate::{
     cli::{Exhausted, OnRetry, OnUnknownHost, SandboxMode, SubmitArgs, TimeoutAction},
-    connect::{connect, short},
-    exit::{self, Exit},
-    inspect, json, render,
-    style::Style,
-    waiting::{self, Waited},
-    watch::{self, FollowOptions},
+    connect::connect,
+    exit::Exit,
+    json,
+    launch::{self, Launch},
 };
-
-/// Workflow task timeout of a run: low, so a run whose worker died moves on in seconds.
-const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `baton submit`. With `--json`, stdout holds exactly one JSON object whatever happens: the
 /// run (`--wait`: its result), or `{"error", "exit_code"}` (printed by `main`); diagnostics
@@ -37,89 +26,17 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
     crate::workspace::check_flags(&args)?;
     let client = connect().await?;
     crate::workspace::apply_source(&args, &client, &mut spec).await?;
-    let spec = fit_in_history(spec).await?;
-    let run_id = args.id.clone().unwrap_or_else(new_run_id);
-    // The SDK does not pass the static summary through the codec: with encryption on, the task
-    // must not appear there in plain text.
-    let summary = (!crate::connect::encrypting()).then(|| render::one_line(&spec.task, 120));
-    let options = WorkflowStartOptions::new(args.task_queue.clone(), run_id.clone())
-        .task_timeout(WORKFLOW_TASK_TIMEOUT)
-        .maybe_static_summary(summary)
-        .build();
-    match client.start_workflow(AgentRun::run, spec, options).await {
-        Ok(_) => {}
-        Err(WorkflowStartError::AlreadyStarted { .. }) => {
-            return Err(Exit::usage(format!(
-                "a run with id '{run_id}' already exists; choose another --id or omit it"
-            )));
-        }
-        Err(e) => {
-            return Err(Exit::infra(format!(
-                "cannot start the run: {}",
-                short(&e.to_string())
-            )));
-        }
-    }
-    let h = crate::connect::handle(&client, &run_id);
-    if !args.wait {
-        if args.json {
-            json::print(&json::Submitted::new(&run_id, &args.task_queue))?;
-        } else {
-            println!("{run_id}");
-            eprintln!(
-                "submitted run {run_id} to task queue '{}'\n  follow:  baton watch {run_id}\n  status:  baton status {run_id}\n  result:  baton result {run_id} --wait",
-                args.task_queue
-            );
-        }
-        return Ok(exit::COMPLETED);
-    }
-    // On a terminal (and without --json), show the live view of `baton watch` while waiting;
-    // --json prints exactly one JSON object on stdout, whatever happens.
-    let live = !args.json && std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let seen_turn = AtomicU32::new(0);
-    let wait = async {
-        if live {
-            eprintln!("run {run_id} submitted; following it (Ctrl-C detaches, the run goes on)");
-            let options = FollowOptions {
-                since_turn: 0,
-                json: false,
-                show_end: false,
-                style: Style::detect(),
-                children: false,
-            };
-            watch::follow(&h, &run_id, options, &seen_turn).await?;
-        }
-        inspect::wait_result(&h, &run_id).await
+    let spec = launch::fit_in_history(spec).await?;
+    let run_id = args.id.clone().unwrap_or_else(launch::new_run_id);
+    launch::start(&client, spec, &run_id, &args.task_queue).await?;
+    let how = Launch {
+        wait: args.wait,
+        wait_timeout: args.wait_timeout,
+        json: args.json,
+        started: format!("submitted run {run_id} to task queue '{}'", args.task_queue),
+        started_json: json::line(&json::Submitted::new(&run_id, &args.task_queue))?,
     };
-    // Ctrl-C detaches like a --wait-timeout (the futures, and so the spinner line, are gone
-    // once the wait ends).
-    match waiting::until_detached(args.wait_timeout, wait).await {
-        Waited::Done(result) => inspect::print_result(&result?, args.json),
-        Waited::Detached if !args.json => {
-            eprintln!(
-                "{}",
-                waiting::detached(&run_id, seen_turn.load(Ordering::Relaxed))
-            );
-            Ok(exit::WAIT_TIMEOUT)
-        }
-        Waited::TimedOut | Waited::Detached => {
-            let snap = inspect::snapshot(&h, &run_id).await?;
-            if args.json {
-                json::print(&json::StoppedWaiting::new(&run_id, Some(&snap.status)))?;
-            } else {
-                eprintln!(
-                    "run {run_id} is still going ({}); it continues without you.\n  {}",
-                    snap.status.state().as_str_name(),
-                    if snap.status.pending.is_empty() {
-                        format!("follow it with: baton watch {run_id}")
-                    } else {
-                        format!("it waits for approval: baton status {run_id}")
-                    }
-                );
-            }
-            Ok(exit::WAIT_TIMEOUT)
-        }
-    }
+    launch::follow(&client, &run_id, &how).await
 }
 
 /// A RunSpec from the flags, or a usage error that says what is wrong.
@@ -515,42 +432,6 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
     Ok(policy)
 }
 
-/// Largest workflow input baton submits (history payloads stay under 256 KiB).
-const MAX_INPUT_BYTES: usize = 256 * 1024;
-/// A script makes the input pass this, it goes to the blob store instead.
-const INLINE_SCRIPT_BYTES: usize = 64 * 1024;
-
-/// Keeps the run's input small enough for history: a large script goes to the blob store
-/// (the workers load it by id); a task still too large is refused with what to do instead.
-async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
-    let size = |s: &RunSpec| serde_json::to_vec(s).map(|v| v.len()).unwrap_or(usize::MAX);
-    if size(&spec) > INLINE_SCRIPT_BYTES
-        && let Some(model) = spec.model.as_mut()
-        && let Some(script) = model.script.take()
-    {
-        let store = crate::blobs::open().map_err(|e| {
-            Exit::usage(format!(
-                "the script is too large to send inline and the blob store cannot be opened \
-                 ({e}); set BATON_STORE__DIR (or BATON_STORE__S3__*) to the workers' store"
-            ))
-        })?;
-        let id = baton_store::put_json(store.as_ref(), &script)
-            .await
-            .map_err(|e| Exit::infra(format!("cannot store the script: {e}")))?;
-        model.script_ref = id.to_string();
-    }
-    let bytes = size(&spec);
-    if bytes > MAX_INPUT_BYTES {
-        return Err(Exit::usage(format!(
-            "the run's input is {} KiB; workflow inputs are limited to {} KiB. Put long \
-             material in a file in the workspace and refer to it in the prompt",
-            bytes / 1024,
-            MAX_INPUT_BYTES / 1024
-        )));
-    }
-    Ok(spec)
-}
-
 /// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may
 /// be a JSON object (it is sent to the workflow as text, as a model would write it).
 /// A script as the proto reads it: a bare list of turns is `{"turns": [...]}`, arguments
@@ -606,15 +487,11 @@ pub(crate) fn load_script(path: &Path) -> Result<Script, Exit> {
     Ok(script)
 }
 
-fn new_run_id() -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("run-{}", &id[..12])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
+    use crate::exit;
     use clap::Parser;
 
     /// `build_policy` for `baton submit ARGS x`, with `policy` written to a file first.

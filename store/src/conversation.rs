@@ -145,6 +145,27 @@ impl Conversations {
         Ok(items)
     }
 
+    /// The segment of the chain ending at `head` that holds the most items, at most `items`
+    /// of them: its id and its total (`None` when even the chain's first segment holds more,
+    /// or `head` is ""). Walks back from `head`, one segment read each (`baton fork`: the
+    /// stored part of a conversation cut at a turn).
+    pub async fn segment_within(
+        &self,
+        head: &str,
+        items: u32,
+    ) -> Result<Option<(String, u32)>, ConversationError> {
+        let mut next = head.to_owned();
+        while !next.is_empty() {
+            let id = BlobId::parse(&next)?;
+            let segment: Segment = get_json(self.store.as_ref(), &id).await?;
+            if segment.total <= items {
+                return Ok(Some((next, segment.total)));
+            }
+            next = segment.parent;
+        }
+        Ok(None)
+    }
+
     /// The whole conversation of `r` (stored part + added items), and the head under which
     /// it is now stored.
     pub async fn materialize(
@@ -245,6 +266,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not in the store"), "{err}");
+        // Cut at any length: the segment holding the most items that fit.
+        for (at_most, total) in [(40, Some(40)), (39, Some(38)), (2, Some(2)), (1, None)] {
+            let found = worker_b.segment_within(&head, at_most).await.unwrap();
+            assert_eq!(found.as_ref().map(|f| f.1), total, "at most {at_most}");
+            if let Some((id, n)) = found {
+                assert_eq!(worker_b.load(&id).await.unwrap().len(), n as usize);
+            }
+        }
+        assert!(worker_b.segment_within("", 9).await.unwrap().is_none());
     }
 }
 

@@ -13,6 +13,7 @@ mod suite {
     mod cost;
     mod failover;
     mod fleet;
+    mod fork;
     mod git_harness;
     mod handoff;
     mod harness;

@@ -79,6 +79,13 @@ pub enum StateError {
         /// What is wrong with it.
         detail: String,
     },
+    /// The spec's fork source does not describe a conversation the fork can start from (the
+    /// CLI builds it; a hand-made one may not).
+    #[error("invalid fork source: {detail}")]
+    InvalidFork {
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The state cannot be written as JSON (not expected: every field serializes).
     #[error("{0}")]
     Unserializable(#[source] serde_json::Error),

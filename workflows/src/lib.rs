@@ -15,6 +15,8 @@
 //!   `baton-activities`.
 //! - [`workflow`]: the `AgentRun` workflow: signals, update, queries and the run loop, with the
 //!   approval wait, tool batches, status publishing, options and the patch registry beside it.
+//! - [`fork`]: forks (`baton fork`): where a turn ends in a conversation, what a fork holds of
+//!   it, the workspace then (the source's side; the fork's state is `machine/fork.rs`).
 //! - [`error`]: errors of this crate.
 //!
 //! Nothing here does I/O or reads clocks or the environment (`clippy.toml` enforces it), so the
@@ -22,6 +24,7 @@
 
 pub mod activities;
 pub mod error;
+pub mod fork;
 pub mod guards;
 pub mod machine;
 pub mod mcp;

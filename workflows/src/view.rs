@@ -253,6 +253,32 @@ pub fn stub(item: &Item) -> Item {
     }
 }
 
+/// Index of the first item of the last `turns` assistant turns of `conversation`, at most
+/// `stored` (0 when it has no more turns than that; `stored` for `turns` = 0): the items from
+/// 1 up to it may be held as stubs (the blob store has them), the task and the rest stay whole.
+pub fn resident_from(conversation: &[Item], turns: usize, stored: usize) -> usize {
+    let assistants: Vec<usize> = conversation
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| is_assistant(i))
+        .map(|(n, _)| n)
+        .collect();
+    let from = match assistants.len().checked_sub(turns) {
+        Some(k) => assistants.get(k).copied().unwrap_or(conversation.len()),
+        None => 0,
+    };
+    from.min(stored)
+}
+
+/// Stubs items `1..resident_from` (the task stays whole).
+pub fn stub_before(conversation: &mut [Item], resident_from: usize) {
+    for (n, item) in conversation.iter_mut().enumerate() {
+        if n > 0 && n < resident_from {
+            *item = stub(item);
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

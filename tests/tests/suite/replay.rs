@@ -2,7 +2,8 @@
 //! `AgentRun` code. A change that makes the workflow nondeterministic (a reordered, added or
 //! removed command) fails here. Record a new history with
 //! `cargo test -p baton-tests --test all -- --ignored record_approval_history` (or
-//! `record_budget_history`, `record_mcp_history`, `record_subagent_history`). Every patch marker of the workflow's registry
+//! `record_budget_history`, `record_mcp_history`, `record_subagent_history`,
+//! `record_fork_history`). Every patch marker of the workflow's registry
 //! (`baton_workflows::workflow::patches`) must be recorded by one of these histories.
 
 #![allow(clippy::unwrap_used)]
@@ -35,6 +36,8 @@ const RECORD_AS: &str = "approval-run-v10.json";
 const RECORD_BUDGET_AS: &str = "budget-run";
 /// Prefix of the files `record_mcp_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_MCP_AS: &str = "mcp-run";
+/// File `record_fork_history` writes: the history of a forked run.
+const RECORD_FORK_AS: &str = "fork-run.json";
 
 /// Prefix of the files `record_subagent_history` writes (`<prefix>-{parent,child}.json`).
 const RECORD_SUBAGENT_AS: &str = "subagent-run";
@@ -473,6 +476,100 @@ async fn record_subagent_history() {
         let file = format!("{RECORD_SUBAGENT_AS}-{name}.json");
         std::fs::write(histories_dir().join(file), json).unwrap();
     }
+}
+
+/// Records `tests/histories/<RECORD_FORK_AS>` (issue 20): `baton fork` at turn 9 of a run of
+/// ten turns that each write a file, with instructions. The fork's input holds the older turns
+/// as stubs under a stored head; it prepares its workspace from the snapshot of turn 9, writes
+/// the tenth file, answers and collects its change set.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "records a history; run by hand after an intended workflow change"]
+async fn record_fork_history() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("record");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut turns: Vec<Value> = (1..=10)
+        .map(|k| {
+            json!({"text": format!("File {k}."), "tool_calls": [{"name": "write_file",
+                "arguments": {"path": format!("f{k}"), "content": format!("{k}\n")}}]})
+        })
+        .collect();
+    turns.push(json!({"text": "Done."}));
+    let s = script(dir.path(), "fork", Value::Array(turns))
+        .display()
+        .to_string();
+    let source = "fork-source";
+    submit(
+        &server,
+        &queue,
+        source,
+        &["--script", &s, "--no-approval"],
+        "write ten files",
+    );
+    assert_eq!(result(&server, source, 0)["turns"], 11);
+    let run = "fork-run";
+    let out = baton(
+        &server,
+        &[
+            "fork",
+            source,
+            "--at-turn",
+            "9",
+            "--id",
+            run,
+            "--instructions",
+            "Write the last file.",
+            "--wait",
+            "--json",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let answer = out.json().unwrap();
+    assert_eq!(
+        (answer["answer"].as_str(), answer["turns"].as_u64()),
+        (Some("Done."), Some(11))
+    );
+    std::fs::write(
+        histories_dir().join(RECORD_FORK_AS),
+        fetch_history(&server, run, None).await,
+    )
+    .unwrap();
+}
+
+/// The recorded fork replays, and it is a fork: its input holds stubs under a stored head.
+#[tokio::test]
+async fn the_recorded_fork_replays_from_its_fork_source() {
+    let bytes = std::fs::read(histories_dir().join(RECORD_FORK_AS)).unwrap();
+    let history: Value = serde_json::from_slice(&bytes).unwrap();
+    let data = history["events"][0]["attributes"]["WorkflowExecutionStartedEventAttributes"]
+        ["input"]["payloads"][0]["data"]
+        .as_str()
+        .unwrap();
+    let input: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+    )
+    .unwrap();
+    let fork = &input["fork"];
+    assert_eq!(
+        (fork["run_id"].as_str(), fork["at_turn"].as_u64()),
+        (Some("fork-source"), Some(9))
+    );
+    assert!(!fork["conversation"]["head"].as_str().unwrap().is_empty());
+    let stubs = fork["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i.get("stub").is_some())
+        .count();
+    assert!(stubs > 0, "{fork}");
+    replayer()
+        .replay_workflow(WorkflowHistory::from_json(&bytes).unwrap())
+        .await
+        .unwrap();
 }
 
 /// The history of run `run_id` of workflow `id` (`None`: its latest run), as the SDK's replayer

@@ -39,19 +39,9 @@ impl RunState {
         let stored = self.stored.as_ref().map(|s| s.1).unwrap_or(0);
         let mut resident_turns = RESIDENT_TURNS;
         let mut carried = CARRIED_EVENTS;
-        let assistants = self.assistant_turns();
         loop {
-            let resident_from = assistants
-                .len()
-                .checked_sub(resident_turns)
-                .and_then(|k| assistants.get(k).copied())
-                .unwrap_or(0)
-                .min(stored);
-            for (n, item) in state.conversation.iter_mut().enumerate() {
-                if n > 0 && n < resident_from {
-                    *item = view::stub(item);
-                }
-            }
+            let resident_from = view::resident_from(&self.conversation, resident_turns, stored);
+            view::stub_before(&mut state.conversation, resident_from);
             let skip = self.events.len().saturating_sub(carried);
             state.events = self.events[skip..].iter().map(trim_event).collect();
             let json = serde_json::to_string(&state).map_err(StateError::Unserializable)?;

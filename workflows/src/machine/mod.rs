@@ -74,6 +74,7 @@
 //! - `context.rs`: eliding old tool outputs, the token estimate, compaction.
 //! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
+//! - `fork.rs`: a forked run's first state ([`RunState::fork`], `baton fork`).
 //! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
 //! - `mcp.rs`: the run's MCP servers listed at its start.
 //! - `subagents.rs`: `spawn_agent` calls (checked, the child's spec), children's events and
@@ -96,6 +97,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod end;
+mod fork;
 mod mcp;
 mod network;
 mod outputs;

@@ -116,9 +116,12 @@ impl RunState {
         })
     }
 
-    /// The workspace is ready at `prepared.snapshot`.
+    /// The workspace is ready at `prepared.snapshot`. A fork's change set is against the tree
+    /// its source started from (`ForkSource.base_snapshot`), not against this one.
     pub fn on_workspace_prepared(&mut self, prepared: PreparedWorkspace, now_ms: i64) {
+        let fork = self.spec.fork.clone();
         let origin = match self.spec.workspace.as_ref().and_then(|w| w.source.as_ref()) {
+            Some(workspace_source::Source::Snapshot(s)) if fork.is_some() => s.origin.clone(),
             Some(workspace_source::Source::Git(git)) if git.r#ref.is_empty() => git.url.clone(),
             Some(workspace_source::Source::Git(git)) => format!("{} at {}", git.url, git.r#ref),
             Some(workspace_source::Source::Snapshot(s)) if !s.from_run.is_empty() => {
@@ -143,9 +146,15 @@ impl RunState {
             ),
         );
         self.workspace_snapshot = Some(prepared.snapshot.clone());
+        let (snapshot, commit) = match fork {
+            Some(f) => (f.base_snapshot, f.base_commit),
+            None => (prepared.snapshot.clone(), prepared.commit),
+        };
+        // The tree already differs from the base the fork hands its changes back against.
+        self.outputs.touched |= snapshot != prepared.snapshot;
         self.outputs.start = Some(WorkspaceStart {
-            snapshot: prepared.snapshot,
-            commit: prepared.commit,
+            snapshot,
+            commit,
             base_branch: prepared.base_branch,
         });
     }

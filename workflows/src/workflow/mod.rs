@@ -97,6 +97,8 @@ impl AgentRun {
                 RunState::resume(&id, spec.clone(), &continued)
                     .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail))
             }
+            None if spec.fork.is_some() => RunState::fork(&id, spec.clone(), now)
+                .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail)),
             None => RunState::new(&id, spec.clone(), now)
                 .unwrap_or_else(|detail| RunState::invalid(&id, spec, now, detail)),
         };

@@ -19,6 +19,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod cost;
+mod fork;
 mod mcp;
 mod network;
 mod outputs;
