@@ -336,6 +336,11 @@ pub fn result_text(result: &RunResult, outcome: &SubagentOutcome) -> String {
     };
     let answer = if result.answer.is_empty() {
         "(no answer)".to_owned()
+    } else if result.answer.len() > tools::OUTPUT_CAP_BYTES {
+        // Bounded like a tool's output (the history holds it, and the model's context).
+        let mut cut = result.answer.clone();
+        crate::view::cut_text(&mut cut, tools::OUTPUT_CAP_BYTES);
+        format!("{cut}\n[the whole answer: baton result {}]", outcome.run_id)
     } else {
         result.answer.clone()
     };

@@ -70,7 +70,7 @@ struct Setup {
     llm: MockOpenAi,
     scripts: Scripts,
     queue: String,
-    _worker: Worker,
+    worker: Worker,
     dir: tempfile::TempDir,
 }
 
@@ -88,7 +88,7 @@ fn setup(name: &str) -> Setup {
         llm,
         scripts,
         queue,
-        _worker: worker,
+        worker,
         dir,
     }
 }
@@ -413,76 +413,53 @@ fn a_scripted_parents_children_that_change_one_file_differently_conflict_and_the
 
 #[test]
 fn a_worker_killed_while_a_child_waits_hands_the_whole_tree_to_another() {
-    let server = DevServer::start().unwrap();
-    let llm = MockOpenAi::start().unwrap();
-    let scripts = scripted(&llm);
-    let queue = unique("sub-kill");
-    let base = llm.base_url();
-    let env = [("OPENAI_BASE_URL", base.as_str())];
-    let mut first = worker(&server, &queue, &env);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README"), "the project\n").unwrap();
+    let mut s = setup("sub-kill");
     let parent = unique("parent");
     let (a, b) = (format!("{parent}.sub-1"), format!("{parent}.sub-2"));
-    {
-        let mut scripts = scripts.lock().unwrap();
-        scripts.insert(
-            parent.clone(),
-            vec![
-                calls(&[
-                    spawn("call_a", "write a.txt"),
-                    spawn("call_b", "write b.txt"),
-                ]),
-                MockOpenAi::text_reply("Both parts are done."),
-            ],
-        );
-        scripts.insert(
-            a.clone(),
-            vec![
-                write("call_wa", "a.txt", "from A\n"),
-                MockOpenAi::text_reply("A done."),
-            ],
-        );
-        scripts.insert(
-            b.clone(),
-            vec![
-                write("call_wb", "b.txt", "from B\n"),
-                shell("call_sb", "cat b.txt"),
-                MockOpenAi::text_reply("B done."),
-            ],
-        );
-    }
-    let workspace = dir.path().display().to_string();
-    submit(
-        &server,
-        &queue,
+    s.script(
         &parent,
-        &[
-            "--provider",
-            "openai",
-            "--subagents",
-            "--workspace-from",
-            &workspace,
+        vec![
+            calls(&[
+                spawn("call_a", "write a.txt"),
+                spawn("call_b", "write b.txt"),
+            ]),
+            MockOpenAi::text_reply("Both parts are done."),
         ],
-        "split the work",
     );
-    wait_state(&server, &b, "AWAITING_APPROVAL", Duration::from_secs(60));
-    wait_state(&server, &a, "COMPLETED", Duration::from_secs(60));
-    first.kill9();
+    s.script(
+        &a,
+        vec![
+            write("call_wa", "a.txt", "from A\n"),
+            MockOpenAi::text_reply("A done."),
+        ],
+    );
+    s.script(
+        &b,
+        vec![
+            write("call_wb", "b.txt", "from B\n"),
+            shell("call_sb", "cat b.txt"),
+            MockOpenAi::text_reply("B done."),
+        ],
+    );
+    s.submit(&parent, &[]);
+    wait_state(&s.server, &b, "AWAITING_APPROVAL", Duration::from_secs(60));
+    wait_state(&s.server, &a, "COMPLETED", Duration::from_secs(60));
+    s.worker.kill9();
     // A new worker with a cold cache and an empty workspace root picks up all three runs.
-    let _second = worker(&server, &queue, &env);
-    let approved = baton(&server, &["approve", &b, "--all"]).unwrap();
+    let base = s.llm.base_url();
+    let _second = worker(&s.server, &s.queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let approved = baton(&s.server, &["approve", &b, "--all"]).unwrap();
     assert_eq!(approved.code, 0, "{approved}");
-    let r = result(&server, &parent, 0);
+    let r = result(&s.server, &parent, 0);
     assert_eq!(r["answer"], "Both parts are done.", "{r}");
     assert_eq!(r["changes"]["files_changed"], 2, "{r}");
-    let diff = baton(&server, &["diff", &parent]).unwrap();
+    let diff = baton(&s.server, &["diff", &parent]).unwrap();
     assert!(
         diff.stdout.contains("+from A") && diff.stdout.contains("+from B"),
         "{diff}"
     );
     // No child was started twice, and B made one model call per turn (none repeated).
-    let history = server.workflow_history_json(&parent, None).unwrap();
+    let history = s.server.workflow_history_json(&parent, None).unwrap();
     let starts = history["events"]
         .as_array()
         .unwrap()
@@ -493,9 +470,10 @@ fn a_worker_killed_while_a_child_waits_hands_the_whole_tree_to_another() {
         })
         .count();
     assert_eq!(starts, 2);
-    let b_result = result(&server, &b, 0);
+    let b_result = result(&s.server, &b, 0);
     assert_eq!(b_result["answer"], "B done.");
-    let b_calls = llm
+    let b_calls = s
+        .llm
         .requests()
         .iter()
         .filter(|q| q.body["prompt_cache_key"] == b.as_str())

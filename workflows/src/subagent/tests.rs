@@ -233,3 +233,50 @@ fn deeper_nesting_keeps_spawn_agent_and_the_root() {
     assert!(!may_spawn(&spec));
     assert_eq!(child_run_id("p1", 3), "p1.sub-3");
 }
+
+#[test]
+fn the_parents_model_reads_how_the_child_ended_and_whether_its_changes_landed() {
+    let outcome = |merge: &str| SubagentOutcome {
+        run_id: "p1.sub-1".into(),
+        files_changed: 2,
+        merge: merge.into(),
+        ..Default::default()
+    };
+    let done = RunResult {
+        status: RunState::Completed as i32,
+        answer: "Tests written.".into(),
+        turns: 3,
+        ..Default::default()
+    };
+    let text = result_text(&done, &outcome("merged"));
+    assert_eq!(
+        text,
+        "Subagent p1.sub-1 completed after 3 turn(s). Its changes to 2 file(s) are now in your \
+         workspace.\nIts answer:\nTests written."
+    );
+    let text = result_text(&done, &outcome("conflict: a.txt"));
+    assert!(
+        text.contains("did NOT land in your workspace (conflict: a.txt)"),
+        "{text}"
+    );
+    let failed = RunResult {
+        status: RunState::Failed as i32,
+        reason: baton_proto::TerminationReason::MaxTurnsExceeded as i32,
+        detail: "50 turns".into(),
+        ..Default::default()
+    };
+    let text = result_text(&failed, &outcome("unchanged"));
+    assert!(
+        text.contains("ended without completing (max_turns_exceeded: 50 turns)")
+            && text.contains("It changed no files.")
+            && text.ends_with("(no answer)"),
+        "{text}"
+    );
+    let long = RunResult {
+        answer: "x".repeat(tools::OUTPUT_CAP_BYTES * 2),
+        ..done
+    };
+    let text = result_text(&long, &outcome("merged"));
+    assert!(text.len() < tools::OUTPUT_CAP_BYTES + 400, "{}", text.len());
+    assert!(text.ends_with("[the whole answer: baton result p1.sub-1]"));
+}
