@@ -83,7 +83,8 @@ impl BatonWorker {
     }
 }
 
-/// Runs one `AgentRun` of [`scenario::spec`]`(turns)` as run `id` on `task_queue` and checks
+/// Runs one `AgentRun` of [`scenario::spec`]`(turns)` (read-only tools as regular activities
+/// if `remote_reads`) as run `id` on `task_queue` and checks
 /// it completed all its turns; returns the wall time from the start request to the result.
 /// The run's workspace must hold [`scenario::NOTES_FILE`].
 pub(crate) async fn run_agent(
@@ -91,8 +92,13 @@ pub(crate) async fn run_agent(
     task_queue: &str,
     id: &str,
     turns: u32,
+    remote_reads: bool,
 ) -> anyhow::Result<Duration> {
-    run_spec(client, task_queue, id, scenario::spec(turns), turns).await
+    let spec = RunSpec {
+        remote_read_tools: remote_reads,
+        ..scenario::spec(turns)
+    };
+    run_spec(client, task_queue, id, spec, turns).await
 }
 
 /// Runs `spec` as run `id` and checks it completed `turns` turns; returns its wall time.

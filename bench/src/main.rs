@@ -143,6 +143,9 @@ struct ThroughputArgs {
     /// Also run baton on this many worker processes, at the highest --runs (repeatable).
     #[arg(long = "workers", default_values_t = [2])]
     scale_out: Vec<usize>,
+    /// Also run baton with read-only tools as regular activities (`--remote-read-tools`).
+    #[arg(long)]
+    remote_reads: bool,
 }
 
 #[derive(Debug, Args)]
@@ -290,6 +293,7 @@ async fn main() -> anyhow::Result<()> {
                 fast_server: args.fast_server,
                 scale_out: args.scale_out,
                 ablation: args.ablation,
+                remote_reads: args.remote_reads,
             })
             .await?;
             println!("{}", report.render());
@@ -408,6 +412,7 @@ async fn main() -> anyhow::Result<()> {
                     fast_server: true,
                     scale_out: if i == 0 { vec![2] } else { Vec::new() },
                     ablation: false,
+                    remote_reads: false,
                 })
                 .await?;
                 println!("{}", report.render());

@@ -32,6 +32,8 @@ pub(crate) struct Settings {
     /// Also measure the bare loop with one status memo and search-attribute upsert per turn
     /// (what the visibility writes cost at each concurrency).
     pub(crate) ablation: bool,
+    /// Also measure baton with read-only tools as regular activities.
+    pub(crate) remote_reads: bool,
 }
 
 /// Which workflow a measurement runs.
@@ -39,6 +41,9 @@ pub(crate) struct Settings {
 pub(crate) enum Variant {
     /// `AgentRun` on `baton-worker` processes.
     Baton,
+    /// `AgentRun` with its read-only tools as regular activities (`--remote-read-tools`, the
+    /// default before issue 21).
+    BatonRemoteReads,
     /// `BareLoop` (no status upserts) on a bench worker process.
     Bare,
     /// `BareLoop` with a status memo and search-attribute upsert per turn.
@@ -100,6 +105,9 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ThroughputReport> 
     if settings.ablation {
         variants.push(Variant::BareUpserts);
     }
+    if settings.remote_reads {
+        variants.push(Variant::BatonRemoteReads);
+    }
     let mut rows = Vec::new();
     for &runs in &settings.concurrency {
         for &variant in &variants {
@@ -138,8 +146,9 @@ async fn run_on_one_server(
     let queue = unique("tp-baton");
     // Only the workers this server's measurements use (an idle one would still poll it).
     let scale_out = settings.scale_out.first().copied();
-    let needs_baton = variants.contains(&Variant::Baton) || scale_out.is_some();
-    let needs_bare = variants.iter().any(|v| *v != Variant::Baton);
+    let is_baton = |v: &Variant| matches!(v, Variant::Baton | Variant::BatonRemoteReads);
+    let needs_baton = variants.iter().any(is_baton) || scale_out.is_some();
+    let needs_bare = variants.iter().any(|v| !is_baton(v));
     let mut workers = Vec::new();
     if needs_baton {
         workers.push(spawn_baton(&server, &llm, &queue, root.path()).await?);
@@ -200,7 +209,9 @@ async fn run_on_one_server(
                 Variant::Bare | Variant::BareUpserts => {
                     (bare_queue.as_str(), bare_pids.clone(), None)
                 }
-                Variant::Baton => (queue.as_str(), pids.clone(), Some(root.path())),
+                Variant::Baton | Variant::BatonRemoteReads => {
+                    (queue.as_str(), pids.clone(), Some(root.path()))
+                }
             };
             let id = format!("{tag}-{variant:?}-{runs}");
             let row = m.batch(variant, q, &pids, notes, runs, &id).await?;
@@ -289,7 +300,8 @@ impl Measure<'_> {
         let client = self.client;
         let walls = try_join_all(ids.iter().map(|id| async move {
             match variant {
-                Variant::Baton => agent::run_agent(client, queue, id, turns).await,
+                Variant::Baton => agent::run_agent(client, queue, id, turns, false).await,
+                Variant::BatonRemoteReads => agent::run_agent(client, queue, id, turns, true).await,
                 Variant::Bare => bare::run_loop(client, queue, id, turns, false).await,
                 Variant::BareUpserts => bare::run_loop(client, queue, id, turns, true).await,
             }
@@ -331,7 +343,10 @@ impl ThroughputReport {
         );
         for r in &self.rows {
             let name = match r.variant {
-                Variant::Baton => "baton AgentRun (baton-worker)",
+                Variant::Baton => "baton AgentRun (baton-worker), default: local read-only tools",
+                Variant::BatonRemoteReads => {
+                    "baton AgentRun, read-only tools as activities (--remote-read-tools)"
+                }
                 Variant::Bare => "bare Temporal BareLoop (bench worker process)",
                 Variant::BareUpserts => {
                     "ablation: BareLoop + one memo and search-attribute upsert per turn"
@@ -357,15 +372,20 @@ impl ThroughputReport {
                     .iter()
                     .find(|r| r.variant == v && r.runs == runs && r.workers == 1)
             };
-            if let (Some(a), Some(b)) = (find(Variant::Baton), find(Variant::Bare)) {
-                let _ = writeln!(
-                    out,
-                    "baton / bare Temporal at {runs} concurrent runs: turns/s **{:.2}x**, worker \
-                     CPU per turn {:.2}x, server CPU per turn {:.2}x",
-                    a.turns_per_s() / b.turns_per_s(),
-                    a.worker_cpu_ms_per_turn() / b.worker_cpu_ms_per_turn(),
-                    a.server_cpu_ms_per_turn() / b.server_cpu_ms_per_turn()
-                );
+            for (v, what) in [
+                (Variant::Baton, "baton"),
+                (Variant::BatonRemoteReads, "baton with reads as activities"),
+            ] {
+                if let (Some(a), Some(b)) = (find(v), find(Variant::Bare)) {
+                    let _ = writeln!(
+                        out,
+                        "{what} / bare Temporal at {runs} concurrent runs: turns/s **{:.2}x**, \
+                         worker CPU per turn {:.2}x, server CPU per turn {:.2}x",
+                        a.turns_per_s() / b.turns_per_s(),
+                        a.worker_cpu_ms_per_turn() / b.worker_cpu_ms_per_turn(),
+                        a.server_cpu_ms_per_turn() / b.server_cpu_ms_per_turn()
+                    );
+                }
             }
         }
         out
