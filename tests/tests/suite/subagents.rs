@@ -110,6 +110,41 @@ impl Setup {
         submit(&self.server, &self.queue, run, &args, "split the work");
     }
 
+    /// Submits a parent whose first turn spawns A (writes a.txt, answers) and B (writes
+    /// b.txt, then a shell call that waits for approval, then answers); the parent then
+    /// answers. Returns (parent, A, B).
+    fn two_children(&self) -> (String, String, String) {
+        let parent = unique("parent");
+        let (a, b) = (format!("{parent}.sub-1"), format!("{parent}.sub-2"));
+        self.script(
+            &parent,
+            vec![
+                calls(&[
+                    spawn("call_a", "write a.txt"),
+                    spawn("call_b", "write b.txt"),
+                ]),
+                MockOpenAi::text_reply("Both parts are done."),
+            ],
+        );
+        self.script(
+            &a,
+            vec![
+                write("call_wa", "a.txt", "from A\n"),
+                MockOpenAi::text_reply("A wrote a.txt."),
+            ],
+        );
+        self.script(
+            &b,
+            vec![
+                write("call_wb", "b.txt", "from B\n"),
+                shell("call_sb", "cat b.txt README"),
+                MockOpenAi::text_reply("B wrote b.txt and read it back."),
+            ],
+        );
+        self.submit(&parent, &[]);
+        (parent, a, b)
+    }
+
     fn status(&self, run: &str) -> Value {
         baton(&self.server, &["status", run, "--json"])
             .unwrap()
@@ -121,34 +156,7 @@ impl Setup {
 #[test]
 fn two_children_land_their_changes_and_a_childs_approval_shows_under_its_parent() {
     let s = setup("sub-two");
-    let parent = unique("parent");
-    let (a, b) = (format!("{parent}.sub-1"), format!("{parent}.sub-2"));
-    s.script(
-        &parent,
-        vec![
-            calls(&[
-                spawn("call_a", "write a.txt"),
-                spawn("call_b", "write b.txt"),
-            ]),
-            MockOpenAi::text_reply("Both parts are done."),
-        ],
-    );
-    s.script(
-        &a,
-        vec![
-            write("call_wa", "a.txt", "from A\n"),
-            MockOpenAi::text_reply("A wrote a.txt."),
-        ],
-    );
-    s.script(
-        &b,
-        vec![
-            write("call_wb", "b.txt", "from B\n"),
-            shell("call_sb", "cat b.txt README"),
-            MockOpenAi::text_reply("B wrote b.txt and read it back."),
-        ],
-    );
-    s.submit(&parent, &[]);
+    let (parent, a, b) = s.two_children();
     // B's shell call waits (shell asks by default); the parent waits for B.
     wait_state(&s.server, &b, "AWAITING_APPROVAL", Duration::from_secs(60));
     let pending = baton(&s.server, &["pending", "--json"]).unwrap();
@@ -414,34 +422,7 @@ fn a_scripted_parents_children_that_change_one_file_differently_conflict_and_the
 #[test]
 fn a_worker_killed_while_a_child_waits_hands_the_whole_tree_to_another() {
     let mut s = setup("sub-kill");
-    let parent = unique("parent");
-    let (a, b) = (format!("{parent}.sub-1"), format!("{parent}.sub-2"));
-    s.script(
-        &parent,
-        vec![
-            calls(&[
-                spawn("call_a", "write a.txt"),
-                spawn("call_b", "write b.txt"),
-            ]),
-            MockOpenAi::text_reply("Both parts are done."),
-        ],
-    );
-    s.script(
-        &a,
-        vec![
-            write("call_wa", "a.txt", "from A\n"),
-            MockOpenAi::text_reply("A done."),
-        ],
-    );
-    s.script(
-        &b,
-        vec![
-            write("call_wb", "b.txt", "from B\n"),
-            shell("call_sb", "cat b.txt"),
-            MockOpenAi::text_reply("B done."),
-        ],
-    );
-    s.submit(&parent, &[]);
+    let (parent, a, b) = s.two_children();
     wait_state(&s.server, &b, "AWAITING_APPROVAL", Duration::from_secs(60));
     wait_state(&s.server, &a, "COMPLETED", Duration::from_secs(60));
     s.worker.kill9();
@@ -471,7 +452,7 @@ fn a_worker_killed_while_a_child_waits_hands_the_whole_tree_to_another() {
         .count();
     assert_eq!(starts, 2);
     let b_result = result(&s.server, &b, 0);
-    assert_eq!(b_result["answer"], "B done.");
+    assert_eq!(b_result["answer"], "B wrote b.txt and read it back.");
     let b_calls = s
         .llm
         .requests()
