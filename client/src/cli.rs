@@ -267,7 +267,7 @@ pub(crate) struct SubmitArgs {
     /// Run read-only tool calls (read_file, list_files, search_files, glob) as local
     /// activities on the worker running the run: one workflow task per turn instead of two. A
     /// worker dying mid-call re-runs the read (harmless: it changes nothing). The default (a
-    /// read that takes over 10 s runs again as a regular activity); kept for scripts.
+    /// read that takes over 3 s runs again as a regular activity); kept for scripts.
     #[arg(long, conflicts_with = "remote_read_tools")]
     pub(crate) local_read_tools: bool,
     /// Run read-only tool calls as regular activities instead (each visible as an activity in
