@@ -83,11 +83,16 @@ pub fn max_subagents(spec: &RunSpec) -> u32 {
 
 /// Whether a run with `spec` may start subagents at all (its depth is under the limit).
 pub fn may_spawn(spec: &RunSpec) -> bool {
-    let max = match limits(spec).max_subagent_depth {
+    under_depth_limit(depth(spec), &limits(spec))
+}
+
+/// Whether a run at `depth` under `limits` may start subagents.
+fn under_depth_limit(depth: u32, limits: &Limits) -> bool {
+    let max = match limits.max_subagent_depth {
         0 => DEFAULT_MAX_DEPTH,
         n => n,
     };
-    depth(spec) < max
+    depth < max
 }
 
 /// The run id of a run's `ordinal`-th subagent (1-based).
@@ -132,14 +137,7 @@ pub fn child_spec(parent: &Parent<'_>, call: &ToolCall) -> Result<RunSpec, Strin
     let spec = parent.spec;
     let child_depth = depth(spec) + 1;
     let mut child_limits = limits(spec);
-    let may_nest = may_spawn(&RunSpec {
-        parent: Some(ParentRun {
-            depth: child_depth,
-            ..ParentRun::default()
-        }),
-        limits: Some(child_limits.clone()),
-        ..RunSpec::default()
-    });
+    let may_nest = under_depth_limit(child_depth, &child_limits);
     let (builtin, mcp) = chosen_tools(parent, args.tools.as_deref(), may_nest)?;
     let narrowing = args.policy.unwrap_or_default();
     let approval = narrowed_policy(parent, &narrowing.require_approval)?;

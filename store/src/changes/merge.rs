@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{ChangesError, ignore, in_git_dir, parent};
+use super::{ChangesError, checked, ignore, in_git_dir, parent};
 use crate::{
-    BlobId, BlobStore, get_json,
-    snapshot::{Entry, MANIFEST_VERSION, Manifest, SnapshotError, SnapshotId, check_manifest},
+    BlobStore, get_json,
+    snapshot::{Entry, MANIFEST_VERSION, Manifest, SnapshotId, Target},
 };
 
 /// A tree's entries by path, as in a [`Manifest`].
@@ -47,11 +47,11 @@ pub async fn merge(
     base: Option<&SnapshotId>,
     theirs: &SnapshotId,
 ) -> Result<Merged, MergeError> {
-    let current = load(store, into).await?;
-    let old = load(store, base).await?;
-    let new = load(store, Some(theirs)).await?;
-    let rules = ignore::Rules::load(store, &checked(theirs, new.clone())?).await?;
-    let old_rules = ignore::Rules::load(store, &checked(theirs, old.clone())?).await?;
+    let (current, _) = load(store, into).await?;
+    let (old, old_targets) = load(store, base).await?;
+    let (new, new_targets) = load(store, Some(theirs)).await?;
+    let rules = ignore::Rules::load(store, &new_targets).await?;
+    let old_rules = ignore::Rules::load(store, &old_targets).await?;
     let skip = |path: &str, now: Option<&Entry>| {
         in_git_dir(path)
             || match now {
@@ -118,39 +118,25 @@ pub fn three_way(
     }
 }
 
+/// The entries of snapshot `id` as stored (`None`: the empty tree) and validated (for the
+/// ignore rules).
 async fn load(
     store: &dyn BlobStore,
     id: Option<&SnapshotId>,
-) -> Result<BTreeMap<String, Entry>, ChangesError> {
+) -> Result<(Entries, BTreeMap<String, Target>), ChangesError> {
     let Some(id) = id else {
-        return Ok(BTreeMap::new());
+        return Ok(Default::default());
     };
     let manifest: Manifest = get_json(store, id).await?;
-    checked(id, manifest.entries.clone())?;
-    Ok(manifest.entries)
-}
-
-/// Validates entries as a manifest, for the ignore rules.
-fn checked(
-    id: &BlobId,
-    entries: BTreeMap<String, Entry>,
-) -> Result<BTreeMap<String, crate::snapshot::Target>, ChangesError> {
-    check_manifest(Manifest {
-        version: MANIFEST_VERSION,
-        entries,
-    })
-    .map_err(|e| match e {
-        SnapshotError::BadManifest(detail) => {
-            ChangesError::BadManifest(format!("snapshot {id}: {detail}"))
-        }
-        other => ChangesError::BadManifest(format!("snapshot {id}: {other}")),
-    })
+    let entries = manifest.entries.clone();
+    Ok((entries, checked(id, manifest)?))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::BlobId;
 
     fn file(content: &str) -> Entry {
         Entry::File {

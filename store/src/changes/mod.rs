@@ -291,7 +291,11 @@ async fn load(
     store: &dyn BlobStore,
     id: &SnapshotId,
 ) -> Result<BTreeMap<String, Target>, ChangesError> {
-    let manifest: Manifest = get_json(store, id).await?;
+    checked(id, get_json(store, id).await?)
+}
+
+/// Validates the manifest of snapshot `id`.
+fn checked(id: &SnapshotId, manifest: Manifest) -> Result<BTreeMap<String, Target>, ChangesError> {
     check_manifest(manifest).map_err(|e| match e {
         SnapshotError::BadManifest(detail) => {
             ChangesError::BadManifest(format!("snapshot {id}: {detail}"))

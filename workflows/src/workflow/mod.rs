@@ -397,8 +397,12 @@ fn parse_decision(value: serde_json::Value) -> Result<ApprovalDecision, String> 
 /// The message a person (or the model) should see for a failed activity: the underlying
 /// failure, not the wrapper's "activity task failed".
 pub fn failure_message(e: &ActivityExecutionError) -> String {
-    let mut message = e.to_string();
-    let mut cause = e.cause();
+    innermost_message(e.to_string(), e.cause())
+}
+
+/// The message of the last cause in a failure's chain (`top` when it has none).
+fn innermost_message(top: String, mut cause: Option<&IncomingError>) -> String {
+    let mut message = top;
     while let Some(c) = cause {
         message = c.to_string();
         cause = c.cause();

@@ -17,7 +17,7 @@ use temporalio_workflow::{
     ChildWorkflowOptions, ParentClosePolicy, WorkflowCancellationToken, WorkflowContext,
 };
 
-use super::{AgentRun, failure_message, now_ms, options::merge_options};
+use super::{AgentRun, failure_message, innermost_message, now_ms, options::merge_options};
 use crate::{activities::WorkspaceActivities, subagent, view};
 
 /// How a child ended, before its changes land.
@@ -65,7 +65,10 @@ pub(super) async fn run_child(
         Ok(result) => Ended::Ran(Box::new(result)),
         Err(e) => match cancelled_result(&e) {
             Some(result) => Ended::Ran(Box::new(result)),
-            None => Ended::Broken(format!("the subagent failed: {}", child_message(&e))),
+            None => Ended::Broken(format!(
+                "the subagent failed: {}",
+                innermost_message(e.to_string(), e.cause())
+            )),
         },
     }
 }
@@ -80,16 +83,6 @@ fn cancelled_result(e: &ChildWorkflowExecutionError) -> Option<RunResult> {
         cause = c.cause();
     }
     None
-}
-
-fn child_message(e: &ChildWorkflowExecutionError) -> String {
-    let mut message = e.to_string();
-    let mut cause = e.cause();
-    while let Some(c) = cause {
-        message = c.to_string();
-        cause = c.cause();
-    }
-    message
 }
 
 /// The call's result once the child ended: its answer, and its change set landed on the
