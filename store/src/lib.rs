@@ -5,6 +5,8 @@
 //! A blob's id is the lowercase hex SHA-256 of its bytes, so writing the same bytes twice
 //! is a no-op and any worker (or the CLI) can read what another wrote.
 //!
+//! - [`beneath`]: files beneath a directory, reached without following a link (the worker's
+//!   side of the workspace: tools, snapshots, instructions).
 //! - `blob`: [`BlobId`], the [`BlobStore`] trait, [`put_json`]/[`get_json`].
 //! - `error`: [`StoreError`], the failures of every backend.
 //! - `settings`: [`StoreSettings`]/[`S3Settings`] (the `[store]` table) and [`open`].
@@ -18,6 +20,7 @@
 //! - [`inline`]: content by reference (issue 17): tool outputs, reply text and arguments over
 //!   `[history] inline_bytes` stored once, previews in history.
 
+pub mod beneath;
 mod blob;
 pub mod changes;
 pub mod conversation;

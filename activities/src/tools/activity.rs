@@ -5,7 +5,12 @@
 //! stopping the tool on cancellation; `read_instructions` gives the system prompt the workspace
 //! path and its AGENTS.md.
 
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -301,6 +306,39 @@ fn legacy_workspace_name(run_id: &str) -> String {
 /// AGENTS.md beyond this is cut.
 pub const MAX_AGENTS_MD: usize = 32 * 1024;
 
+/// The workspace's `AGENTS.md`, cut to [`MAX_AGENTS_MD`] bytes on a character boundary, and
+/// whether it was cut; empty when there is none. The repository is not trusted (issue 30):
+/// the file is read only if it is a regular file inside the workspace (a link to another file
+/// inside is followed; one to `/proc/self/environ`, a file outside or `/dev/zero` is not), and
+/// never more than the bound is read. The error says why it was left out.
+pub fn read_agents_md(workspace: &Path) -> Result<(String, bool), String> {
+    let confined = crate::tools::workspace::confine(workspace, "AGENTS.md")?;
+    let file = match confined.root.open_regular(&confined.rel) {
+        Ok(file) => file,
+        Err(baton_store::beneath::OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((String::new(), false));
+        }
+        Err(e) => {
+            return Err(crate::tools::workspace::open_message(
+                "AGENTS.md",
+                "read",
+                &e,
+            ));
+        }
+    };
+    let (bytes, truncated) = baton_store::beneath::read_bounded(file, MAX_AGENTS_MD)
+        .map_err(|e| format!("cannot read AGENTS.md: {e}"))?;
+    let mut end = bytes.len();
+    // Cut on a character boundary.
+    while end > 0 && std::str::from_utf8(&bytes[..end]).is_err() {
+        end -= 1;
+    }
+    Ok((
+        String::from_utf8_lossy(&bytes[..end]).into_owned(),
+        truncated,
+    ))
+}
+
 /// How long `read_instructions` may spend on the run's initial workspace snapshot (its
 /// start-to-close timeout is 30 s).
 const INITIAL_SNAPSHOT_BUDGET: Duration = Duration::from_secs(10);
@@ -327,20 +365,15 @@ impl ToolService {
             self.ensure_snapshot(&run_id, &workspace, &request.snapshot, false)
                 .await?;
         }
-        let (agents_md, truncated) = match tokio::fs::read(workspace.join("AGENTS.md")).await {
-            Ok(bytes) => {
-                let truncated = bytes.len() > MAX_AGENTS_MD;
-                let mut end = bytes.len().min(MAX_AGENTS_MD);
-                // Cut on a character boundary.
-                while end > 0 && std::str::from_utf8(&bytes[..end]).is_err() {
-                    end -= 1;
-                }
-                (
-                    String::from_utf8_lossy(&bytes[..end]).into_owned(),
-                    truncated,
-                )
-            }
-            Err(_) => (String::new(), false),
+        let (agents_md, truncated) = {
+            let workspace = workspace.clone();
+            tokio::task::spawn_blocking(move || read_agents_md(&workspace))
+                .await
+                .unwrap_or_else(|e| Err(format!("the read failed: {e}")))
+                .unwrap_or_else(|why| {
+                    warn!(run_id, %why, "AGENTS.md left out of the instructions");
+                    (String::new(), false)
+                })
         };
         // The run's first snapshot, so that mutating calls always carry their base in their
         // input. Bounded: a huge workspace is left to the first mutating call, which

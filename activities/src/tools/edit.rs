@@ -1,17 +1,19 @@
 //! The `edit_file` tool: replaces an exact piece of text in a workspace file, writing the
 //! result atomically (a temporary file in the same directory, renamed over the original).
 
+use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::fs::Permissions;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use baton_store::beneath::{Beneath, OpenError, read_bounded};
+use nix::fcntl::OFlag;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
 
 use super::files::MAX_READ_BYTES;
-use super::workspace::resolve;
+use super::workspace::{Confined, confine, io_message, open_message};
 use super::{Outcome, ToolContext};
 
 /// Lines of context shown around the changed region in the result.
@@ -56,38 +58,54 @@ pub async fn edit_file(ctx: &ToolContext, args: EditFileArgs) -> Outcome {
              in new_text",
         );
     }
-    let path = match resolve(&ctx.workspace, shown) {
-        Ok(path) => path,
+    let Confined { root, rel } = match confine(&ctx.workspace, shown) {
+        Ok(confined) => confined,
         Err(message) => return Outcome::error(message),
     };
-    let meta = match tokio::fs::metadata(&path).await {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+    let is_dir =
+        || format!("'{shown}' is a directory, not a file; give the path of the file to edit");
+    let Some((dir, name)) = rel.file_name().and_then(|name| {
+        let dir = root.open_dir(rel.parent()?);
+        Some((dir, name.to_os_string()))
+    }) else {
+        return Outcome::error(is_dir());
+    };
+    let opened = dir
+        .map_err(OpenError::Io)
+        .and_then(|dir| Ok((dir.open_regular_entry(&name, OFlag::O_RDONLY)?, dir)));
+    let (file, dir) = match opened {
+        Ok(opened) => opened,
+        Err(OpenError::Io(e)) if e.kind() == ErrorKind::NotFound => {
             return Outcome::error(format!(
                 "file '{shown}' does not exist; use write_file to create it, or glob or \
                  list_files to find the right path"
             ));
         }
-        Err(e) => return Outcome::error(format!("cannot read '{shown}': {e}")),
+        Err(OpenError::Directory) => return Outcome::error(is_dir()),
+        Err(OpenError::Special) => {
+            return Outcome::error(format!(
+                "'{shown}' is not a regular file (it is a device, socket or pipe) and cannot be \
+                 edited"
+            ));
+        }
+        Err(e) => return Outcome::error(open_message(shown, "read", &e)),
     };
-    if meta.is_dir() {
-        return Outcome::error(format!(
-            "'{shown}' is a directory, not a file; give the path of the file to edit"
-        ));
-    }
-    if !meta.is_file() {
-        return Outcome::error(format!(
-            "'{shown}' is not a regular file (it is a device, socket or pipe) and cannot be edited"
-        ));
-    }
-    if meta.len() > MAX_READ_BYTES as u64 {
-        return Outcome::error(format!(
+    let too_big = || {
+        format!(
             "'{shown}' is more than {MAX_READ_BYTES} bytes, too big for edit_file; change it with \
              the shell tool instead (e.g. sed)"
-        ));
-    }
-    let bytes = match tokio::fs::read(&path).await {
-        Ok(bytes) => bytes,
+        )
+    };
+    let meta = match file.metadata() {
+        Ok(meta) if meta.len() > MAX_READ_BYTES as u64 => return Outcome::error(too_big()),
+        Ok(meta) => meta,
+        Err(e) => return Outcome::error(format!("cannot read '{shown}': {e}")),
+    };
+    let bytes = match tokio::task::spawn_blocking(move || read_bounded(file, MAX_READ_BYTES)).await
+    {
+        Ok(Ok((_, true))) => return Outcome::error(too_big()),
+        Ok(Ok((bytes, false))) => bytes,
+        Ok(Err(e)) => return Outcome::error(format!("cannot read '{shown}': {e}")),
         Err(e) => return Outcome::error(format!("cannot read '{shown}': {e}")),
     };
     let content = match String::from_utf8(bytes) {
@@ -118,13 +136,34 @@ pub async fn edit_file(ctx: &ToolContext, args: EditFileArgs) -> Outcome {
         _ => {}
     }
 
+    // One call must not grow a file (and the worker's memory) without bound: the result is
+    // held whole before it is written.
+    let new_len = positions.len().saturating_mul(args.new_text.len())
+        + (content.len() - positions.len() * old.len());
+    if new_len > MAX_READ_BYTES {
+        return Outcome::error(format!(
+            "replacing {} occurrences would make '{shown}' {new_len} bytes, over edit_file's \
+             limit of {MAX_READ_BYTES} bytes; nothing was changed. Replace fewer occurrences \
+             (without replace_all, with more context), or change the file with the shell tool",
+            positions.len()
+        ));
+    }
     // Refuse to replace a file we may not write (the rename would succeed anyway).
-    if let Err(e) = tokio::fs::OpenOptions::new().write(true).open(&path).await {
-        return Outcome::error(format!("cannot write '{shown}': {e}; nothing was changed"));
+    if let Err(e) = dir.open_regular_entry(&name, OFlag::O_WRONLY) {
+        return Outcome::error(format!(
+            "{}; nothing was changed",
+            open_message(shown, "write", &e)
+        ));
     }
     let (new_content, first_start) = replace(&content, &positions, old, &args.new_text);
-    if let Err(e) = write_atomically(&path, new_content.as_bytes(), meta.permissions()).await {
-        return Outcome::error(format!("cannot write '{shown}': {e}"));
+    drop(content);
+    let bytes = new_content.clone().into_bytes();
+    let written =
+        tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes, &meta)).await;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Outcome::error(io_message(shown, "write", &e)),
+        Err(e) => return Outcome::error(format!("cannot write '{shown}': {e}")),
     }
 
     let count = positions.len();
@@ -292,47 +331,60 @@ fn cut_line(line: &str) -> String {
 /// Distinguishes the temporary files of concurrent edits in one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Replaces the content of `path` with `data`: writes a temporary file next to it, with
-/// `permissions`, and renames it over `path`. If no temporary file can be created there (a
-/// directory we may not write to), writes `path` in place instead.
-async fn write_atomically(
-    path: &Path,
+/// Replaces the content of the file `name` in `dir` with `data`: writes a temporary file
+/// next to it, with the original's owner (when the worker may set it) and permission bits
+/// (without set-user-id, set-group-id and sticky: the worker must not make a set-id file of its
+/// own), and renames it over the original. If no temporary file can be created there (a
+/// directory we may not write to), writes the file in place instead.
+fn write_atomically(
+    dir: &Beneath,
+    name: &OsStr,
     data: &[u8],
-    permissions: Permissions,
+    original: &std::fs::Metadata,
 ) -> std::io::Result<()> {
-    let Some((temp_path, file)) = create_temp(path).await else {
-        return tokio::fs::write(path, data).await;
+    use std::io::Write as _;
+    use std::os::unix::fs::{MetadataExt, fchown};
+
+    let Some((temp_name, mut file)) = create_temp(dir, name) else {
+        let mut file = dir
+            .open_regular_entry(name, OFlag::O_WRONLY | OFlag::O_TRUNC)
+            .map_err(|e| match e {
+                OpenError::Io(e) => e,
+                other => std::io::Error::other(other.to_string()),
+            })?;
+        return file.write_all(data);
     };
-    let written = async {
-        let mut file = file;
-        file.set_permissions(permissions).await?;
-        file.write_all(data).await?;
-        file.sync_all().await?;
+    let written = (|| {
+        if nix::unistd::geteuid().is_root() {
+            fchown(&file, Some(original.uid()), Some(original.gid()))?;
+        }
+        file.set_permissions(Permissions::from_mode(original.mode() & 0o777))?;
+        file.write_all(data)?;
+        file.sync_all()?;
         drop(file);
-        tokio::fs::rename(&temp_path, path).await
-    }
-    .await;
+        dir.rename_entry(&temp_name, name)
+    })();
     if written.is_err() {
-        let _ = tokio::fs::remove_file(&temp_path).await;
+        let _ = dir.remove_entry(&temp_name, false);
     }
     written
 }
 
-/// A new, empty, private file in the directory of `path`, or `None` if none can be created.
-async fn create_temp(path: &Path) -> Option<(PathBuf, tokio::fs::File)> {
-    let dir = path.parent()?;
-    let name = path.file_name()?.to_string_lossy();
+/// A new, empty, private file in `dir` next to `name`, or `None` if none can be created.
+fn create_temp(dir: &Beneath, name: &OsStr) -> Option<(OsString, std::fs::File)> {
+    let shown = name.to_string_lossy();
     for _ in 0..100 {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let temp_path = dir.join(format!(".{name}.baton-edit-{}-{n}.tmp", std::process::id()));
-        match tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp_path)
-            .await
-        {
-            Ok(file) => return Some((temp_path, file)),
+        let temp_name = OsString::from(format!(
+            ".{shown}.baton-edit-{}-{n}.tmp",
+            std::process::id()
+        ));
+        match dir.open_entry(
+            &temp_name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            0o600,
+        ) {
+            Ok(file) => return Some((temp_name, file)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(_) => return None,
         }
@@ -668,6 +720,63 @@ mod tests {
         assert_eq!(read(&dir, "real.txt"), "new");
         let link = std::fs::symlink_metadata(dir.path().join("alias.txt")).unwrap();
         assert!(link.file_type().is_symlink());
+    }
+
+    #[tokio::test]
+    async fn replacing_into_a_huge_file_is_refused_in_bounded_memory() {
+        let dir = TempDir::new().unwrap();
+        let original = "a".repeat(1024 * 1024);
+        std::fs::write(dir.path().join("big"), &original).unwrap();
+        let before = peak_rss_kib();
+        let result = edit(
+            &dir,
+            serde_json::json!({"path": "big", "old_text": "a", "new_text": "b".repeat(256),
+                "replace_all": true}),
+        )
+        .await;
+        let grown = peak_rss_kib().saturating_sub(before);
+        assert!(result.is_error, "{}", result.content);
+        assert!(
+            result.content.contains(
+                "replacing 1048576 occurrences would make 'big' 268435456 bytes, over edit_file's \
+                 limit of 8388608 bytes; nothing was changed"
+            ),
+            "{}",
+            result.content
+        );
+        assert!(read(&dir, "big") == original, "the file changed");
+        // The high-water mark of the whole test process: other tests only make it rise sooner.
+        assert!(grown < 100 * 1024, "peak memory grew by {grown} KiB");
+    }
+
+    fn peak_rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_edited_file_loses_set_id_bits_and_keeps_its_owner() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("tool");
+        std::fs::write(&path, "#!/bin/sh\necho old\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6755)).unwrap();
+        let root = nix::unistd::geteuid().is_root();
+        if root {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        }
+        let result = edit(
+            &dir,
+            serde_json::json!({"path": "tool", "old_text": "old", "new_text": "new"}),
+        )
+        .await;
+        assert!(!result.is_error, "{}", result.content);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o7777, 0o755);
+        if root {
+            assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+        }
     }
 
     #[tokio::test]

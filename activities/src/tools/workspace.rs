@@ -1,8 +1,71 @@
-//! Confinement of tool paths to the run's workspace.
+//! Confinement of tool paths to the run's workspace: [`resolve`] decides which file a path
+//! means (following links that stay inside), [`confine`] gives it as a [`Beneath`] root + a
+//! link-free relative path, so the worker opens exactly that file even if the tree changes
+//! meanwhile (issue 30: a process left behind by a command can swap a directory for a link
+//! between the check and the use).
 
 use std::path::{Component, Path, PathBuf};
 
+use baton_store::beneath::{Beneath, OpenError, is_link_error};
 use baton_store::snapshot::LOCAL_DIR;
+
+/// A path the model gave, resolved inside the workspace: open it with `root`'s methods and
+/// `rel`, never by name.
+#[derive(Debug)]
+pub struct Confined {
+    /// The workspace, open.
+    pub root: Beneath,
+    /// The resolved path relative to the workspace, without links (empty: the root).
+    pub rel: PathBuf,
+}
+
+/// [`resolve`]s `rel` and opens the workspace for it. The error is a message for the model.
+pub fn confine(workspace: &Path, rel: &str) -> Result<Confined, String> {
+    let resolved = resolve(workspace, rel)?;
+    let root = canonical_root(workspace)?;
+    let inner = resolved
+        .strip_prefix(&root)
+        .map_err(|_| format!("path '{rel}' is outside the workspace"))?
+        .to_path_buf();
+    let root = Beneath::open(&root).map_err(|e| not_accessible(workspace, &e))?;
+    Ok(Confined { root, rel: inner })
+}
+
+/// The message for an error of an operation on the confined path `shown` (`what`: "read",
+/// "write", ..): a link found on the way is named as what it is, a change under way.
+pub fn io_message(shown: &str, what: &str, err: &std::io::Error) -> String {
+    if is_link_error(err) {
+        format!(
+            "cannot {what} '{shown}': a symbolic link appeared on its path while it was being \
+             opened (something is changing the workspace, e.g. a process a command left \
+             running); nothing was done through the link. Try again, or use a plain path"
+        )
+    } else {
+        format!("cannot {what} '{shown}': {err}")
+    }
+}
+
+/// [`io_message`] for [`OpenError`]s.
+pub fn open_message(shown: &str, what: &str, err: &OpenError) -> String {
+    match err {
+        OpenError::Io(e) => io_message(shown, what, e),
+        OpenError::Directory => format!("'{shown}' is a directory, not a file"),
+        OpenError::Special => format!(
+            "'{shown}' is not a regular file (it is a device, socket or pipe) and cannot be {what}"
+        ),
+    }
+}
+
+fn canonical_root(workspace: &Path) -> Result<PathBuf, String> {
+    std::fs::canonicalize(workspace).map_err(|e| not_accessible(workspace, &e))
+}
+
+fn not_accessible(workspace: &Path, e: &std::io::Error) -> String {
+    format!(
+        "the workspace '{}' is not accessible ({e}); this is not something you can fix",
+        workspace.display()
+    )
+}
 
 /// How many symbolic links to dangling targets [`resolve`] follows by hand before giving up
 /// (the kernel's own limit is 40).
@@ -20,12 +83,7 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// The result is absolute, starts with the canonicalized workspace and does not need to exist
 /// (so it serves for writing too). The error is a message for the model.
 pub fn resolve(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
-    let root = std::fs::canonicalize(workspace).map_err(|e| {
-        format!(
-            "the workspace '{}' is not accessible ({e}); this is not something you can fix",
-            workspace.display()
-        )
-    })?;
+    let root = canonical_root(workspace)?;
     let outside = || {
         format!("path '{rel}' is outside the workspace; use a path relative to the workspace root")
     };

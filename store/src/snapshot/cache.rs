@@ -5,14 +5,18 @@
 use std::{
     collections::BTreeMap,
     fs,
+    io::{self, Read, Write},
     os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
+    path::Path,
 };
+
+use nix::fcntl::OFlag;
 
 use serde::{Deserialize, Serialize};
 
 use super::{LOCAL_DIR, SnapshotError, SnapshotId, io_err, temp_name};
 use crate::BlobId;
+use crate::beneath::{Beneath, is_link_error};
 
 /// The local state file, inside [`LOCAL_DIR`].
 pub const STATE_FILE: &str = "snapshot-state.json";
@@ -89,33 +93,89 @@ pub(super) struct LocalState {
     pub(super) files: BTreeMap<String, CacheEntry>,
 }
 
-fn state_path(root: &Path) -> PathBuf {
-    root.join(LOCAL_DIR).join(STATE_FILE)
+/// The state directory of the workspace at `root`, opened beneath it (issue 30): tools can
+/// rename `.baton` and put a link or a directory of their own in its place, so it is never
+/// reached by name. A link or a file there is not followed (with `create`, it is replaced by a
+/// new directory); a directory owned by someone other than the worker (when the worker's uid
+/// differs from the tools', e.g. root) is not trusted. `None`: no usable state directory.
+fn state_dir(root: &Path, create: bool) -> io::Result<Option<Beneath>> {
+    let root = Beneath::open(root)?;
+    let name = Path::new(LOCAL_DIR);
+    let dir = match root.open_dir(name) {
+        Ok(dir) => dir,
+        Err(e) if !create => {
+            return match e.kind() {
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => Ok(None),
+                _ if is_link_error(&e) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => root.create_dirs(name)?,
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory || is_link_error(&e) => {
+            tracing::warn!(root = %root.path().display(), "the workspace's {LOCAL_DIR} was not a directory (a link or a file, made by a tool?): replaced");
+            root.remove_entry(name.as_os_str(), false)?;
+            root.create_dirs(name)?
+        }
+        Err(e) => return Err(e),
+    };
+    let owner = dir.metadata()?.uid();
+    if owner != nix::unistd::geteuid().as_raw() {
+        tracing::warn!(root = %root.path().display(), owner, "the workspace's {LOCAL_DIR} is not the worker's (made by a tool?): its snapshot state is not used");
+        return Ok(None);
+    }
+    Ok(Some(dir))
 }
 
 /// The local state; empty if missing or unreadable (everything is then hashed again).
 pub(super) fn read_state(root: &Path) -> LocalState {
-    fs::read(state_path(root))
+    let read = || -> io::Result<Option<Vec<u8>>> {
+        let Some(dir) = state_dir(root, false)? else {
+            return Ok(None);
+        };
+        let mut file = dir
+            .open_regular_entry(STATE_FILE.as_ref(), OFlag::O_RDONLY)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    };
+    read()
         .ok()
+        .flatten()
         .and_then(|bytes| serde_json::from_slice::<LocalState>(&bytes).ok())
         .filter(|state| state.version == STATE_VERSION)
         .unwrap_or_default()
 }
 
 pub(super) fn write_state(root: &Path, state: &LocalState) -> Result<(), SnapshotError> {
-    let dir = root.join(LOCAL_DIR);
-    fs::create_dir_all(&dir).map_err(|e| io_err(&dir, "create the local state directory", e))?;
-    let path = state_path(root);
+    let path = root.join(LOCAL_DIR).join(STATE_FILE);
+    let Some(dir) =
+        state_dir(root, true).map_err(|e| io_err(&path, "open the local state directory", e))?
+    else {
+        // Not trusted: the state is only a cache, so work goes on without it.
+        return Ok(());
+    };
     let bytes = serde_json::to_vec(state).map_err(|e| SnapshotError::Io {
         path: path.clone(),
         detail: format!("cannot encode the local snapshot state: {e}"),
     })?;
-    let tmp = dir.join(temp_name());
-    fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, "write the local snapshot state", e))?;
-    fs::rename(&tmp, &path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io_err(&path, "replace the local snapshot state", e)
-    })
+    let tmp = temp_name();
+    let written = dir
+        .open_entry(
+            tmp.as_ref(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            0o600,
+        )
+        .and_then(|mut file| file.write_all(&bytes))
+        .map_err(|e| io_err(&path, "write the local snapshot state", e));
+    let renamed = written.and_then(|()| {
+        dir.rename_entry(tmp.as_ref(), STATE_FILE.as_ref())
+            .map_err(|e| io_err(&path, "replace the local snapshot state", e))
+    });
+    if renamed.is_err() {
+        let _ = dir.remove_entry(tmp.as_ref(), false);
+    }
+    renamed
 }
 
 /// The snapshot the workspace at `root` is known to match: the last one [`take`]n or
@@ -207,5 +267,36 @@ mod tests {
         let again = take(&store, dst.path()).await.unwrap();
         assert_eq!(again.id, taken.id);
         assert_eq!((again.hashed, again.uploaded), (0, 0));
+    }
+
+    /// Issue 30: a tool replaced `.baton` with a link to a directory outside. Neither take nor
+    /// restore writes through it; the link is replaced by a real directory of the worker's.
+    #[tokio::test]
+    async fn a_state_directory_swapped_for_a_link_is_never_written_through() {
+        let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let outside = tempfile::tempdir().unwrap();
+        sample(src.path());
+        let store = MemStore::default();
+        for root in [src.path(), dst.path()] {
+            let _ = std::fs::remove_dir_all(root.join(LOCAL_DIR));
+            std::os::unix::fs::symlink(outside.path(), root.join(LOCAL_DIR)).unwrap();
+        }
+        let taken = take(&store, src.path()).await.unwrap();
+        restore(&store, dst.path(), &taken.id).await.unwrap();
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "written outside"
+        );
+        for root in [src.path(), dst.path()] {
+            let meta = std::fs::symlink_metadata(root.join(LOCAL_DIR)).unwrap();
+            assert!(meta.is_dir(), "{}", root.display());
+            assert_eq!(local_snapshot(root), Some(taken.id.clone()));
+        }
+        // A forged state in a link's place is not read either.
+        std::fs::write(outside.path().join(STATE_FILE), "{}").unwrap();
+        std::fs::remove_dir_all(src.path().join(LOCAL_DIR)).unwrap();
+        std::os::unix::fs::symlink(outside.path(), src.path().join(LOCAL_DIR)).unwrap();
+        assert_eq!(local_snapshot(src.path()), None);
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::time::Duration;
 
 use baton_tests::*;
@@ -544,4 +545,82 @@ fn big_tool_outputs_reach_the_model_as_a_preview_and_the_transcript_in_full() {
             .as_str()
             .is_some_and(|f| f.len() > 60_000)
     }));
+}
+
+/// Issue 30: a repository's `AGENTS.md` is not trusted. Links to the worker's own environment,
+/// to a file outside the workspace and to `/dev/zero` put nothing of them into any model
+/// request, and the worker lives through all three (the run goes on without the file).
+#[test]
+fn a_hostile_agents_md_link_reaches_no_model_request_and_kills_no_worker() {
+    const ENV_MARKER: &str = "worker-env-marker-91d2c";
+    const FILE_MARKER: &str = "OUTSIDE-MARKER-7f3a";
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("agents-md");
+    let base = llm.base_url();
+    let mut w = Worker::spawn(
+        &server,
+        &queue,
+        &[
+            ("OPENAI_BASE_URL", base.as_str()),
+            ("BATON_TEST_MARKER_TOKEN", ENV_MARKER),
+        ],
+    )
+    .unwrap();
+    w.wait_ready_blocking(T).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, format!("{FILE_MARKER}\n")).unwrap();
+    for (i, target) in [
+        Path::new("/proc/self/environ"),
+        outside.as_path(),
+        Path::new("/dev/zero"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let project = tmp.path().join(format!("project-{i}"));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("README"), "hello\n").unwrap();
+        std::os::unix::fs::symlink(target, project.join("AGENTS.md")).unwrap();
+        llm.push_text("ok");
+        let out = baton(
+            &server,
+            &[
+                "submit",
+                "--task-queue",
+                &queue,
+                "--id",
+                &unique("run-agents-md"),
+                "--provider",
+                "openai",
+                "--workspace-from",
+                project.to_str().unwrap(),
+                "--wait",
+                "--json",
+                "go",
+            ],
+        )
+        .unwrap();
+        assert_eq!(out.code, 0, "{}: {out}", target.display());
+        assert!(w.is_running(), "the worker died on {}", target.display());
+    }
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    for request in requests {
+        let body = request.body.to_string();
+        for marker in [
+            ENV_MARKER,
+            FILE_MARKER,
+            "OPENAI_BASE_URL",
+            "BATON_TEST_MARKER",
+        ] {
+            assert!(!body.contains(marker), "{marker} reached the model: {body}");
+        }
+    }
+    assert!(
+        w.log().contains("AGENTS.md left out of the instructions"),
+        "{}",
+        w.log()
+    );
 }

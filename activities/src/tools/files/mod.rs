@@ -2,6 +2,8 @@
 //! ([`list`]), all confined to the workspace.
 
 mod list;
+#[cfg(test)]
+mod race_tests;
 mod read;
 mod write;
 

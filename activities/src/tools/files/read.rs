@@ -7,7 +7,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::tools::output::cap;
-use crate::tools::workspace::resolve;
+use baton_store::beneath::{OpenError, is_link_error};
+
+use crate::tools::workspace::{confine, open_message};
 use crate::tools::{Outcome, ToolContext};
 
 /// `read_file` refuses to hold more than this many bytes of a file in memory; larger files
@@ -39,27 +41,21 @@ pub async fn read_file(ctx: &ToolContext, args: ReadFileArgs) -> Outcome {
     if args.limit == Some(0) {
         return Outcome::error("limit must be at least 1 (it is a number of lines)");
     }
-    let path = match resolve(&ctx.workspace, shown) {
-        Ok(path) => path,
+    let confined = match confine(&ctx.workspace, shown) {
+        Ok(confined) => confined,
         Err(message) => return Outcome::error(message),
     };
-    match tokio::fs::metadata(&path).await {
-        Ok(meta) if meta.is_dir() => {
+    let file = match confined.root.open_regular(&confined.rel) {
+        Ok(file) => tokio::fs::File::from_std(file),
+        Err(OpenError::Directory) => {
             return Outcome::error(format!(
                 "'{shown}' is a directory, not a file; use list_files to see what it contains"
             ));
         }
-        Ok(meta) if !meta.is_file() => {
-            return Outcome::error(format!(
-                "'{shown}' is not a regular file (it is a device, socket or pipe) and cannot be read"
-            ));
+        Err(OpenError::Io(e)) if !is_link_error(&e) => {
+            return Outcome::error(not_readable(shown, &e));
         }
-        Ok(_) => {}
-        Err(e) => return Outcome::error(not_readable(shown, &e)),
-    }
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(file) => file,
-        Err(e) => return Outcome::error(not_readable(shown, &e)),
+        Err(e) => return Outcome::error(open_message(shown, "read", &e)),
     };
 
     let first = args.offset.unwrap_or(1);

@@ -1,8 +1,11 @@
 //! `write_file`: creates or overwrites a file, with its parent directories.
 
+use baton_store::beneath::{OpenError, is_link_error};
+use nix::fcntl::OFlag;
 use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
 
-use crate::tools::workspace::resolve;
+use crate::tools::workspace::{Confined, confine, io_message, open_message};
 use crate::tools::{Outcome, ToolContext};
 
 /// Arguments of the `write_file` tool.
@@ -18,25 +21,45 @@ pub struct WriteFileArgs {
 /// Creates or overwrites a file with `content`, creating its parent directories.
 pub async fn write_file(ctx: &ToolContext, args: WriteFileArgs) -> Outcome {
     let shown = &args.path;
-    let path = match resolve(&ctx.workspace, shown) {
-        Ok(path) => path,
+    let Confined { root, rel } = match confine(&ctx.workspace, shown) {
+        Ok(confined) => confined,
         Err(message) => return Outcome::error(message),
     };
-    if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
-        return Outcome::error(format!(
+    let is_dir = || {
+        format!(
             "'{shown}' is a directory; give the path of a file to write, e.g. '{}/file.txt'",
             shown.trim_end_matches('/')
-        ));
+        )
+    };
+    if root.symlink_metadata(&rel).is_ok_and(|m| m.is_dir()) {
+        return Outcome::error(is_dir());
     }
-    if let Some(parent) = path.parent()
-        && let Err(e) = tokio::fs::create_dir_all(parent).await
+    let (parent, name) = match rel.parent().zip(rel.file_name()) {
+        Some(parts) => parts,
+        None => return Outcome::error(is_dir()),
+    };
+    let dir = match root.create_dirs(parent) {
+        Ok(dir) => dir,
+        Err(e) if is_link_error(&e) => return Outcome::error(io_message(shown, "write", &e)),
+        Err(e) => {
+            return Outcome::error(format!(
+                "cannot create the directories for '{shown}': {e}; check that no part of the \
+                 path is an existing file"
+            ));
+        }
+    };
+    let file = match dir.open_regular_entry(name, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC)
     {
-        return Outcome::error(format!(
-            "cannot create the directories for '{shown}': {e}; check that no part of the path is \
-             an existing file"
-        ));
-    }
-    match tokio::fs::write(&path, args.content.as_bytes()).await {
+        Ok(file) => file,
+        Err(OpenError::Directory) => return Outcome::error(is_dir()),
+        Err(e) => return Outcome::error(open_message(shown, "write", &e)),
+    };
+    let mut file = tokio::fs::File::from_std(file);
+    let written = async {
+        file.write_all(args.content.as_bytes()).await?;
+        file.flush().await
+    };
+    match written.await {
         Ok(()) => Outcome::ok(format!("wrote {} bytes to {shown}", args.content.len())),
         Err(e) => Outcome::error(format!("cannot write '{shown}': {e}")),
     }

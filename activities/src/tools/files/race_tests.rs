@@ -1,0 +1,86 @@
+//! Issue 30: the worker's file tools against a process that swaps a workspace directory with a
+//! link to a directory outside (`renameat2(RENAME_EXCHANGE)`) while they run.
+
+use std::{
+    os::unix::fs::symlink,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use baton_workflows::tools::{EDIT_FILE, READ_FILE, WRITE_FILE};
+use nix::fcntl::{RenameFlags, renameat2};
+use tempfile::TempDir;
+
+use super::tests::run;
+
+const OUTSIDE: &str = "OUTSIDE-MARKER-7f3a";
+
+#[tokio::test]
+async fn two_thousand_calls_beside_a_racer_touch_nothing_outside() {
+    let ws = TempDir::new().unwrap();
+    let outside = TempDir::new().unwrap();
+    std::fs::create_dir(ws.path().join("d")).unwrap();
+    std::fs::write(ws.path().join("d/secret"), "inside\n").unwrap();
+    std::fs::write(ws.path().join("d/edit.txt"), "v0\n").unwrap();
+    std::fs::write(outside.path().join("secret"), format!("{OUTSIDE}\n")).unwrap();
+    std::fs::write(outside.path().join("edit.txt"), "v0\n").unwrap();
+    symlink(outside.path(), ws.path().join("e")).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let racer = {
+        let stop = stop.clone();
+        let root = std::fs::File::open(ws.path()).unwrap();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                renameat2(&root, "d", &root, "e", RenameFlags::RENAME_EXCHANGE).unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let mut done = [0usize; 3];
+    for i in 0..2000 {
+        let path = format!("d/new-{i}.txt");
+        let (tool, arguments) = match i % 3 {
+            0 => (
+                WRITE_FILE,
+                serde_json::json!({"path": path, "content": "x"}),
+            ),
+            1 => (READ_FILE, serde_json::json!({"path": "d/secret"})),
+            _ => (
+                EDIT_FILE,
+                serde_json::json!({"path": "d/edit.txt", "old_text": "v", "new_text": "v"
+                    .repeat(1 + i % 2), "replace_all": true}),
+            ),
+        };
+        let result = run(&ws, tool, arguments).await;
+        assert!(
+            !result.content.contains(OUTSIDE),
+            "read outside: {}",
+            result.content
+        );
+        if !result.is_error {
+            done[i % 3] += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = racer.join().unwrap();
+
+    let mut names: Vec<_> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["edit.txt", "secret"], "written outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("edit.txt")).unwrap(),
+        "v0\n",
+        "edited outside"
+    );
+    assert!(swaps > 1000, "the racer ran: {swaps} swaps");
+    // The calls that found `d` a directory did their work.
+    assert!(done.iter().all(|&n| n > 0), "{done:?}");
+}
