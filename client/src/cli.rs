@@ -58,7 +58,9 @@ pub(crate) enum Command {
     /// Apply a run's change set to the current directory (a git checkout or not), atomically:
     /// on a conflict nothing changes (exit 2).
     Apply(ApplyArgs),
-    /// Write a run's final files into a directory.
+    /// Write a run's final files into a directory. Nothing at or under a `.git` directory
+    /// (at any depth) is written: such entries are listed on stderr and in `--json`
+    /// (`left_out`), and leaving them out alone does not fail the command (exit 0).
     Download(DownloadArgs),
     /// Replay the histories of open and recent runs against this build's workflow code, before
     /// rolling it out: exits 1 naming each run that would fail, and the event where it parts.

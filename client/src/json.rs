@@ -261,6 +261,16 @@ pub(crate) struct Downloaded<'a> {
     pub(crate) dir: &'a str,
     pub(crate) files: usize,
     pub(crate) bytes: u64,
+    /// `.git` directories (or files) of the run's tree that were not written, with how many
+    /// entries each held.
+    pub(crate) left_out: Vec<LeftOut<'a>>,
+}
+
+/// A `.git` path `download` left out.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeftOut<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) entries: usize,
 }
 
 impl<'a> Ended<'a> {

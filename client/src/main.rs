@@ -10,7 +10,8 @@
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
 //! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys),
 //! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
-//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`), [`replay_check`] (the replay
+//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`; [`patch_paths`]: what `apply`
+//! refuses), [`replay_check`] (the replay
 //! gate before a rollout), [`fleet`] (`fleet status`, `fleet patches`: Worker Versioning).
 
 mod ask;
@@ -32,6 +33,7 @@ mod inspect;
 mod json;
 mod launch;
 mod live;
+mod patch_paths;
 mod render;
 mod replay_check;
 mod strict;

@@ -1,0 +1,192 @@
+//! What comes back to the user's machine and what the CLI shows (issue 30 item 7, security
+//! review #8 and #9), end to end with a real dev server, worker and `baton` CLI: `baton
+//! download` and `baton apply` of a run whose tree holds `.git/config` (with
+//! `core.fsmonitor`) and hooks write none of it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::{path::Path, time::Duration};
+
+use crate::common;
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+/// `git` in `dir` without the user's configuration; panics on failure.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = run_git(dir, args).unwrap();
+    assert_eq!(out.code, 0, "git {args:?} failed: {out}");
+    out.stdout.trim().to_owned()
+}
+
+/// Every file and link under `dir` with its content (links: their target), sorted.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(dir).unwrap().display().to_string();
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", std::fs::read_link(&path).unwrap().display()),
+                ));
+            } else if kind.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                out.push((rel, String::from_utf8_lossy(&bytes).into_owned()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn download_and_apply_write_nothing_of_the_runs_git_dirs() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sec-cli-git");
+    let _w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    git(&project, &["init", "-q", "-b", "main"]);
+    std::fs::write(project.join("README.md"), "readme\n").unwrap();
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-q", "-m", "start"]);
+
+    // The run's shell writes git's files (a `--workspace-from` tree has no `.git` of its
+    // own), in three spellings, and one ordinary file.
+    let pwned = tmp.path().join("pwned");
+    let command = format!(
+        "mkdir -p .git/hooks .GIT sub/.git && \
+         printf '[core]\\n\\tfsmonitor = \"touch {p}\"\\n' > .git/config && \
+         printf '#!/bin/sh\\ntouch {p}\\n' > .git/hooks/post-checkout && \
+         chmod +x .git/hooks/post-checkout && \
+         printf '[core]\\n\\tfsmonitor = \"touch {p}\"\\n' > .GIT/config && \
+         echo x > sub/.git/config && echo fixed > fixed.txt",
+        p = pwned.display()
+    );
+    let script = script(
+        tmp.path(),
+        "git-files",
+        json!([
+            {"text": "Writing.", "tool_calls": [{"name": "shell", "arguments": {"command": command}}]},
+            {"text": "Done."}
+        ]),
+    );
+    let run = unique("run-git-files");
+    let out = baton_with_timeout(
+        &server,
+        &[
+            "submit",
+            "--task-queue",
+            &queue,
+            "--id",
+            &run,
+            "--script",
+            script.to_str().unwrap(),
+            "--no-approval",
+            "--workspace-from",
+            project.to_str().unwrap(),
+            "--wait",
+            "--json",
+            "write git files",
+        ],
+        &[],
+        None,
+        Duration::from_secs(180),
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let r = out.json().unwrap();
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+
+    // `baton download`: the ordinary files, none of git's; exit 0, stderr names what was
+    // left out.
+    let down = tmp.path().join("down");
+    let got = baton(&server, &["download", &run, down.to_str().unwrap()]).unwrap();
+    assert_eq!(got.code, 0, "{got}");
+    assert_eq!(
+        tree(&down),
+        [
+            ("README.md".to_owned(), "readme\n".to_owned()),
+            ("fixed.txt".to_owned(), "fixed\n".to_owned()),
+        ]
+    );
+    for dir in [".git", ".GIT", "sub/.git"] {
+        assert!(
+            std::fs::symlink_metadata(down.join(dir)).is_err(),
+            "{dir} was written: {got}"
+        );
+        assert!(
+            got.stderr.contains(&format!("left out {dir}/")),
+            "{dir}: {got}"
+        );
+    }
+    assert!(got.stderr.contains("wrote 2 files"), "{got}");
+    let json = baton(
+        &server,
+        &[
+            "download",
+            &run,
+            tmp.path().join("down2").to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .unwrap();
+    assert_eq!(json.code, 0, "{json}");
+    let v = json.json().unwrap();
+    assert_eq!(v["files"], 2, "{v}");
+    assert_eq!(
+        v["left_out"],
+        json!([
+            {"path": ".GIT", "entries": 1},
+            {"path": ".git", "entries": 2},
+            {"path": "sub/.git", "entries": 1}
+        ]),
+        "{v}"
+    );
+    // Downloading into the user's checkout leaves its git files alone.
+    let checkout = tmp.path().join("checkout");
+    git(
+        tmp.path(),
+        &["clone", "-q", project.to_str().unwrap(), "checkout"],
+    );
+    let config_before = std::fs::read(checkout.join(".git/config")).unwrap();
+    let into = baton(&server, &["download", &run, checkout.to_str().unwrap()]).unwrap();
+    assert_eq!(into.code, 0, "{into}");
+    assert_eq!(
+        std::fs::read(checkout.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!checkout.join(".git/hooks/post-checkout").exists());
+    assert!(!checkout.join(".GIT").exists());
+    git(&checkout, &["status", "--short"]);
+    assert!(!pwned.exists(), "a command from the run's tree ran");
+
+    // `baton apply`: the change set holds `.GIT/config` (only `.git` itself is left out of
+    // change sets); the whole patch is refused, nothing changes.
+    let clone = tmp.path().join("clone");
+    git(
+        tmp.path(),
+        &["clone", "-q", project.to_str().unwrap(), "clone"],
+    );
+    let before = tree(&clone);
+    let applied = baton(&server, &["apply", &run, "-C", clone.to_str().unwrap()]).unwrap();
+    assert_eq!(applied.code, 2, "{applied}");
+    assert!(
+        applied
+            .stderr
+            .contains("'.GIT/config': inside a .git directory")
+            && applied.stderr.contains("nothing was changed"),
+        "{applied}"
+    );
+    assert_eq!(tree(&clone), before, "apply changed files");
+    assert!(!pwned.exists(), "a command from the run's tree ran");
+}
