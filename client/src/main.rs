@@ -6,7 +6,8 @@
 //! reads the source), [`inspect`]
 //! (status, result, transcript), [`watch`] (live events; [`children`]: subagents followed inline), [`decide`] (approve, deny, cancel,
 //! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
-//! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
+//! for people; [`safe_text`]: model and tool text escaped for a terminal), [`json`] (every
+//! `--json` object, typed), [`waiting`] (`--wait-timeout` and
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
 //! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys),
 //! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
@@ -36,6 +37,7 @@ mod live;
 mod patch_paths;
 mod render;
 mod replay_check;
+mod safe_text;
 mod strict;
 mod style;
 mod submit;
@@ -126,7 +128,9 @@ async fn main() {
                 if as_json {
                     print_json_error(&e.message, e.code);
                 }
-                eprintln!("baton: {}", e.message);
+                // Errors quote runs, tools and servers: no control character reaches the
+                // terminal raw.
+                eprintln!("baton: {}", safe_text::escape(&e.message));
             }
             e.code
         }

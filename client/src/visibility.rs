@@ -15,6 +15,7 @@ use crate::{
     inspect,
     json::{self, ListedRun, PendingRun, Runs, WaitingCall},
     render,
+    safe_text::escape_line,
 };
 
 /// `'value'` for a visibility query.
@@ -181,14 +182,19 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     for r in &runs {
         let st = status_of(r);
         match st.parent_run_id.as_str() {
-            "" => println!("{}  (turn {})", r.id(), st.turn),
-            parent => println!("{}  (turn {}, subagent of {parent})", r.id(), st.turn),
+            "" => println!("{}  (turn {})", escape_line(r.id()), st.turn),
+            parent => println!(
+                "{}  (turn {}, subagent of {})",
+                escape_line(r.id()),
+                st.turn,
+                escape_line(parent)
+            ),
         }
         for p in &st.pending {
             println!(
                 "  {}  {}  {}  (waiting {})",
-                p.call_id,
-                p.tool,
+                escape_line(&p.call_id),
+                escape_line(&p.tool),
                 render::one_line(&p.arguments, 120),
                 render::duration(((now_ms - p.requested_at_ms).max(0) / 1000) as u64)
             );

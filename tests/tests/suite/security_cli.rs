@@ -190,3 +190,108 @@ fn download_and_apply_write_nothing_of_the_runs_git_dirs() {
     assert_eq!(tree(&clone), before, "apply changed files");
     assert!(!pwned.exists(), "a command from the run's tree ran");
 }
+
+/// `baton <args>` on a terminal (a pty from util-linux `script`), `input` typed in; returns
+/// what the terminal showed, its `\r\n` line ends as `\n`.
+fn baton_on_a_terminal(server: &DevServer, args: &[&str], input: &str) -> CmdOutput {
+    let mut line = bin_path("baton").unwrap().display().to_string();
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let mut cmd = clean_command("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env("TEMPORAL_ADDRESS", server.address())
+        .env("TEMPORAL_NAMESPACE", server.namespace())
+        .env("BATON_STORE__DIR", server.blob_dir());
+    let mut out = RunningCmd::spawn(cmd, Some(input))
+        .unwrap()
+        .wait(Duration::from_secs(120))
+        .unwrap();
+    out.stdout = out.stdout.replace("\r\n", "\n");
+    out
+}
+
+/// No raw carriage return (a `\n` line end aside), escape or C1 control, nor a bidi override.
+fn assert_printable(what: &str, text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(
+            |c| matches!(c, '\r' | '\x1b' | '\x07' | '\u{80}'..='\u{9f}' | '\u{202a}'..='\u{202e}'),
+        )
+        .collect();
+    assert!(bad.is_empty(), "{what} prints {bad:?} raw:\n{text:?}");
+}
+
+/// Review #9a: a command holding `\r` and `\x1b[2K` (which would hide its start on a
+/// terminal) is shown escaped by the approval prompt and every listing; its output's escape
+/// sequences (an OSC 52 clipboard write, a line erase) are shown escaped by `transcript`
+/// and `watch`; `--json` keeps them exact.
+#[test]
+fn approval_prompts_listings_and_transcripts_show_control_characters_escaped() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sec-cli-ctl");
+    let _w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    // What runs: the printf (the rest is a comment to sh). What a raw terminal shows of it:
+    // `$ ls -la`.
+    let command = "printf 'out\\033]52;c;cHduZWQ=\\007 \\r\\033[2Kdone \\342\\200\\256x\\n' \
+                   #\r\x1b[2K$ ls -la";
+    let script = shell_script(tmp.path(), "ctl", "Listing.", &[command]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-ctl"),
+        &["--script", &script],
+        "list",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    assert_eq!(status["pending"][0]["call_id"], "call_1_1", "{status}");
+    let arguments: serde_json::Value =
+        serde_json::from_str(status["pending"][0]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments["command"], command, "--json is exact");
+
+    // The listings.
+    let pending = baton(&server, &["pending"]).unwrap();
+    assert_eq!(pending.code, 0, "{pending}");
+    assert!(pending.stdout.contains("call_1_1"), "{pending}");
+    assert_printable("pending", &pending.stdout);
+    let shown = baton(&server, &["status", &run]).unwrap();
+    assert_printable("status", &shown.stdout);
+    let listed = baton(&server, &["approve", &run]).unwrap();
+    assert_eq!(listed.code, 2, "no terminal: {listed}");
+    assert!(listed.stderr.contains("call_1_1"), "{listed}");
+    assert_printable("approve without a terminal", &listed.stderr);
+
+    // The prompt, on a terminal: the whole command, its `\r` and escape visible.
+    let prompt = baton_on_a_terminal(&server, &["approve", &run], "a\n\n");
+    assert_eq!(prompt.code, 0, "{prompt}");
+    assert_printable("the approval prompt", &prompt.stdout);
+    assert!(
+        prompt.stdout.contains("    $ printf 'out")
+            && prompt.stdout.contains(" #\\r\\x1b[2K$ ls -la"),
+        "{prompt}"
+    );
+    assert!(prompt.stdout.contains("call_1_1: approved"), "{prompt}");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+
+    // The output, in the transcript and in watch: escaped; in --json: exact.
+    let transcript = baton(&server, &["transcript", &run]).unwrap();
+    assert_eq!(transcript.code, 0, "{transcript}");
+    assert_printable("transcript", &transcript.stdout);
+    assert!(
+        transcript
+            .stdout
+            .contains("out\\x1b]52;c;cHduZWQ=\\x07 \\r\\x1b[2Kdone \\u{202e}x"),
+        "{transcript}"
+    );
+    let watch = baton(&server, &["watch", &run]).unwrap();
+    assert_printable("watch", &watch.stdout);
+    assert!(watch.stdout.contains("\\x1b]52"), "{watch}");
+    let json = baton(&server, &["transcript", &run, "--json"]).unwrap();
+    assert!(
+        json.stdout
+            .contains(r"out\u001b]52;c;cHduZWQ=\u0007 \r\u001b[2Kdone"),
+        "{json}"
+    );
+}
