@@ -44,6 +44,12 @@ pub(crate) fn cannot_prompt(run: &str, pending: &[PendingCall], now_ms: i64) -> 
             render::one_line(&p.arguments, 120),
             waited(p, now_ms)
         ));
+        if crate::calls::looks_cut(&p.arguments) {
+            msg.push_str(&format!(
+                "    {}\n",
+                crate::calls::cut_note(run, &p.call_id)
+            ));
+        }
     }
     msg.push_str(&format!(
         "approve them with: baton approve {run} {}\n",
@@ -90,6 +96,9 @@ pub(crate) struct Ask {
     /// `--remember`: approvals remember.
     pub(crate) remember: bool,
     pub(crate) now_ms: i64,
+    /// Said under a call's arguments, by call id: why they are cut (the whole could not be
+    /// read), see `decide::ask_pending`.
+    pub(crate) notes: std::collections::BTreeMap<String, String>,
 }
 
 /// Asks about each pending call on the terminal (stderr for questions, stdin for answers);
@@ -138,6 +147,21 @@ pub(crate) fn ask_with(
         )
         .map_err(io_err)?;
         writeln!(out, "{}", show_arguments(&p.tool, &p.arguments)).map_err(io_err)?;
+        if let Some(note) = ask.notes.get(&p.call_id) {
+            writeln!(out, "    {}", style.yellow(&escape(note))).map_err(io_err)?;
+        } else if p.arguments.chars().count() > SHOWN_CHARS {
+            writeln!(
+                out,
+                "    {}",
+                style.yellow(&format!(
+                    "(the first {SHOWN_CHARS} of {} characters; all of them: baton show {} {})",
+                    p.arguments.chars().count(),
+                    escape_line(&ask.run),
+                    escape_line(&p.call_id)
+                ))
+            )
+            .map_err(io_err)?;
+        }
         writeln!(out, "{}", style.dim(&remember_hint(p))).map_err(io_err)?;
         let choice = loop {
             write!(out, "approve, deny or skip? [a/r/d/s/q] ").map_err(io_err)?;
@@ -207,7 +231,14 @@ fn read_line(input: &mut dyn BufRead) -> std::io::Result<Option<String>> {
 /// JSON (cut when very long); control characters escaped ([`escape`]: a `\r` must not hide
 /// the start of the command on the terminal).
 pub(crate) fn show_arguments(tool: &str, arguments: &str) -> String {
-    const MAX: usize = 2_000;
+    show_arguments_upto(tool, arguments, SHOWN_CHARS)
+}
+
+/// Characters of arguments the prompt shows (`baton show` prints them all).
+pub(crate) const SHOWN_CHARS: usize = 2_000;
+
+/// [`show_arguments`], cut after `max` characters.
+pub(crate) fn show_arguments_upto(tool: &str, arguments: &str, max: usize) -> String {
     let parsed: Option<Value> = serde_json::from_str(arguments).ok();
     let text = match &parsed {
         Some(v) if tool == "shell" && v.get("command").is_some_and(Value::is_string) => {
@@ -226,8 +257,8 @@ pub(crate) fn show_arguments(tool: &str, arguments: &str) -> String {
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_else(|_| arguments.to_owned()),
         None => arguments.to_owned(),
     };
-    let mut text: String = text.chars().take(MAX).collect();
-    if arguments.chars().count() > MAX {
+    let mut text: String = text.chars().take(max).collect();
+    if arguments.chars().count() > max {
         text.push('…');
     }
     escape(&text)
@@ -280,6 +311,7 @@ mod tests {
             reason: String::new(),
             remember: false,
             now_ms: 61_000,
+            notes: Default::default(),
         }
     }
 

@@ -49,6 +49,9 @@ pub(crate) enum Command {
     Send(SendArgs),
     /// Print the whole conversation, with full tool outputs (needs a worker to answer).
     Transcript(RunArgs),
+    /// Print one call's whole arguments (those over 1 KiB are cut in `pending`/`status`: the
+    /// whole is in the workers' blob store; needs a worker to answer and the store).
+    Show(ShowArgs),
     /// List runs (newest first), found through Temporal visibility.
     List(ListArgs),
     /// Runs waiting for approval, with each pending call and how long it has waited.
@@ -441,6 +444,17 @@ pub(crate) struct RunArgs {
     /// Run id.
     pub(crate) run: String,
     /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// Run id.
+    pub(crate) run: String,
+    /// The call's id (as `baton pending` lists it).
+    pub(crate) call_id: String,
+    /// Print JSON (the arguments exactly as the model wrote them).
     #[arg(long)]
     pub(crate) json: bool,
 }

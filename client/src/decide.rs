@@ -1,8 +1,8 @@
 //! Changing runs: `approve`, `deny` (interactively with `ask.rs`), `cancel`, `send`.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
-use baton_proto::{ApprovalDecision, ApprovalOutcome};
+use baton_proto::{ApprovalDecision, ApprovalOutcome, PendingCall};
 use baton_workflows::AgentRun;
 use serde_json::Value;
 use temporalio_client::{
@@ -12,7 +12,7 @@ use temporalio_client::{
 };
 
 use crate::{
-    ask,
+    ask, calls,
     cli::{CancelArgs, DecideArgs, SendArgs},
     connect::{connect, handle, interaction_error, not_found, short},
     exit::{self, Exit},
@@ -178,7 +178,7 @@ async fn ask_pending(
     let snap = open_snapshot(h, &args.run).await?;
     let now = crate::render::now_ms();
     let state = snap.status.state().as_str_name();
-    let pending = snap.status.pending;
+    let mut pending = snap.status.pending;
     if !ask::can_prompt() {
         return Err(ask::cannot_prompt(&args.run, &pending, now));
     }
@@ -189,12 +189,16 @@ async fn ask_pending(
         );
         return Ok(None);
     }
+    // The approver decides on the whole arguments, not on the cut form the run's history
+    // keeps of long ones.
+    let notes = with_whole_arguments(h, &args.run, &mut pending).await;
     let question = ask::Ask {
         run: args.run.clone(),
         approver: approver.to_owned(),
         reason: args.reason.clone(),
         remember: args.remember,
         now_ms: now,
+        notes,
     };
     let decisions = ask::ask(question, pending).await?;
     if decisions.is_empty() {
@@ -202,6 +206,50 @@ async fn ask_pending(
         return Ok(None);
     }
     Ok(Some(decisions))
+}
+
+/// Replaces the cut arguments of `pending` with the whole ones (see `calls`); returns, by
+/// call id, why those it could not read are shown cut.
+async fn with_whole_arguments(
+    h: &WorkflowHandle<Client, AgentRun>,
+    run: &str,
+    pending: &mut [PendingCall],
+) -> BTreeMap<String, String> {
+    let cut: Vec<&str> = pending
+        .iter()
+        .filter(|p| calls::looks_cut(&p.arguments))
+        .map(|p| p.call_id.as_str())
+        .collect();
+    let mut notes = BTreeMap::new();
+    if cut.is_empty() {
+        return notes;
+    }
+    let found = calls::whole_arguments(h, run, &cut).await;
+    for p in pending.iter_mut() {
+        if !calls::looks_cut(&p.arguments) {
+            continue;
+        }
+        let whole = match &found {
+            Ok(all) => all
+                .get(&p.call_id)
+                .cloned()
+                .unwrap_or_else(|| Err("not found".to_owned())),
+            Err(why) => Err(why.clone()),
+        };
+        match whole {
+            Ok(whole) => p.arguments = whole.arguments,
+            Err(why) => {
+                notes.insert(
+                    p.call_id.clone(),
+                    format!(
+                        "these arguments may be cut (the run's history keeps long ones cut) and \
+                         the whole could not be read: {why}"
+                    ),
+                );
+            }
+        }
+    }
+    notes
 }
 
 /// Sends one decision: the validated update, or the signal (`--signal`, or when no worker

@@ -5,7 +5,7 @@
 //! (starting a run and following it), [`fork`] (a run from another's turn N; [`fork_source`]
 //! reads the source), [`inspect`]
 //! (status, result, transcript), [`watch`] (live events; [`children`]: subagents followed inline), [`decide`] (approve, deny, cancel,
-//! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
+//! send), [`ask`] (interactive approval), [`calls`] (a call's whole arguments: `show`), [`visibility`] (list, pending), [`render`] (output
 //! for people; [`safe_text`]: model and tool text escaped for a terminal), [`json`] (every
 //! `--json` object, typed), [`waiting`] (`--wait-timeout` and
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
@@ -17,6 +17,7 @@
 
 mod ask;
 mod blobs;
+mod calls;
 mod changes;
 mod children;
 #[cfg(test)]
@@ -102,6 +103,7 @@ async fn main() {
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
+        Command::Show(a) => calls::show(a).await,
         Command::List(a) => visibility::list(a).await,
         Command::Pending(a) => visibility::pending(a).await,
         Command::Diff(a) => changes::diff(a).await,

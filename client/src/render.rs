@@ -234,6 +234,12 @@ pub(crate) fn status_human(
                 one_line(&p.arguments, 160),
                 ago(p.requested_at_ms)
             ));
+            if crate::calls::looks_cut(&p.arguments) {
+                out.push_str(&format!(
+                    "    {}\n",
+                    crate::calls::cut_note(run, &p.call_id)
+                ));
+            }
         }
         out.push_str(&format!(
             "decide:  baton approve {run} <CALL_ID>|--all   or   baton deny {run} <CALL_ID>|--all --reason \"...\"\n"

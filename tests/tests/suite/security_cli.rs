@@ -295,3 +295,128 @@ fn approval_prompts_listings_and_transcripts_show_control_characters_escaped() {
         "{json}"
     );
 }
+
+/// Review #9b: arguments over the workers' 1 KiB inline limit are cut in the run's history
+/// (and so in `PendingCall`); `pending` says so and names `baton show`, `pending --json` and
+/// `show` give them whole, and the approval prompt shows them whole.
+#[test]
+fn long_arguments_awaiting_approval_can_be_seen_whole() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sec-cli-long");
+    let _w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let content = format!(
+        "{}TAIL-MARKER-5e1d rm -rf \x1b[2K ~\n",
+        "harmless line\n".repeat(150)
+    );
+    assert!(content.len() > 2048);
+    let arguments = json!({"path": "notes.txt", "content": content});
+    // Over 1 KiB too, but short enough for the prompt to show all of it.
+    let shorter = json!({"path": "short.txt", "content": format!(
+        "{}SHORT-MARKER-77b0\n",
+        "harmless line\n".repeat(80)
+    )});
+    assert!(shorter.to_string().len() > 1024);
+    let script = script(
+        tmp.path(),
+        "long",
+        json!([
+            {"text": "Writing.", "tool_calls": [
+                {"name": "write_file", "arguments": arguments},
+                {"name": "write_file", "arguments": shorter}
+            ]},
+            {"text": "Done."}
+        ]),
+    );
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-long"),
+        &[
+            "--script",
+            script.to_str().unwrap(),
+            "--require-approval",
+            "write_file",
+        ],
+        "write",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let cut = status["pending"][0]["arguments"].as_str().unwrap();
+    assert!(
+        cut.contains("kept in the blob store]") && !cut.contains("TAIL-MARKER-5e1d"),
+        "the history keeps them cut: {status}"
+    );
+
+    // `pending`: says they are cut and how to see them whole.
+    let listed = baton(&server, &["pending"]).unwrap();
+    assert_eq!(listed.code, 0, "{listed}");
+    assert!(
+        listed.stdout.contains(&format!(
+            "(arguments cut in the run's history; see them whole: baton show {run} call_1_1)"
+        )),
+        "{listed}"
+    );
+    // `pending --json`: whole.
+    let pending = baton(&server, &["pending", "--json"]).unwrap();
+    assert_eq!(pending.code, 0, "{pending}");
+    let v = pending.json().unwrap();
+    let ours = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == run.as_str())
+        .unwrap();
+    let call = &ours["pending"][0];
+    assert_eq!(call["call_id"], "call_1_1", "{v}");
+    assert_eq!(call["arguments_cut"], true, "{v}");
+    let whole: serde_json::Value =
+        serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(whole, arguments, "pending --json has them whole");
+
+    // `show`: whole, exact in --json, escaped for people.
+    let shown = baton(&server, &["show", &run, "call_1_1", "--json"]).unwrap();
+    assert_eq!(shown.code, 0, "{shown}");
+    let s = shown.json().unwrap();
+    assert_eq!(s["tool"], "write_file", "{s}");
+    assert_eq!(s["cut_in_history"], true, "{s}");
+    let exact = s["arguments"].as_str().unwrap();
+    assert_eq!(s["bytes"], exact.len(), "{s}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(exact).unwrap(),
+        arguments
+    );
+    let human = baton(&server, &["show", &run, "call_1_1"]).unwrap();
+    assert_eq!(human.code, 0, "{human}");
+    assert!(
+        human
+            .stdout
+            .contains("TAIL-MARKER-5e1d rm -rf \\u001b[2K ~"),
+        "{human}"
+    );
+    assert!(
+        human.stdout.contains("(whole, from the blob store"),
+        "{human}"
+    );
+    assert_printable("show", &human.stdout);
+    let unknown = baton(&server, &["show", &run, "call_9_9"]).unwrap();
+    assert_eq!(unknown.code, 2, "{unknown}");
+    assert!(unknown.stderr.contains("no call call_9_9"), "{unknown}");
+
+    // The prompt: the whole arguments (up to 2,000 characters, then where the rest is).
+    let prompt = baton_on_a_terminal(&server, &["approve", &run], "d\nnot now\nd\nno\n");
+    assert_eq!(prompt.code, 0, "{prompt}");
+    assert!(prompt.stdout.contains("SHORT-MARKER-77b0"), "{prompt}");
+    assert!(!prompt.stdout.contains("may be cut"), "{prompt}");
+    assert!(
+        prompt.stdout.contains(&format!(
+            "(the first 2000 of {} characters; all of them: baton show {run} call_1_1)",
+            // The prompt counts the JSON text's characters, as the model wrote it.
+            exact.chars().count()
+        )),
+        "{prompt}"
+    );
+    assert!(prompt.stdout.contains("call_1_1: denied"), "{prompt}");
+    assert!(prompt.stdout.contains("call_1_2: denied"), "{prompt}");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+}
