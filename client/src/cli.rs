@@ -467,7 +467,9 @@ pub(crate) struct DecideArgs {
     /// terminal: shows each pending call and asks approve / deny / skip.
     #[arg(conflicts_with = "all")]
     pub(crate) call_ids: Vec<String>,
-    /// Decide every pending call.
+    /// Decide every call pending now: they are listed (stderr) and decided one by one, by
+    /// id, so a batch that comes later is never decided unseen; a listed call decided
+    /// meanwhile (by someone else) is skipped with a note.
     #[arg(long)]
     pub(crate) all: bool,
     /// Why (the model sees the reason of a denial).

@@ -420,3 +420,60 @@ fn long_arguments_awaiting_approval_can_be_seen_whole() {
     let r = result(&server, &run, 0);
     assert_eq!(r["status"], "COMPLETED", "{r}");
 }
+
+/// The call ids of every `approve` update the run's history accepted, in order.
+fn approve_updates(server: &DevServer, run: &str) -> Vec<String> {
+    let history = server.workflow_history_json(run, None).unwrap();
+    history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            e.as_object()?
+                .iter()
+                .find(|(k, _)| k.starts_with("workflowExecutionUpdateAccepted"))
+                .map(|(_, v)| v.clone())
+        })
+        .map(|accepted| {
+            let text = decode_history_payloads(&accepted["acceptedRequest"]["input"]);
+            let decision: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+            decision["call_id"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Review #9c: `approve --all` decides the calls it listed, by id, not `*` (which the
+/// workflow applies to whatever is pending when it arrives).
+#[test]
+fn approve_all_decides_the_listed_calls_by_id() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("sec-cli-all");
+    let w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let script = approval_script(tmp.path(), "all", &["echo one > one.txt", "echo two"]);
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-all"),
+        &["--script", &script],
+        "two",
+    );
+    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    assert_eq!(status["pending"].as_array().unwrap().len(), 2, "{status}");
+
+    let all = baton(&server, &["approve", &run, "--all", "--approver", "alice"]).unwrap();
+    assert_eq!(all.code, 0, "{all}");
+    // It says what it decides, then each decision.
+    assert!(
+        all.stderr.contains("approving the 2 call(s) of run")
+            && all.stderr.contains("call_2_1  shell")
+            && all.stderr.contains("call_2_2  shell"),
+        "{all}"
+    );
+    assert!(all.stdout.contains("call_2_1: approved"), "{all}");
+    assert!(all.stdout.contains("call_2_2: approved"), "{all}");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["status"], "COMPLETED", "{r}");
+    assert!(w.workspace_root().join(&run).join("one.txt").exists());
+    assert_eq!(approve_updates(&server, &run), ["call_2_1", "call_2_2"]);
+}
