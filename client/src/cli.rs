@@ -49,6 +49,9 @@ pub(crate) enum Command {
     Send(SendArgs),
     /// Print the whole conversation, with full tool outputs (needs a worker to answer).
     Transcript(RunArgs),
+    /// Print one call's whole arguments (those over 1 KiB are cut in `pending`/`status`: the
+    /// whole is in the workers' blob store; needs a worker to answer and the store).
+    Show(ShowArgs),
     /// List runs (newest first), found through Temporal visibility.
     List(ListArgs),
     /// Runs waiting for approval, with each pending call and how long it has waited.
@@ -58,7 +61,9 @@ pub(crate) enum Command {
     /// Apply a run's change set to the current directory (a git checkout or not), atomically:
     /// on a conflict nothing changes (exit 2).
     Apply(ApplyArgs),
-    /// Write a run's final files into a directory.
+    /// Write a run's final files into a directory. Nothing at or under a `.git` directory
+    /// (at any depth) is written: such entries are listed on stderr and in `--json`
+    /// (`left_out`), and leaving them out alone does not fail the command (exit 0).
     Download(DownloadArgs),
     /// Replay the histories of open and recent runs against this build's workflow code, before
     /// rolling it out: exits 1 naming each run that would fail, and the event where it parts.
@@ -444,6 +449,17 @@ pub(crate) struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// Run id.
+    pub(crate) run: String,
+    /// The call's id (as `baton pending` lists it).
+    pub(crate) call_id: String,
+    /// Print JSON (the arguments exactly as the model wrote them).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct DecideArgs {
     /// Run id.
     pub(crate) run: String,
@@ -451,7 +467,9 @@ pub(crate) struct DecideArgs {
     /// terminal: shows each pending call and asks approve / deny / skip.
     #[arg(conflicts_with = "all")]
     pub(crate) call_ids: Vec<String>,
-    /// Decide every pending call.
+    /// Decide every call pending now: they are listed (stderr) and decided one by one, by
+    /// id, so a batch that comes later is never decided unseen; a listed call decided
+    /// meanwhile (by someone else) is skipped with a note.
     #[arg(long)]
     pub(crate) all: bool,
     /// Why (the model sees the reason of a denial).

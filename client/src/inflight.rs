@@ -109,7 +109,11 @@ pub(crate) fn human(a: &InFlight, now_ms: i64) -> String {
     };
     let tool_call = matches!(a.activity.as_str(), "run_tool" | "mcp_call_tool");
     let mut line = if tool_call && !a.activity_id.is_empty() {
-        format!("{} {}: ", what(&a.activity), a.activity_id)
+        format!(
+            "{} {}: ",
+            what(&a.activity),
+            crate::safe_text::escape_line(&a.activity_id)
+        )
     } else {
         format!("{}: ", what(&a.activity))
     };

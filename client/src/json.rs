@@ -13,6 +13,7 @@
 //! | `status` | [`Status`] (`activities`: [`Activity`]) |
 //! | `watch` | one [`WatchLine`] per event (`json_watch.rs`) |
 //! | `transcript` | [`Transcript`] (the proto items as proto3 JSON) |
+//! | `show` | [`Shown`] |
 //! | `approve`, `deny` | [`Decided`] |
 //! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
 //! | `diff` | [`Diff`] ([`ChangeSet`]) |
@@ -261,6 +262,16 @@ pub(crate) struct Downloaded<'a> {
     pub(crate) dir: &'a str,
     pub(crate) files: usize,
     pub(crate) bytes: u64,
+    /// `.git` directories (or files) of the run's tree that were not written, with how many
+    /// entries each held.
+    pub(crate) left_out: Vec<LeftOut<'a>>,
+}
+
+/// A `.git` path `download` left out.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeftOut<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) entries: usize,
 }
 
 impl<'a> Ended<'a> {
@@ -460,6 +471,20 @@ pub(crate) struct Transcript<'a> {
     pub(crate) items: &'a [Item],
 }
 
+/// `show --json`: one call's arguments, exactly as the model wrote them.
+#[derive(Debug, Serialize)]
+pub(crate) struct Shown<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) arguments: &'a str,
+    /// Bytes of `arguments`.
+    pub(crate) bytes: usize,
+    /// The run's history keeps them cut (`pending`/`status` show the cut form); these were
+    /// read from the blob store.
+    pub(crate) cut_in_history: bool,
+}
+
 /// `approve --json`, `deny --json`: each decision sent.
 #[derive(Debug, Serialize)]
 pub(crate) struct Decided<'a> {
@@ -557,7 +582,16 @@ pub(crate) struct PendingRun<'a> {
 pub(crate) struct WaitingCall {
     pub(crate) call_id: String,
     pub(crate) tool: String,
+    /// The arguments exactly as the model wrote them; when the run's history keeps them cut
+    /// and the whole could not be read, the cut form (then `arguments_unreadable` says why).
     pub(crate) arguments: String,
+    /// The run's history keeps these arguments cut (over 1 KiB): `arguments` were read whole
+    /// from the blob store, or see `arguments_unreadable`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) arguments_cut: bool,
+    /// Why the whole arguments could not be read (`arguments` is then the cut form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) arguments_unreadable: Option<String>,
     pub(crate) waiting_seconds: i64,
 }
 
@@ -568,6 +602,8 @@ impl WaitingCall {
             call_id: p.call_id,
             tool: p.tool,
             arguments: p.arguments,
+            arguments_cut: false,
+            arguments_unreadable: None,
         }
     }
 }

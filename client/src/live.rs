@@ -196,7 +196,9 @@ pub(crate) fn human(d: &Delta, turn: u32, open: &mut bool, style: &Style) -> Str
             out.push('\n');
             *open = true;
         }
-        out.push_str(&d.text);
+        // The model's text as it comes: escaped, an escape sequence split over two
+        // deltas included (its escape character is in one of them).
+        out.push_str(&crate::safe_text::escape(&d.text));
     }
     out
 }

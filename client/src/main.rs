@@ -5,16 +5,19 @@
 //! (starting a run and following it), [`fork`] (a run from another's turn N; [`fork_source`]
 //! reads the source), [`inspect`]
 //! (status, result, transcript), [`watch`] (live events; [`children`]: subagents followed inline), [`decide`] (approve, deny, cancel,
-//! send), [`ask`] (interactive approval), [`visibility`] (list, pending), [`render`] (output
-//! for people), [`json`] (every `--json` object, typed), [`waiting`] (`--wait-timeout` and
+//! send), [`ask`] (interactive approval), [`calls`] (a call's whole arguments: `show`), [`visibility`] (list, pending), [`render`] (output
+//! for people; [`safe_text`]: model and tool text escaped for a terminal), [`json`] (every
+//! `--json` object, typed), [`waiting`] (`--wait-timeout` and
 //! Ctrl-C detach), [`style`] (colour and spinner rule), [`exit`] (exit codes),
 //! [`codec_server`] (Temporal's remote codec endpoint over the payload encryption keys),
 //! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
-//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`), [`replay_check`] (the replay
+//! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`; [`patch_paths`]: what `apply`
+//! refuses), [`replay_check`] (the replay
 //! gate before a rollout), [`fleet`] (`fleet status`, `fleet patches`: Worker Versioning).
 
 mod ask;
 mod blobs;
+mod calls;
 mod changes;
 mod children;
 #[cfg(test)]
@@ -32,8 +35,10 @@ mod inspect;
 mod json;
 mod launch;
 mod live;
+mod patch_paths;
 mod render;
 mod replay_check;
+mod safe_text;
 mod strict;
 mod style;
 mod submit;
@@ -98,6 +103,7 @@ async fn main() {
         Command::Cancel(a) => decide::cancel(a).await,
         Command::Send(a) => decide::send(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
+        Command::Show(a) => calls::show(a).await,
         Command::List(a) => visibility::list(a).await,
         Command::Pending(a) => visibility::pending(a).await,
         Command::Diff(a) => changes::diff(a).await,
@@ -124,7 +130,9 @@ async fn main() {
                 if as_json {
                     print_json_error(&e.message, e.code);
                 }
-                eprintln!("baton: {}", e.message);
+                // Errors quote runs, tools and servers: no control character reaches the
+                // terminal raw.
+                eprintln!("baton: {}", safe_text::escape(&e.message));
             }
             e.code
         }

@@ -1,4 +1,6 @@
-//! Output for people (the `--json` objects are in `json.rs`).
+//! Output for people (the `--json` objects are in `json.rs`). Everything a model, a tool, a
+//! server or another client wrote goes through `safe_text` first: no control character
+//! reaches the terminal raw.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -6,6 +8,7 @@ use baton_proto::{RunEvent, RunResult, RunState, RunStatus, TerminationReason, U
 
 use crate::{
     inflight::{self, InFlight},
+    safe_text::{escape, escape_line},
     style::Style,
 };
 
@@ -67,7 +70,7 @@ pub(crate) fn result_human(result: &RunResult) -> String {
     let usage = result.usage.unwrap_or_default();
     let mut out = format!(
         "run {}: {} ({}) after {} turn{}, {} tokens\n",
-        result.run_id,
+        escape_line(&result.run_id),
         result.status().as_str_name(),
         result.reason().as_str_name(),
         result.turns,
@@ -81,18 +84,18 @@ pub(crate) fn result_human(result: &RunResult) -> String {
         out.push_str(&format!("why:    {}\n", explain(result.reason())));
     }
     if !result.detail.is_empty() {
-        out.push_str(&format!("detail: {}\n", result.detail));
+        out.push_str(&format!("detail: {}\n", escape(&result.detail)));
     }
     match answer_of(result) {
         (answer, None) if !answer.is_empty() => {
             out.push('\n');
-            out.push_str(answer.trim_end());
+            out.push_str(&escape(answer.trim_end()));
             out.push('\n');
         }
         (_, Some(text)) => {
             out.push_str(&format!(
                 "last message from the agent (not an answer):\n{}\n",
-                text.trim_end()
+                escape(text.trim_end())
             ));
         }
         _ => {}
@@ -104,11 +107,14 @@ pub(crate) fn result_human(result: &RunResult) -> String {
 /// The change set and delivery lines of a result ("" for runs that recorded neither).
 fn outputs_human(result: &RunResult) -> String {
     let mut out = String::new();
-    let run = &result.run_id;
+    let run = escape_line(&result.run_id);
     if let Some(c) = &result.changes {
         out.push('\n');
         if !c.error.is_empty() {
-            out.push_str(&format!("changes: could not be collected: {}\n", c.error));
+            out.push_str(&format!(
+                "changes: could not be collected: {}\n",
+                escape(&c.error)
+            ));
         } else if c.files_changed == 0 {
             out.push_str("changes: none\n");
         } else {
@@ -123,13 +129,20 @@ fn outputs_human(result: &RunResult) -> String {
     }
     if let Some(d) = &result.delivered {
         if !d.error.is_empty() {
-            out.push_str(&format!("delivery failed: {}\n", d.error));
+            out.push_str(&format!("delivery failed: {}\n", escape(&d.error)));
         } else if d.nothing_to_deliver {
             out.push_str("delivery: nothing changed, nothing pushed\n");
         } else {
-            out.push_str(&format!("delivered: branch {} at {}\n", d.branch, d.commit));
+            out.push_str(&format!(
+                "delivered: branch {} at {}\n",
+                escape_line(&d.branch),
+                escape_line(&d.commit)
+            ));
             if !d.pull_request_url.is_empty() {
-                out.push_str(&format!("pull request: {}\n", d.pull_request_url));
+                out.push_str(&format!(
+                    "pull request: {}\n",
+                    escape_line(&d.pull_request_url)
+                ));
             }
         }
     }
@@ -195,7 +208,7 @@ pub(crate) fn status_human(
         usage.total_tokens,
         usage.input_tokens,
         usage.output_tokens,
-        status.last_event,
+        escape_line(&status.last_event),
     );
     if let Some(cost) = cost_human(&usage) {
         out.push_str(&format!("cost:    {cost}\n"));
@@ -216,11 +229,17 @@ pub(crate) fn status_human(
         for p in &status.pending {
             out.push_str(&format!(
                 "  {}  {}  {}  (waiting {})\n",
-                p.call_id,
-                p.tool,
+                escape_line(&p.call_id),
+                escape_line(&p.tool),
                 one_line(&p.arguments, 160),
                 ago(p.requested_at_ms)
             ));
+            if crate::calls::looks_cut(&p.arguments) {
+                out.push_str(&format!(
+                    "    {}\n",
+                    crate::calls::cut_note(run, &p.call_id)
+                ));
+            }
         }
         out.push_str(&format!(
             "decide:  baton approve {run} <CALL_ID>|--all   or   baton deny {run} <CALL_ID>|--all --reason \"...\"\n"
@@ -240,21 +259,21 @@ pub(crate) fn event_human(
     match &e.kind {
         Some(run_event::Kind::SubagentStarted(s)) => format!(
             "{} {}  (baton watch {})\n",
-            style.cyan(&format!("⇢ subagent {} started:", s.run_id)),
+            style.cyan(&format!("⇢ subagent {} started:", escape_line(&s.run_id))),
             one_line(&s.task, 160),
-            s.run_id
+            escape_line(&s.run_id)
         ),
         Some(run_event::Kind::SubagentFinished(f)) => {
             let o = f.outcome.clone().unwrap_or_default();
             let how = format!(
                 "⇠ subagent {} {} after {} turn(s), changes {}",
-                o.run_id,
+                escape_line(&o.run_id),
                 o.status().as_str_name().to_lowercase(),
                 o.turns,
                 if o.merge.is_empty() {
-                    "unchanged"
+                    "unchanged".into()
                 } else {
-                    &o.merge
+                    escape_line(&o.merge)
                 }
             );
             let landed = matches!(o.merge.as_str(), "merged" | "unchanged" | "");
@@ -285,63 +304,69 @@ pub(crate) fn event_human(
                 out.push('\n');
             }
             if !a.text.trim().is_empty() {
-                out.push_str(a.text.trim_end());
+                out.push_str(&escape(a.text.trim_end()));
                 out.push('\n');
             }
             for c in &a.tool_calls {
                 out.push_str(&format!(
                     "{} {} {}\n",
-                    style.cyan(&format!("→ {}", c.name)),
+                    style.cyan(&format!("→ {}", escape_line(&c.name))),
                     one_line(&c.arguments, 200),
-                    style.dim(&format!("[{}]", c.id))
+                    style.dim(&format!("[{}]", escape_line(&c.id)))
                 ));
             }
             out
         }
         Some(run_event::Kind::ApprovalRequested(p)) => format!(
             "{} {} awaits approval: baton approve {run} {}  |  baton deny {run} {} --reason \"...\"\n",
-            style.yellow(&format!("⏸ {}", p.tool)),
+            style.yellow(&format!("⏸ {}", escape_line(&p.tool))),
             one_line(&p.arguments, 120),
-            p.call_id,
-            p.call_id
+            escape_line(&p.call_id),
+            escape_line(&p.call_id)
         ),
         Some(run_event::Kind::ApprovalDecided(d)) => {
             let by = if d.identity.is_empty() {
-                d.approver.clone()
+                escape_line(&d.approver).into_owned()
             } else {
-                format!("{} (identity {})", d.approver, d.identity)
+                format!(
+                    "{} (identity {})",
+                    escape_line(&d.approver),
+                    escape_line(&d.identity)
+                )
             };
+            let call_id = escape_line(&d.call_id);
             if d.approved {
                 format!(
                     "{} approved by {by}\n",
-                    style.green(&format!("✔ {}", d.call_id)),
+                    style.green(&format!("✔ {call_id}")),
                 )
             } else {
                 format!(
                     "{} denied by {by}: {}\n",
-                    style.red(&format!("✘ {}", d.call_id)),
+                    style.red(&format!("✘ {call_id}")),
                     if d.reason.is_empty() {
-                        "no reason given"
+                        "no reason given".into()
                     } else {
-                        &d.reason
+                        escape_line(&d.reason)
                     }
                 )
             }
         }
         Some(run_event::Kind::ToolStarted(c)) => format!(
             "{} {} running\n",
-            style.cyan(&format!("▶ {}", c.name)),
-            style.dim(&format!("[{}]", c.id))
+            style.cyan(&format!("▶ {}", escape_line(&c.name))),
+            style.dim(&format!("[{}]", escape_line(&c.id)))
         ),
         Some(run_event::Kind::ToolFinished(r)) => {
+            let name = escape_line(&r.name);
             let mark = if r.is_error {
-                style.red(&format!("✘ {}", r.name))
+                style.red(&format!("✘ {name}"))
             } else {
-                style.green(&format!("✔ {}", r.name))
+                style.green(&format!("✔ {name}"))
             };
             format!(
                 "{mark} {} {}\n{}",
-                style.dim(&format!("[{}]", r.call_id)),
+                style.dim(&format!("[{}]", escape_line(&r.call_id))),
                 one_line(&r.content, 160),
                 network_refusals(r)
                     .lines()
@@ -350,7 +375,7 @@ pub(crate) fn event_human(
             )
         }
         Some(run_event::Kind::Finished(r)) => finished_human(r, style, false),
-        Some(run_event::Kind::Note(n)) => style.dim(&format!("· {n}")) + "\n",
+        Some(run_event::Kind::Note(n)) => style.dim(&format!("· {}", escape_line(n))) + "\n",
         None => String::new(),
     }
 }
@@ -379,9 +404,14 @@ pub(crate) fn finished_human(r: &RunResult, style: &Style, answer_shown: bool) -
     format!("{first}\n{rest}")
 }
 
-/// `text` on one line, shortened to `max` chars.
+/// `text` on one line, shortened to `max` chars: runs of spaces, tabs and newlines become
+/// one space, every other control character is shown escaped (`\r`, `\x1b`: see
+/// `safe_text`).
 pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat: String = escape(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if flat.chars().count() <= max {
         flat
     } else {
@@ -419,7 +449,10 @@ pub(crate) fn network_refusals(r: &baton_proto::ToolResult) -> String {
         .map(|n| {
             format!(
                 "network refused: {}:{} ({}): {}\n",
-                n.host, n.port, n.kind, n.reason
+                escape_line(&n.host),
+                n.port,
+                escape_line(&n.kind),
+                escape_line(&n.reason)
             )
         })
         .collect();
@@ -439,24 +472,29 @@ pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
         match &entry.kind {
             Some(Kind::User(u)) => {
                 let who = if u.synthetic { "baton" } else { "user" };
-                out.push_str(&format!("── {who} ──\n{}\n", u.text.trim_end()));
+                out.push_str(&format!("── {who} ──\n{}\n", escape(u.text.trim_end())));
             }
             Some(Kind::Assistant(a)) => {
                 turn += 1;
                 out.push_str(&format!("── assistant (turn {turn}) ──\n"));
                 if !a.text.trim().is_empty() {
-                    out.push_str(a.text.trim_end());
+                    out.push_str(&escape(a.text.trim_end()));
                     out.push('\n');
                 }
                 for c in &a.tool_calls {
-                    out.push_str(&format!("→ {} {} [{}]\n", c.name, c.arguments, c.id));
+                    out.push_str(&format!(
+                        "→ {} {} [{}]\n",
+                        escape_line(&c.name),
+                        escape_line(&c.arguments),
+                        escape_line(&c.id)
+                    ));
                 }
             }
             Some(Kind::ToolResult(r)) => {
                 out.push_str(&format!(
                     "── {} [{}]{} ──\n",
-                    r.name,
-                    r.call_id,
+                    escape_line(&r.name),
+                    escape_line(&r.call_id),
                     if r.is_error { " error" } else { "" }
                 ));
                 let body = if r.full_output.is_empty() {
@@ -464,7 +502,7 @@ pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
                 } else {
                     &r.full_output
                 };
-                out.push_str(body.trim_end());
+                out.push_str(&escape(body.trim_end()));
                 out.push('\n');
                 out.push_str(&network_refusals(r));
             }
@@ -473,9 +511,9 @@ pub(crate) fn transcript_human(items: &[baton_proto::Item]) -> String {
                     turn += 1;
                 }
                 let what = if stub.tool.is_empty() {
-                    stub.kind.clone()
+                    escape_line(&stub.kind).into_owned()
                 } else {
-                    format!("{} ({})", stub.kind, stub.tool)
+                    format!("{} ({})", escape_line(&stub.kind), escape_line(&stub.tool))
                 };
                 out.push_str(&format!(
                     "── {what}: {} characters, kept only in the blob store ──\n",
@@ -569,6 +607,56 @@ mod tests {
         assert_eq!(
             event_human("r1", &turn, &Style::plain(), Some(&priced)),
             "── turn 3 ── 120 tokens so far (in 100, out 20), ~$0.42\nHi.\n"
+        );
+    }
+
+    /// Review #9a: model text and tool output reach the terminal escaped (an OSC 52
+    /// clipboard write, a line erase, a bidi override), newlines of a block kept.
+    #[test]
+    fn model_text_and_tool_output_are_shown_escaped() {
+        let output = "ok\x1b]52;c;cHduZWQ=\x07\r\x1b[2Kfake \u{202e}x";
+        let finished = event(
+            1,
+            1,
+            run_event::Kind::ToolFinished(ToolResult {
+                call_id: "c".to_owned(),
+                name: "shell".to_owned(),
+                content: output.to_owned(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(
+            event_human("r1", &finished, &Style::plain(), None),
+            "✔ shell [c] ok\\x1b]52;c;cHduZWQ=\\x07\\r\\x1b[2Kfake \\u{202e}x\n"
+        );
+        let turn = event(
+            2,
+            1,
+            run_event::Kind::Assistant(AssistantMessage {
+                text: "line one\nline\x1b[1A two".to_owned(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(
+            event_human("r1", &turn, &Style::plain(), None),
+            "── turn 1 ──\nline one\nline\\x1b[1A two\n"
+        );
+        let items = [baton_proto::Item {
+            kind: Some(baton_proto::item::Kind::ToolResult(ToolResult {
+                call_id: "c".to_owned(),
+                name: "shell".to_owned(),
+                content: format!("{output}\nsecond line"),
+                ..Default::default()
+            })),
+        }];
+        let shown = transcript_human(&items);
+        assert!(
+            !shown.contains(['\x1b', '\r', '\x07', '\u{202e}']),
+            "{shown:?}"
+        );
+        assert!(
+            shown.ends_with("fake \\u{202e}x\nsecond line\n"),
+            "{shown:?}"
         );
     }
 

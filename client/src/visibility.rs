@@ -9,12 +9,14 @@ use futures::StreamExt;
 use temporalio_client::{Client, WorkflowExecution, WorkflowListOptions};
 
 use crate::{
+    calls,
     cli::{ListArgs, PendingArgs},
     connect::{connect, short},
     exit::{self, Exit},
     inspect,
     json::{self, ListedRun, PendingRun, Runs, WaitingCall},
     render,
+    safe_text::escape_line,
 };
 
 /// `'value'` for a visibility query.
@@ -145,6 +147,41 @@ pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
     Ok(exit::COMPLETED)
 }
 
+/// The calls of `pending` (of run `run`) whose arguments look cut, whole: read through the
+/// run's conversation and the blob store (see `calls`); `arguments_unreadable` says why not.
+async fn whole_arguments_of(client: &Client, run: &str, pending: &mut [WaitingCall]) {
+    let cut: Vec<&str> = pending
+        .iter()
+        .filter(|p| calls::looks_cut(&p.arguments))
+        .map(|p| p.call_id.as_str())
+        .collect();
+    if cut.is_empty() {
+        return;
+    }
+    let h = crate::connect::handle(client, run);
+    let mut found = calls::whole_arguments(&h, run, &cut).await;
+    for p in pending.iter_mut() {
+        let whole = match &mut found {
+            Err(why) if calls::looks_cut(&p.arguments) => Err(why.clone()),
+            Err(_) => continue,
+            Ok(all) => match all.remove(&p.call_id) {
+                Some(whole) => whole,
+                None => continue,
+            },
+        };
+        match whole {
+            Ok(whole) => {
+                p.arguments_cut = whole.cut_in_history;
+                p.arguments = whole.arguments;
+            }
+            Err(why) => {
+                p.arguments_cut = true;
+                p.arguments_unreadable = Some(why);
+            }
+        }
+    }
+}
+
 /// `baton pending`.
 pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     let query = format!(
@@ -155,23 +192,23 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     let runs = query_runs(&client, &query, args.limit as usize).await?;
     let now_ms = render::now_ms();
     if args.json {
-        let runs = runs
-            .iter()
-            .map(|r| {
-                let st = status_of(r);
-                PendingRun {
-                    run_id: r.id(),
-                    turn: st.turn,
-                    parent_run_id: st.parent_run_id.clone(),
-                    pending: st
-                        .pending
-                        .into_iter()
-                        .map(|p| WaitingCall::new(p, now_ms))
-                        .collect(),
-                }
-            })
-            .collect();
-        json::print(&Runs { runs })?;
+        let mut listed = Vec::with_capacity(runs.len());
+        for r in &runs {
+            let st = status_of(r);
+            let mut pending: Vec<WaitingCall> = st
+                .pending
+                .into_iter()
+                .map(|p| WaitingCall::new(p, now_ms))
+                .collect();
+            whole_arguments_of(&client, r.id(), &mut pending).await;
+            listed.push(PendingRun {
+                run_id: r.id(),
+                turn: st.turn,
+                parent_run_id: st.parent_run_id.clone(),
+                pending,
+            });
+        }
+        json::print(&Runs { runs: listed })?;
         return Ok(exit::COMPLETED);
     }
     if runs.is_empty() {
@@ -181,17 +218,25 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
     for r in &runs {
         let st = status_of(r);
         match st.parent_run_id.as_str() {
-            "" => println!("{}  (turn {})", r.id(), st.turn),
-            parent => println!("{}  (turn {}, subagent of {parent})", r.id(), st.turn),
+            "" => println!("{}  (turn {})", escape_line(r.id()), st.turn),
+            parent => println!(
+                "{}  (turn {}, subagent of {})",
+                escape_line(r.id()),
+                st.turn,
+                escape_line(parent)
+            ),
         }
         for p in &st.pending {
             println!(
                 "  {}  {}  {}  (waiting {})",
-                p.call_id,
-                p.tool,
+                escape_line(&p.call_id),
+                escape_line(&p.tool),
                 render::one_line(&p.arguments, 120),
                 render::duration(((now_ms - p.requested_at_ms).max(0) / 1000) as u64)
             );
+            if calls::looks_cut(&p.arguments) {
+                println!("    {}", calls::cut_note(r.id(), &p.call_id));
+            }
         }
         println!(
             "  decide: baton approve {} <CALL_ID>|--all  |  baton deny {} <CALL_ID>|--all --reason \"...\"",

@@ -32,6 +32,7 @@ use crate::{
     inspect, json,
     live::{self, Delta, Follower},
     render,
+    safe_text::escape_line,
     style::{Spinner, Style},
     waiting::{self, Waited},
 };
@@ -356,7 +357,7 @@ impl<'a> View<'a> {
                         ..e.clone()
                     };
                     let shown = render::event_human(self.run, &rest, &self.options.style, tokens);
-                    text = format!("{}\n", d.text.trim_end());
+                    text = format!("{}\n", crate::safe_text::escape(d.text.trim_end()));
                     // Without the header: it came before the streamed text.
                     text.push_str(shown.split_once('\n').map_or("", |(_, body)| body));
                     self.last_text.clone_from(&a.text);
@@ -560,10 +561,18 @@ fn spinner_text(
 ) -> String {
     let since = |at: i64| render::duration(((now_ms - at).max(0) / 1000) as u64);
     if let Some(start) = running.values().map(|(_, at)| *at).min() {
-        let names: Vec<&str> = running.values().map(|(tool, _)| tool.as_str()).collect();
+        let names: Vec<String> = running
+            .values()
+            .map(|(tool, _)| escape_line(tool).into_owned())
+            .collect();
         return match running.iter().next() {
             Some((id, (tool, _))) if running.len() == 1 => {
-                format!("running {tool} [{id}] {}", since(start))
+                format!(
+                    "running {} [{}] {}",
+                    escape_line(tool),
+                    escape_line(id),
+                    since(start)
+                )
             }
             _ => format!(
                 "running {} tools ({}) {}",

@@ -26,6 +26,7 @@ mod suite {
     mod responses;
     mod retry_budget;
     mod security;
+    mod security_cli;
     mod store;
     mod streaming;
     mod subagents;

@@ -1,7 +1,10 @@
 //! [`extract`]: write chosen files of a snapshot into a directory (`baton download`),
-//! without deleting anything and never writing through a symbolic link.
+//! without deleting anything, never writing through a symbolic link, and never writing
+//! anything under a `.git` directory ([`git_dir_of`]): a run's tree can hold a `.git/config`
+//! whose `core.fsmonitor` runs a command on the user's next `git status`, or hooks.
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::{self, Write as _},
     os::unix::fs::{OpenOptionsExt, symlink},
@@ -14,18 +17,25 @@ use crate::{
     snapshot::{SnapshotId, Target, temp_name},
 };
 
-/// What [`extract`] wrote.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What [`extract`] wrote, and what it left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extracted {
     /// Files and symbolic links written.
     pub files: usize,
     /// Bytes of the files written.
     pub bytes: u64,
+    /// Entries left out because they are a `.git` directory (or file) or lie under one: the
+    /// `.git` path (`.git`, `a/.git`) -> how many matching entries (files, links, the `.git`
+    /// entry itself when it is a file or link) it held.
+    pub left_out: BTreeMap<String, usize>,
 }
 
 /// Writes the files and symbolic links of snapshot `id` whose path matches `filter` into
 /// `dir` (created if missing), creating their parent directories and replacing files or
 /// links already there (links are written as links). Nothing else in `dir` is touched.
+///
+/// Nothing at or under a `.git` component, at any depth and however it is spelt
+/// ([`git_dir_of`]), is written: such entries are counted in [`Extracted::left_out`].
 ///
 /// The snapshot's paths are validated first (none may leave `dir`). A file or symbolic link
 /// standing where a parent directory is needed, or a directory where a file goes, is an
@@ -39,6 +49,12 @@ pub async fn extract(
     let targets = load(store, id).await?;
     let mut extracted = Extracted::default();
     for (rel, target) in targets.into_iter().filter(|(rel, _)| filter(rel)) {
+        if let Some(git) = git_dir_of(&rel) {
+            if !matches!(target, Target::Dir) {
+                *extracted.left_out.entry(git.to_owned()).or_default() += 1;
+            }
+            continue;
+        }
         let content = match target {
             Target::Dir => continue,
             Target::File {
@@ -57,6 +73,37 @@ pub async fn extract(
         extracted.files += 1;
     }
     Ok(extracted)
+}
+
+/// The leading part of `path` up to and including its first component that git takes for
+/// its own directory (`a/.git` for `a/.git/hooks/x`), or `None`. Like git's own
+/// `verify_path`, it matches `.git` in any letter case (case-insensitive file systems),
+/// with the code points HFS+ ignores removed (`.g\u{200c}it`), and the NTFS short name
+/// `git~1`, so that no spelling lands in a `.git` directory on any file system.
+pub fn git_dir_of(path: &str) -> Option<&str> {
+    let mut end = 0;
+    for component in path.split('/') {
+        end += component.len();
+        if is_git_name(component) {
+            return Some(&path[..end]);
+        }
+        end += 1;
+    }
+    None
+}
+
+/// Whether one path component names git's directory (see [`git_dir_of`]).
+fn is_git_name(component: &str) -> bool {
+    // The code points HFS+ ignores in names (git's `is_hfs_dotgit`).
+    let hfs_ignored = |c: char| matches!(c, '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}');
+    let name: String = component
+        .chars()
+        .filter(|c| !hfs_ignored(*c))
+        .collect::<String>()
+        .to_ascii_lowercase();
+    // NTFS drops trailing dots and spaces.
+    let name = name.trim_end_matches(['.', ' ']);
+    name == ".git" || name == "git~1"
 }
 
 enum Content {

@@ -34,7 +34,7 @@ use std::{
 
 use futures::{StreamExt, TryStreamExt, stream};
 
-pub use extract::{Extracted, extract};
+pub use extract::{Extracted, extract, git_dir_of};
 pub use merge::{Entries, MergeError, Merged, merge, three_way};
 pub use stat::diffstat;
 

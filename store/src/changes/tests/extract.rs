@@ -55,7 +55,14 @@ async fn extract_writes_only_the_matching_files() {
     let extracted = extract(&store, &id, &out, &|p| glob.is_match(p))
         .await
         .unwrap();
-    assert_eq!(extracted, Extracted { files: 3, bytes: 4 });
+    assert_eq!(
+        extracted,
+        Extracted {
+            files: 3,
+            bytes: 4,
+            left_out: BTreeMap::new()
+        }
+    );
     assert_eq!(
         files(&out, &nothing),
         BTreeMap::from([
@@ -96,4 +103,121 @@ async fn extract_writes_only_the_matching_files() {
         .unwrap_err();
     assert!(err.to_string().contains("a directory stands"), "{err}");
     assert!(occupied.join("src/a.rs/inside").exists());
+}
+
+/// Review #8: a run's tree may hold `.git/config` (a `core.fsmonitor` command runs on the
+/// user's next `git status`) and hooks; `baton download` writes none of it, at any depth
+/// and in any spelling, and says what it left out.
+#[tokio::test]
+async fn extract_writes_nothing_under_a_git_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = LocalStore::new(tmp.path().join("blobs")).unwrap();
+    let config = store
+        .put(b"[core]\n\tfsmonitor = \"touch pwned\"\n".to_vec())
+        .await
+        .unwrap();
+    let hook = store
+        .put(b"#!/bin/sh\ntouch pwned\n".to_vec())
+        .await
+        .unwrap();
+    let ok = store.put(b"fine\n".to_vec()).await.unwrap();
+    let file = |blob: &BlobId, executable: bool| Entry::File {
+        blob: blob.to_string(),
+        size: 4,
+        executable,
+    };
+    let manifest = Manifest {
+        version: MANIFEST_VERSION,
+        entries: [
+            (".git", Entry::Dir),
+            (".git/config", file(&config, false)),
+            (".git/hooks", Entry::Dir),
+            (".git/hooks/post-checkout", file(&hook, true)),
+            ("a", Entry::Dir),
+            ("a/.git", Entry::Dir),
+            ("a/.git/config", file(&config, false)),
+            ("a/ok.txt", file(&ok, false)),
+            ("b", Entry::Dir),
+            ("b/.GIT", Entry::Dir),
+            ("b/.GIT/config", file(&config, false)),
+            ("c", Entry::Dir),
+            // A `.git` file (`gitdir: ...`) and a `.git` link are git's too.
+            (
+                "c/.git",
+                Entry::Symlink {
+                    target: "/tmp".to_owned(),
+                },
+            ),
+            ("d", Entry::Dir),
+            ("d/.g\u{200c}it", Entry::Dir),
+            ("d/.g\u{200c}it/config", file(&config, false)),
+            ("e", Entry::Dir),
+            ("e/git~1", Entry::Dir),
+            ("e/git~1/config", file(&config, false)),
+            (".gitignore", file(&ok, false)),
+            ("x.git", file(&ok, false)),
+        ]
+        .into_iter()
+        .map(|(p, e)| (p.to_owned(), e))
+        .collect(),
+    };
+    let id = put_json(&store, &manifest).await.unwrap();
+    let out = tmp.path().join("out");
+    let extracted = extract(&store, &id, &out, &|_| true).await.unwrap();
+    assert_eq!(
+        files(&out, &nothing),
+        BTreeMap::from([
+            (".gitignore".to_owned(), "file: fine\\n".to_owned()),
+            ("a/ok.txt".to_owned(), "file: fine\\n".to_owned()),
+            ("x.git".to_owned(), "file: fine\\n".to_owned()),
+        ])
+    );
+    // `files` skips `.git` directories: look for every spelling on disk.
+    for path in [
+        ".git",
+        "a/.git",
+        "b/.GIT",
+        "c/.git",
+        "d/.g\u{200c}it",
+        "e/git~1",
+    ] {
+        assert!(
+            fs::symlink_metadata(out.join(path)).is_err(),
+            "{path} was written"
+        );
+    }
+    assert_eq!(
+        extracted,
+        Extracted {
+            files: 3,
+            bytes: 15,
+            left_out: BTreeMap::from([
+                (".git".to_owned(), 2),
+                ("a/.git".to_owned(), 1),
+                ("b/.GIT".to_owned(), 1),
+                ("c/.git".to_owned(), 1),
+                ("d/.g\u{200c}it".to_owned(), 1),
+                ("e/git~1".to_owned(), 1),
+            ]),
+        }
+    );
+}
+
+#[test]
+fn git_dirs_are_found_at_any_depth_and_in_any_spelling() {
+    for (path, git) in [
+        (".git", Some(".git")),
+        (".git/hooks/post-checkout", Some(".git")),
+        ("a/.git/config", Some("a/.git")),
+        ("a/b/.Git/x", Some("a/b/.Git")),
+        ("a/.git./x", Some("a/.git.")),
+        ("a/GIT~1/x", Some("a/GIT~1")),
+        ("a/\u{feff}.git/x", Some("a/\u{feff}.git")),
+        (".github/workflows/ci.yml", None),
+        ("a/.gitignore", None),
+        ("a/x.git/y", None),
+        ("a/git/y", None),
+    ] {
+        assert_eq!(git_dir_of(path), git, "{path}");
+    }
 }
