@@ -337,6 +337,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             Duration::from_secs(settings.metrics_poll_secs.max(1)),
         );
     }
+    // Tools get an allow-listed environment; the settings may add names.
+    baton_activities::tools::shell::pass_env(settings.tool_env.iter().cloned());
     // The variables the git settings name hold tokens: never in a tool's environment.
     baton_activities::tools::shell::hide_env(settings.git.secret_env_names());
     // So do the variables the MCP settings name (tokens, keys of MCP servers).

@@ -80,6 +80,10 @@ pub(crate) struct Settings {
     /// a run's `--allow-host` names them (e.g. a cluster whose pods and services use public
     /// addresses). Loopback, link-local, RFC 1918, CGNAT and unique-local are always private.
     pub(crate) sandbox_private_ranges: Vec<String>,
+    /// Worker environment variables passed to tool commands beside the shipped list
+    /// (`baton_activities::tools::shell::PASSED_ENV`: PATH, locale, toolchain homes); a name
+    /// ending in `*` is a prefix. Names that look like secrets are never passed.
+    pub(crate) tool_env: Vec<String>,
     /// What stays in workflow history (`[history]`).
     pub(crate) history: HistorySection,
     /// OpenAI-compatible provider.
@@ -101,7 +105,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 29] = [
+const SETTING_KEYS: [&str; 30] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -125,6 +129,7 @@ const SETTING_KEYS: [&str; 29] = [
     "sandbox_max_processes",
     "allow_unfiltered_network",
     "sandbox_private_ranges",
+    "tool_env",
     "history",
     "openai",
     "anthropic",
@@ -393,6 +398,7 @@ impl Default for Settings {
             sandbox_max_processes: baton_sandbox::DEFAULT_MAX_PROCESSES,
             allow_unfiltered_network: false,
             sandbox_private_ranges: Vec::new(),
+            tool_env: Vec::new(),
             history: HistorySection::default(),
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),

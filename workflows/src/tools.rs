@@ -44,7 +44,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
         SHELL => (
             "Run a shell command (`sh -c`) in the workspace directory. Returns the exit code, \
              stdout and stderr. Output beyond 16 KiB is cut, keeping its start and end.",
-            r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line to run."},"timeout_seconds":{"type":"integer","minimum":1,"description":"Stop the command after this many seconds (default: the run's tool timeout)."}},"required":["command"],"additionalProperties":false}"#,
+            r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line to run."},"timeout_seconds":{"type":"integer","minimum":1,"description":"Stop the command after this many seconds (default and most: the run's tool timeout)."}},"required":["command"],"additionalProperties":false}"#,
             false,
         ),
         READ_FILE => (

@@ -4,15 +4,17 @@ use std::io::{ErrorKind, Read};
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use baton_store::beneath::{Beneath, OpenError};
 use baton_workflows::tools::OUTPUT_CAP_BYTES;
 use globset::{GlobBuilder, GlobMatcher};
+use nix::fcntl::OFlag;
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::output::cap;
 use super::walk::{Entry, walk_files};
-use super::workspace::resolve;
+use super::workspace::{open_message, resolve};
 use super::{Outcome, ToolContext};
 
 /// Matching lines returned unless the call sets `max_results`.
@@ -112,7 +114,14 @@ pub async fn search_files(ctx: &ToolContext, args: SearchFilesArgs) -> Outcome {
         let shown = shown.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut search = Search::default();
-            match search_file(&target, &rel, &regex, max, &mut search) {
+            let file = match Beneath::open(&root)
+                .map_err(OpenError::Io)
+                .and_then(|root| root.open_regular(Path::new(&rel)))
+            {
+                Ok(file) => file,
+                Err(e) => return Err(open_message(&shown, "search", &e)),
+            };
+            match search_file(file, &rel, &regex, max, &mut search) {
                 FileResult::Searched => Ok(search),
                 FileResult::TooBig => Err(format!(
                     "'{shown}' is larger than {} MiB, too big for search_files; search it with \
@@ -224,19 +233,37 @@ fn search_dir(
     cancel: &CancellationToken,
 ) -> std::io::Result<Search> {
     let mut search = Search::default();
+    let workspace = Beneath::open(root)?;
     let summary = walk_files(root, base, &SKIPPED_DIRS, cancel, |entry| {
         if filter.is_some_and(|f| !f.matches(entry)) {
             return ControlFlow::Continue(());
         }
-        if entry.is_symlink {
-            // Only follow links to files inside the workspace.
-            let inside = std::fs::canonicalize(entry.path)
-                .is_ok_and(|target| target.starts_with(root) && target.is_file());
-            if !inside {
+        let file = if entry.is_symlink {
+            // Only follow links to files inside the workspace: open what the link resolves to
+            // beneath the root, so a link swapped in meanwhile leads nowhere.
+            let target = std::fs::canonicalize(entry.path)
+                .ok()
+                .and_then(|target| Some(target.strip_prefix(root).ok()?.to_path_buf()));
+            match target {
+                Some(target) => workspace.open_regular(&target),
+                None => return ControlFlow::Continue(()),
+            }
+        } else {
+            entry
+                .dir
+                .open_regular_entry(entry.file_name, OFlag::O_RDONLY)
+        };
+        let file = match file {
+            Ok(file) => file,
+            Err(OpenError::Io(e)) => {
+                search.unreadable += 1;
+                tracing::debug!(path = entry.from_root, error = %e, "search_files: unreadable");
                 return ControlFlow::Continue(());
             }
-        }
-        match search_file(entry.path, entry.from_root, regex, max, &mut search) {
+            // Met through a link: not a regular file after all.
+            Err(_) => return ControlFlow::Continue(()),
+        };
+        match search_file(file, entry.from_root, regex, max, &mut search) {
             FileResult::Searched | FileResult::Binary => {}
             FileResult::TooBig => search.too_big += 1,
             FileResult::Unreadable(_) => search.unreadable += 1,
@@ -261,16 +288,12 @@ enum FileResult {
 /// Adds the matching lines of the file at `path` (shown as `rel`) to `search`, setting
 /// `search.stopped` instead of going beyond `max` lines.
 fn search_file(
-    path: &Path,
+    mut file: std::fs::File,
     rel: &str,
     regex: &Regex,
     max: usize,
     search: &mut Search,
 ) -> FileResult {
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) => return FileResult::Unreadable(e),
-    };
     match file.metadata() {
         Ok(meta) if meta.len() > MAX_FILE_BYTES => return FileResult::TooBig,
         Ok(_) => {}

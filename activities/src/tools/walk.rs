@@ -5,6 +5,7 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
+use baton_store::beneath::Beneath;
 use tokio_util::sync::CancellationToken;
 
 use super::workspace::is_local_state;
@@ -14,6 +15,11 @@ pub(crate) struct Entry<'a> {
     /// Absolute path, below the canonical workspace root. For a symbolic link, the link
     /// itself: its target may lie outside the workspace.
     pub(crate) path: &'a Path,
+    /// The directory holding it, open: open the file as `dir`'s entry `file_name`, never by
+    /// `path`.
+    pub(crate) dir: &'a Beneath,
+    /// The file name, exactly.
+    pub(crate) file_name: &'a std::ffi::OsStr,
     /// Path relative to the workspace root.
     pub(crate) from_root: &'a str,
     /// Path relative to the directory the walk started from.
@@ -46,8 +52,13 @@ pub(crate) fn walk_files(
     mut visit: impl FnMut(&Entry<'_>) -> ControlFlow<()>,
 ) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
-    let mut stack = vec![read_sorted(base)?.into_iter()];
-    while let Some(level) = stack.last_mut() {
+    // Each level holds its directory open: a directory swapped for a link meanwhile is not
+    // entered (issue 30), and files are opened from their directory ([`Entry::dir`]).
+    let base_dir =
+        Beneath::open(root)?.open_dir(base.strip_prefix(root).unwrap_or(Path::new("")))?;
+    let first = read_sorted(&base_dir, base)?;
+    let mut stack = vec![(base_dir, first.into_iter())];
+    while let Some((dir, level)) = stack.last_mut() {
         if cancel.is_cancelled() {
             break;
         }
@@ -58,15 +69,16 @@ pub(crate) fn walk_files(
         if is_local_state(root, &path) {
             continue;
         }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default();
+        let file_name = path.file_name().unwrap_or_default().to_os_string();
+        let name = file_name.to_string_lossy();
         match kind {
             Kind::Dir => {
                 if !skip_dirs.contains(&name.as_ref()) {
-                    match read_sorted(&path) {
-                        Ok(children) => stack.push(children.into_iter()),
+                    let child = dir
+                        .open_dir(Path::new(&file_name))
+                        .and_then(|child| Ok((read_sorted(&child, &path)?, child)));
+                    match child {
+                        Ok((children, child)) => stack.push((child, children.into_iter())),
                         Err(_) => summary.unreadable_dirs += 1,
                     }
                 }
@@ -76,6 +88,8 @@ pub(crate) fn walk_files(
                 let from_base = path.strip_prefix(base).unwrap_or(&path).to_string_lossy();
                 let entry = Entry {
                     path: &path,
+                    dir,
+                    file_name: &file_name,
                     from_root: &from_root,
                     from_base: &from_base,
                     name: &name,
@@ -118,20 +132,29 @@ pub(crate) fn sorted_entries<K>(
     Ok(entries)
 }
 
-/// The entries of `dir`, sorted by name.
-fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
-    sorted_entries(dir, |path, file_type| match file_type {
-        Ok(t) if t.is_dir() => Kind::Dir,
-        Ok(t) if t.is_file() => Kind::File,
-        Ok(t) if t.is_symlink() => {
-            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-                Kind::Skipped
-            } else {
-                Kind::Symlink
-            }
-        }
-        _ => Kind::Skipped,
-    })
+/// The entries of `dir` (open, at `path`), sorted by name, with their kind (the entry itself:
+/// a link is classified by what it points to, but never entered).
+fn read_sorted(dir: &Beneath, path: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
+    let mut names = dir.entries()?;
+    names.sort();
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let kind = match dir.symlink_metadata(Path::new(&name)) {
+                Ok(m) if m.is_dir() => Kind::Dir,
+                Ok(m) if m.is_file() => Kind::File,
+                Ok(m) if m.is_symlink() => {
+                    if std::fs::metadata(path.join(&name)).is_ok_and(|m| m.is_dir()) {
+                        Kind::Skipped
+                    } else {
+                        Kind::Symlink
+                    }
+                }
+                _ => Kind::Skipped,
+            };
+            (path.join(name), kind)
+        })
+        .collect())
 }
 
 #[cfg(test)]

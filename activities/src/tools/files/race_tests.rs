@@ -9,7 +9,7 @@ use std::{
     },
 };
 
-use baton_workflows::tools::{EDIT_FILE, READ_FILE, WRITE_FILE};
+use baton_workflows::tools::{EDIT_FILE, READ_FILE, SEARCH_FILES, WRITE_FILE};
 use nix::fcntl::{RenameFlags, renameat2};
 use tempfile::TempDir;
 
@@ -41,15 +41,19 @@ async fn two_thousand_calls_beside_a_racer_touch_nothing_outside() {
             swaps
         })
     };
-    let mut done = [0usize; 3];
+    let mut done = [0usize; 4];
     for i in 0..2000 {
         let path = format!("d/new-{i}.txt");
-        let (tool, arguments) = match i % 3 {
+        let (tool, arguments) = match i % 4 {
             0 => (
                 WRITE_FILE,
                 serde_json::json!({"path": path, "content": "x"}),
             ),
             1 => (READ_FILE, serde_json::json!({"path": "d/secret"})),
+            2 => (
+                SEARCH_FILES,
+                serde_json::json!({"pattern": "MARKER|inside", "path": "d"}),
+            ),
             _ => (
                 EDIT_FILE,
                 serde_json::json!({"path": "d/edit.txt", "old_text": "v", "new_text": "v"
@@ -63,7 +67,7 @@ async fn two_thousand_calls_beside_a_racer_touch_nothing_outside() {
             result.content
         );
         if !result.is_error {
-            done[i % 3] += 1;
+            done[i % 4] += 1;
         }
     }
     stop.store(true, Ordering::Relaxed);

@@ -75,7 +75,8 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
                 "timeout_seconds must be at least 1; leave it out to use the default timeout",
             ));
         }
-        Some(seconds) => Duration::from_secs(seconds),
+        // The model may shorten the call's timeout, never extend it (issue 30).
+        Some(seconds) => Duration::from_secs(seconds).min(ctx.timeout),
         None => ctx.timeout,
     };
 
@@ -84,14 +85,9 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         .arg("-c")
         .arg(&args.command)
         .current_dir(&ctx.workspace);
-    for (name, _) in std::env::vars_os() {
-        if let Some(name) = name.to_str()
-            && is_secret_env(name)
-        {
-            command.env_remove(name);
-        }
-    }
     command
+        .env_clear()
+        .envs(tool_env(std::env::vars_os()))
         // Finds the call's processes again if this worker dies without killing them.
         .env(super::orphans::WORKER_ENV, this_worker())
         .envs(ctx.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -278,6 +274,71 @@ pub fn hide_env(names: impl IntoIterator<Item = String>) {
     named.extend(names.into_iter().filter(|n| !n.is_empty()));
 }
 
+/// The worker environment variables every tool command gets (issue 30: an allow-list, so that
+/// `DATABASE_URL`, `CI_JOB_JWT`, `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS` and whatever else
+/// a worker's environment holds do not reach model-chosen commands): the search path, locale
+/// and terminal, the user's names, and where common toolchains live. A name ending in `*` is a
+/// prefix. The worker's `tool_env` setting adds names ([`pass_env`]).
+pub const PASSED_ENV: [&str; 22] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "JAVA_HOME",
+    "PYENV_ROOT",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "NVM_DIR",
+    "NODE_PATH",
+    "SSL_CERT_FILE",
+];
+
+/// Names (or `PREFIX*`) the worker's settings add to [`PASSED_ENV`].
+static EXTRA_PASSED: std::sync::RwLock<BTreeSet<String>> = std::sync::RwLock::new(BTreeSet::new());
+
+/// Passes the worker variables `names` (a trailing `*` makes a prefix) to tool commands too,
+/// unless they look like secrets ([`is_secret_env`] always wins).
+pub fn pass_env(names: impl IntoIterator<Item = String>) {
+    let mut extra = EXTRA_PASSED
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    extra.extend(names.into_iter().filter(|n| !n.is_empty()));
+}
+
+/// The variables of `worker` (the worker's environment) a tool command gets: those
+/// [`PASSED_ENV`] or [`pass_env`] name, never one that [`is_secret_env`].
+pub fn tool_env(
+    worker: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let extra = EXTRA_PASSED
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let named = |pattern: &str, name: &str| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    };
+    worker
+        .into_iter()
+        .filter(|(name, _)| {
+            name.to_str().is_some_and(|name| {
+                (PASSED_ENV.iter().any(|p| named(p, name)) || extra.iter().any(|p| named(p, name)))
+                    && !is_secret_env(name)
+            })
+        })
+        .collect()
+}
+
 /// Whether a worker environment variable must not reach model-chosen commands: provider keys,
 /// Temporal credentials, worker settings, the secrets the settings name ([`hide_env`]), and
 /// anything that looks like a secret.
@@ -456,6 +517,40 @@ pub(super) mod tests {
         assert_eq!(
             result.content,
             "exit code: 0\n--- stdout ---\nhello world|2|path-set"
+        );
+    }
+
+    #[test]
+    fn tools_get_only_the_passed_variables_of_the_worker() {
+        let worker = [
+            ("PATH", "/usr/bin"),
+            ("LANG", "C.UTF-8"),
+            ("LC_ALL", "C"),
+            ("HOME", "/root"),
+            ("DATABASE_URL", "postgres://u:pw@h/db"),
+            ("SSH_AUTH_SOCK", "/run/user/0/ssh"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/0/bus"),
+            ("XDG_RUNTIME_DIR", "/run/user/0"),
+            ("CI_JOB_JWT", "eyJ"),
+            ("KUBECONFIG", "/root/.kube/config"),
+            ("LC_SECRET_TOKEN", "x"),
+            ("MY_TEAM_CACHE_DIR", "/cache"),
+            ("MY_TEAM_API_TOKEN", "t"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let names = |env: Vec<(std::ffi::OsString, std::ffi::OsString)>| {
+            env.into_iter()
+                .map(|(k, _)| k.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(tool_env(worker.clone())),
+            ["PATH", "LANG", "LC_ALL", "HOME"]
+        );
+        pass_env(["MY_TEAM_*".to_owned()]);
+        assert_eq!(
+            names(tool_env(worker)),
+            ["PATH", "LANG", "LC_ALL", "HOME", "MY_TEAM_CACHE_DIR"]
         );
     }
 

@@ -48,6 +48,41 @@ fn malformed_arguments_and_unknown_tools_become_error_observations() {
     assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
 }
 
+/// Issue 30: `timeout_seconds` in a shell call may shorten the run's tool timeout, never
+/// extend it.
+#[test]
+fn a_model_chosen_timeout_is_capped_at_the_runs_tool_timeout() {
+    let mut spec = spec(&[]);
+    spec.limits.get_or_insert_default().tool_timeout_seconds = 5;
+    let mut s = RunState::new("run-1", spec, T0).unwrap();
+    expect_llm(&mut s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![
+                call(
+                    "long",
+                    "shell",
+                    r#"{"command":"sleep 20","timeout_seconds":3600}"#,
+                ),
+                call(
+                    "short",
+                    "shell",
+                    r#"{"command":"sleep 1","timeout_seconds":2}"#,
+                ),
+                call("default", "shell", r#"{"command":"true"}"#),
+            ],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    let timeouts: Vec<u32> = expect_tools(&mut s)
+        .iter()
+        .map(|r| r.timeout_seconds)
+        .collect();
+    assert_eq!(timeouts, [5, 2, 5]);
+}
+
 #[test]
 fn a_stopped_batch_keeps_the_results_of_the_calls_that_completed() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
