@@ -255,6 +255,23 @@ impl Beneath {
     }
 }
 
+/// Opens the regular file `rel` beneath the (trusted) directory `root`, following no link.
+pub fn open_regular_in(root: &Path, rel: &Path) -> Result<File, OpenError> {
+    Beneath::open(root)?.open_regular(rel)
+}
+
+impl OpenError {
+    /// As an `io::Error`: a link on the way is `ELOOP` ([`is_link_error`]), a directory
+    /// `EISDIR`, anything but a regular file `EINVAL`.
+    pub fn into_io(self) -> io::Error {
+        match self {
+            OpenError::Io(e) => e,
+            OpenError::Directory => io::Error::from_raw_os_error(Errno::EISDIR as i32),
+            OpenError::Special => io::Error::from_raw_os_error(Errno::EINVAL as i32),
+        }
+    }
+}
+
 /// Reads at most `max` bytes of `file`; the bool says whether there was more.
 pub fn read_bounded(file: File, max: usize) -> io::Result<(Vec<u8>, bool)> {
     let mut bytes = Vec::new();

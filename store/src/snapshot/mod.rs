@@ -135,7 +135,18 @@ fn child_path(parent: &str, name: &str) -> String {
 
 /// Hashes the file at `path`; `None` if it holds more than `max` bytes.
 fn hash_file(path: &Path, max: u64) -> io::Result<Option<(BlobId, u64)>> {
-    let mut file = fs::File::open(path)?;
+    hash_open(fs::File::open(path)?, max)
+}
+
+/// Hashes the regular file `rel` beneath `root`, reached without following links (the
+/// workspace may be changed meanwhile by the run's processes, issue 30); a link on the way is
+/// an error ([`crate::beneath::is_link_error`]).
+fn hash_beneath(root: &Path, rel: &str, max: u64) -> io::Result<Option<(BlobId, u64)>> {
+    let file = crate::beneath::open_regular_in(root, Path::new(rel)).map_err(|e| e.into_io())?;
+    hash_open(file, max)
+}
+
+fn hash_open(mut file: fs::File, max: u64) -> io::Result<Option<(BlobId, u64)>> {
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; HASH_BUFFER];
     let mut total = 0u64;
@@ -155,6 +166,13 @@ fn hash_file(path: &Path, max: u64) -> io::Result<Option<(BlobId, u64)>> {
     let id = BlobId::parse(&hex::encode(hasher.finalize()))
         .map_err(|e| io::Error::other(e.to_string()))?;
     Ok(Some((id, total)))
+}
+
+/// The error numbers [`crate::beneath::OpenError::into_io`] gives for what is not a regular
+/// file.
+mod libc_errno {
+    pub(super) const EISDIR: i32 = nix::errno::Errno::EISDIR as i32;
+    pub(super) const EINVAL: i32 = nix::errno::Errno::EINVAL as i32;
 }
 
 fn executable(meta: &fs::Metadata) -> bool {

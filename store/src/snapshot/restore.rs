@@ -1,11 +1,12 @@
 //! Restoring a snapshot: make the tree match the manifest exactly, writing only what differs
 //! and never through a symbolic link.
 
+use nix::fcntl::OFlag;
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
     io::{self, Write},
-    os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt},
+    os::unix::fs::{MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -15,7 +16,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use super::{
     LOCAL_DIR, Manifest, SnapshotError, SnapshotId, TRANSFER_CONCURRENCY, blocking,
     cache::{CacheEntry, LocalState, STATE_VERSION, Stamp, read_state, write_state},
-    child_path, executable, hash_file, io_err,
+    child_path, executable, hash_beneath, io_err, libc_errno,
     manifest::{Target, check_manifest},
     temp_name,
 };
@@ -143,7 +144,7 @@ fn reconcile(
                     executable: exec,
                 }) if kind.is_file() => {
                     if meta.len() == *size
-                        && current_blob(&state, &child, &path, &meta)?.as_ref() == Some(blob)
+                        && current_blob(root, &state, &child, &path, &meta)?.as_ref() == Some(blob)
                     {
                         if executable(&meta) != *exec {
                             set_executable(&path, &meta, *exec)?;
@@ -205,6 +206,7 @@ fn reconcile(
 /// The blob the file at `path` holds (from the cache when its stamp matches); `None` if it
 /// cannot be read (it is then rewritten).
 fn current_blob(
+    root: &Path,
     state: &LocalState,
     rel: &str,
     path: &Path,
@@ -217,9 +219,19 @@ fn current_blob(
     {
         return Ok(Some(blob));
     }
-    match hash_file(path, u64::MAX) {
+    match hash_beneath(root, rel, u64::MAX) {
         Ok(found) => Ok(found.map(|(blob, _)| blob)),
+        // Unreadable, or no longer a regular file reached without links: rewritten.
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(None),
+        Err(e)
+            if crate::beneath::is_link_error(&e)
+                || matches!(
+                    e.raw_os_error(),
+                    Some(libc_errno::EISDIR | libc_errno::EINVAL)
+                ) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(io_err(path, "read", e)),
     }
 }
@@ -274,30 +286,35 @@ fn set_executable(path: &Path, meta: &fs::Metadata, exec: bool) -> Result<(), Sn
         .map_err(|e| io_err(path, "change the mode of", e))
 }
 
-/// Writes `bytes` to `rel` below `root` through a temporary file in the same directory.
+/// Writes `bytes` to `rel` below `root` through a temporary file in the same directory. The
+/// directory is reached beneath `root` without following links (issue 30: a process of the
+/// run may swap a parent for a link after `prepare_parents` made it real), so the write lands
+/// in the workspace or fails.
 fn write_file(root: &Path, rel: &str, bytes: &[u8], exec: bool) -> Result<(), SnapshotError> {
     let path = prepare_parents(root, rel)?;
-    let parent = path.parent().unwrap_or(root);
-    let tmp = parent.join(temp_name());
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(if exec { 0o755 } else { 0o644 })
-            .open(&tmp)?;
-        file.write_all(bytes)
-    })();
+    let rel_path = Path::new(rel);
+    let (dir, name) = crate::beneath::Beneath::open(root)
+        .and_then(|root| root.parent_of(rel_path))
+        .map_err(|e| io_err(&path, "open the directory of", e))?;
+    let tmp = std::ffi::OsString::from(temp_name());
+    let written = dir
+        .open_entry(
+            &tmp,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            if exec { 0o755 } else { 0o644 },
+        )
+        .and_then(|mut file| file.write_all(bytes));
     if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(io_err(&tmp, "write", e));
+        let _ = dir.remove_entry(&tmp, false);
+        return Err(io_err(&path, "write", e));
     }
     if let Ok(meta) = fs::symlink_metadata(&path)
         && meta.is_dir()
     {
         remove_any(&path)?;
     }
-    fs::rename(&tmp, &path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
+    dir.rename_entry(&tmp, &name).map_err(|e| {
+        let _ = dir.remove_entry(&tmp, false);
         io_err(&path, "replace", e)
     })
 }

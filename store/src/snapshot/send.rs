@@ -7,7 +7,6 @@
 
 use std::{
     collections::BTreeMap,
-    fs,
     io::{self, Read},
     path::Path,
 };
@@ -16,7 +15,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 
 use super::{
     Entry, MANIFEST_VERSION, Manifest, SnapshotError, SnapshotId, TRANSFER_CONCURRENCY, blocking,
-    io_err,
+    io_err, libc_errno,
 };
 use crate::{BlobId, BlobStore};
 
@@ -127,10 +126,12 @@ pub(super) async fn send_manifest(
     Ok((id, files))
 }
 
-/// The content of the file at `path`; `None` if it holds more than `max` bytes.
-fn read_limited(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+/// The content of the regular file `rel` beneath `root` (reached without following links);
+/// `None` if it holds more than `max` bytes.
+fn read_limited(root: &Path, rel: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
-    fs::File::open(path)?
+    crate::beneath::open_regular_in(root, Path::new(rel))
+        .map_err(|e| e.into_io())?
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)?;
     Ok((bytes.len() as u64 <= max).then_some(bytes))
@@ -171,7 +172,8 @@ async fn upload(
     let mut out = Upload::default();
     for path in paths {
         let abs = root.join(&path);
-        let read = blocking(root, move || match read_limited(&abs, max) {
+        let (owned_root, rel) = (root.to_path_buf(), path.clone());
+        let read = blocking(root, move || match read_limited(&owned_root, &rel, max) {
             Ok(Some(bytes)) => {
                 let id = BlobId::of(&bytes);
                 Ok(FileRead::Bytes(bytes, id))
@@ -179,6 +181,16 @@ async fn upload(
             Ok(None) => Ok(FileRead::Skipped),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FileRead::Gone),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(FileRead::Skipped),
+            // Not a regular file any more (a link, a directory): left to a later snapshot.
+            Err(e)
+                if crate::beneath::is_link_error(&e)
+                    || matches!(
+                        e.raw_os_error(),
+                        Some(libc_errno::EISDIR | libc_errno::EINVAL)
+                    ) =>
+            {
+                Ok(FileRead::Skipped)
+            }
             Err(e) => Err(io_err(&abs, "read", e)),
         })
         .await?;

@@ -13,7 +13,7 @@ use super::{
     cache::{
         CacheEntry, LocalState, RACY_WINDOW_NS, STATE_VERSION, Stamp, read_state, write_state,
     },
-    child_path, executable, hash_file, io_err,
+    child_path, executable, hash_beneath, io_err, libc_errno,
     send::{send_blobs, send_manifest},
 };
 use crate::{BlobId, BlobStore};
@@ -238,7 +238,7 @@ fn scan_tree(root: &Path, max: u64) -> Result<Scan, SnapshotError> {
                     Err(e) => return Err(io_err(&path, "read the symbolic link", e)),
                 }
             } else if kind.is_file() {
-                scan_file(&mut scan, &state, child, &path, &meta, max)?;
+                scan_file(&mut scan, root, &state, child, &path, &meta, max)?;
             } else {
                 scan.skipped.push(child);
             }
@@ -249,6 +249,7 @@ fn scan_tree(root: &Path, max: u64) -> Result<Scan, SnapshotError> {
 
 fn scan_file(
     scan: &mut Scan,
+    root: &Path,
     state: &LocalState,
     rel: String,
     path: &Path,
@@ -272,7 +273,7 @@ fn scan_file(
         return Ok(());
     }
     let started = now_ns();
-    match hash_file(path, max) {
+    match hash_beneath(root, &rel, max) {
         Ok(Some((blob, size))) => {
             scan.hashed += 1;
             let after = fs::symlink_metadata(path).ok().map(|m| Stamp::of(&m));
@@ -290,6 +291,16 @@ fn scan_file(
         Ok(None) => scan.skipped.push(rel),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => scan.skipped.push(rel),
+        // It became a link or something else since it was listed: a later snapshot takes it.
+        Err(e)
+            if crate::beneath::is_link_error(&e)
+                || matches!(
+                    e.raw_os_error(),
+                    Some(libc_errno::EISDIR | libc_errno::EINVAL)
+                ) =>
+        {
+            scan.skipped.push(rel)
+        }
         Err(e) => return Err(io_err(path, "read", e)),
     }
     Ok(())
@@ -362,6 +373,51 @@ mod tests {
         assert_eq!(
             manifest.entries.keys().collect::<Vec<_>>(),
             vec!["big", "small.txt"]
+        );
+    }
+
+    /// Issue 30: while a process swaps a directory with a link to a directory outside
+    /// (`renameat2(RENAME_EXCHANGE)`), no snapshot takes in a file from outside.
+    #[tokio::test]
+    async fn a_directory_swapped_for_a_link_meanwhile_brings_nothing_outside_into_a_snapshot() {
+        use nix::fcntl::{RenameFlags, renameat2};
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        };
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        write(ws.path(), "d/inside.txt", "inside\n");
+        std::fs::write(outside.path().join("inside.txt"), "OUTSIDE-MARKER\n").unwrap();
+        std::fs::write(outside.path().join("secret"), "OUTSIDE-MARKER\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("e")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let racer = {
+            let stop = stop.clone();
+            let root = std::fs::File::open(ws.path()).unwrap();
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    renameat2(&root, "d", &root, "e", RenameFlags::RENAME_EXCHANGE).unwrap();
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let store = MemStore::default();
+        let mut taken = 0;
+        for _ in 0..300 {
+            if take(&store, ws.path()).await.is_ok() {
+                taken += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(racer.join().unwrap() > 100);
+        assert!(taken > 0);
+        let marker = BlobId::of(b"OUTSIDE-MARKER\n");
+        assert!(
+            !store.contains(&marker).await.unwrap(),
+            "a file from outside is in the store"
         );
     }
 }
