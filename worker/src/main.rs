@@ -308,8 +308,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "killed tool processes left running by workers that were killed"
         );
     }
+    let frontend_hosts =
+        baton_sandbox::net::ProtectedHosts::new(temporal_endpoints(&frontend).await);
+    // A frontend behind a name may move (a load balancer's addresses change): keep every
+    // address it had protected, and add new ones as they appear.
+    tokio::spawn(refresh_frontend(frontend.clone(), frontend_hosts.clone()));
     let mut sandbox = settings
-        .sandbox(temporal_endpoints(&frontend).await)
+        .sandbox(frontend_hosts)
         .misconfigured("sandbox_private_ranges")?;
     // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]
@@ -465,16 +470,23 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The addresses of the Temporal frontend the worker talks to, which no tool may reach through
-/// the proxy (a resolution failure leaves only loopback/private blocking, logged).
-async fn temporal_endpoints(frontend: &url::Url) -> Vec<(std::net::SocketAddr, String)> {
+/// How often the worker resolves the Temporal frontend's name again.
+const FRONTEND_REFRESH: Duration = Duration::from_secs(60);
+
+/// The addresses of the Temporal frontend the worker talks to, which no tool may reach on any
+/// port through the proxy (a resolution failure leaves only loopback/private blocking, logged).
+async fn temporal_endpoints(frontend: &url::Url) -> Vec<baton_sandbox::net::ProtectedHost> {
     let (Some(host), Some(port)) = (frontend.host_str(), frontend.port_or_known_default()) else {
         return Vec::new();
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match tokio::net::lookup_host((host, port)).await {
         Ok(addrs) => addrs
-            .map(|a| (a, format!("the Temporal frontend ({host}:{port})")))
+            .map(|a| baton_sandbox::net::ProtectedHost {
+                ip: a.ip(),
+                port,
+                what: format!("the Temporal frontend ({host}:{port})"),
+            })
             .collect(),
         Err(e) => {
             warn!(
@@ -485,6 +497,26 @@ async fn temporal_endpoints(frontend: &url::Url) -> Vec<(std::net::SocketAddr, S
                  the tool proxy still refuses loopback and private addresses"
             );
             Vec::new()
+        }
+    }
+}
+
+/// Resolves the frontend's name every [`FRONTEND_REFRESH`] and adds new addresses to `hosts`
+/// (an IP literal is never looked up again).
+async fn refresh_frontend(frontend: url::Url, hosts: baton_sandbox::net::ProtectedHosts) {
+    if !matches!(frontend.host(), Some(url::Host::Domain(_))) {
+        return;
+    }
+    loop {
+        tokio::time::sleep(FRONTEND_REFRESH).await;
+        let found = temporal_endpoints(&frontend).await;
+        let addresses: Vec<String> = found.iter().map(|h| h.ip.to_string()).collect();
+        if hosts.update(found) {
+            info!(
+                frontend = %frontend,
+                addresses = %addresses.join(", "),
+                "the Temporal frontend resolves to a new address: tools are kept away from it too"
+            );
         }
     }
 }

@@ -14,6 +14,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 
 use super::NetError;
+use super::addr::canonical;
 
 /// One entry of a run's allow list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +110,23 @@ impl HostRule {
             HostPattern::Subdomains(_) => false,
             HostPattern::Ip(rule) => *rule == ip,
             HostPattern::Net(net) => net.contains(&ip),
+        }
+    }
+}
+
+impl HostRule {
+    /// Whether the rule names exactly the address `ip` (canonical) and `port`: an IP rule (or a
+    /// one-address CIDR) with that port, or `localhost:PORT` for a loopback address. Only such
+    /// a rule opens a port of a protected host other than its Temporal ports.
+    pub(crate) fn pins(&self, ip: IpAddr, port: u16) -> bool {
+        if self.port != Some(port) {
+            return false;
+        }
+        match &self.host {
+            HostPattern::Ip(rule) => canonical(*rule) == ip,
+            HostPattern::Net(net) => net.prefix_len() == net.max_prefix_len() && net.contains(&ip),
+            HostPattern::Name(name) => name == "localhost" && ip.is_loopback(),
+            HostPattern::Subdomains(_) => false,
         }
     }
 }
