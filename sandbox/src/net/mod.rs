@@ -36,8 +36,11 @@
 //!    compared in [`canonical`] form: v4-mapped, NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`)
 //!    forms are the IPv4 address they carry.
 //! 5. A non-public address ([`AddrClass`], plus [`NetGuard::private_ranges`]) is permitted only
-//!    when a matching rule names it: an IP or CIDR rule containing it, or the exact host name (not
-//!    a wildcard). Without rules (any public host) never ([`RefusalKind::Private`]).
+//!    when a rule of the run names it: an IP or CIDR rule containing it (and its port, if the
+//!    rule has one), or `localhost` for loopback. A host name never does, also not the exact
+//!    name asked for nor one a human approved through `baton.allow_host`: whoever runs a name's
+//!    DNS can point it at cloud metadata or this host. Without rules (any public host) never
+//!    ([`RefusalKind::Private`]).
 
 pub mod addr;
 pub mod policy;

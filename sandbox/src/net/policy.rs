@@ -341,12 +341,7 @@ impl NetPolicy {
         })?;
         let name = target.to_string();
         let refuse = |kind, reason| Refusal::new(&name, port, kind, reason);
-        let matched: Vec<&HostRule> = self
-            .rules
-            .iter()
-            .filter(|rule| rule.matches(&target, port))
-            .collect();
-        if !self.rules.is_empty() && matched.is_empty() {
+        if !self.rules.is_empty() && !self.rules.iter().any(|rule| rule.matches(&target, port)) {
             let asked = refuse(RefusalKind::NotAllowed, String::new()).target();
             let reason = format!(
                 "{asked} is not on this run's allow list (--allow-host); submit with \
@@ -381,7 +376,7 @@ impl NetPolicy {
         let mut first_refusal = None;
         for addr in addrs {
             let addr = SocketAddr::new(addr.ip().to_canonical(), port);
-            match self.check(&target, addr, &matched) {
+            match self.check(&target, addr) {
                 Ok(()) if !permitted.contains(&addr) => permitted.push(addr),
                 Ok(()) => {}
                 Err((kind, reason)) => {
@@ -395,13 +390,11 @@ impl NetPolicy {
         }
     }
 
-    /// Whether `addr`, one address of `target`, may be connected to under the `matched` rules.
-    fn check(
-        &self,
-        target: &Target,
-        addr: SocketAddr,
-        matched: &[&HostRule],
-    ) -> Result<(), (RefusalKind, String)> {
+    /// Whether `addr`, one address of `target` (which a rule matched, or the run has none),
+    /// may be connected to: not protected, and public or named by a rule (an IP or CIDR rule
+    /// covering the address and port; `localhost` for loopback). A name rule never names an
+    /// address: a name resolving to a non-public address is refused unless a rule names that.
+    fn check(&self, target: &Target, addr: SocketAddr) -> Result<(), (RefusalKind, String)> {
         let ip = addr.ip();
         let what = match target {
             Target::Ip(_) => ip.to_string(),
@@ -411,7 +404,12 @@ impl NetPolicy {
             return Err((RefusalKind::Protected, format!("{what} is {endpoint}")));
         }
         let class = classify(ip, &self.guard.private_ranges);
-        if class.is_public() || matched.iter().any(|rule| rule.names(ip)) {
+        if class.is_public()
+            || self
+                .rules
+                .iter()
+                .any(|rule| rule.names(ip, addr.port(), class))
+        {
             return match self.guard.unpinned(addr, &self.rules) {
                 Some(port) => Err((RefusalKind::Protected, format!("{what} is {port}"))),
                 None => Ok(()),
@@ -419,10 +417,20 @@ impl NetPolicy {
         }
         let how = if self.rules.is_empty() {
             "a run with network and no --allow-host reaches public hosts only; submit with \
-             --allow-host naming it (its IP, a CIDR or its exact host name) to allow it"
+             --allow-host naming the address (its IP or a CIDR containing it) to allow it"
+                .to_owned()
+        } else if matches!(target, Target::Name(_)) {
+            format!(
+                "a host name never opens a non-public address (whoever runs its DNS can point \
+                 it anywhere); only a rule naming the address does: add --allow-host {}:{} (or \
+                 a CIDR containing it)",
+                bracketed(canonical(ip)),
+                addr.port()
+            )
         } else {
-            "only a rule naming it allows it (its IP, a CIDR containing it or the exact host \
-             name; a wildcard does not)"
+            "only a rule naming it allows it (its IP or a CIDR containing it, with the rule's \
+             port if it has one)"
+                .to_owned()
         };
         Err((RefusalKind::Private, format!("{what} is {class}; {how}")))
     }

@@ -100,6 +100,8 @@ fn resolver() -> FakeResolver {
         ("mixed.test", &["10.0.0.1", "8.8.8.8"]),
         ("frontend.test", &["127.0.0.1"]),
         ("localhost", &["127.0.0.1"]),
+        ("meta.example", &["169.254.169.254"]),
+        ("mirror.example", &["10.0.0.9", "93.184.215.14"]),
         ("cluster.test", &["203.0.9.9"]),
         ("nat64.test", &["64:ff9b::a9fe:a9fe"]),
     ])
@@ -156,7 +158,7 @@ async fn any_public_mode_allows_public_hosts_and_refuses_the_rest() {
 }
 
 #[tokio::test]
-async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
+async fn rebinding_to_loopback_is_refused_even_when_the_name_is_listed() {
     let (kind, reason) = refusal(&policy(&[]), "evil.test", 80).await;
     assert_eq!(kind, RefusalKind::Private);
     assert!(
@@ -166,9 +168,14 @@ async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
     let wildcard = policy(&["*.evil.test"]);
     let (kind, reason) = refusal(&wildcard, "app.evil.test", 80).await;
     assert_eq!(kind, RefusalKind::Private);
-    assert!(reason.contains("a wildcard does not"), "{reason}");
+    assert!(
+        reason.contains("a host name never opens a non-public address"),
+        "{reason}"
+    );
+    let (kind, _) = refusal(&unguarded(&["evil.test"]), "evil.test", 80).await;
+    assert_eq!(kind, RefusalKind::Private);
     assert_eq!(
-        decide(&unguarded(&["evil.test"]), "evil.test", 80)
+        decide(&unguarded(&["evil.test", "127.0.0.1:80"]), "evil.test", 80)
             .await
             .unwrap(),
         "127.0.0.1:80"
@@ -179,6 +186,62 @@ async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
             .unwrap(),
         "127.0.0.1:80"
     );
+}
+
+/// The review's held-out case (#13): an exact host name on the list (or approved by a human
+/// through `baton.allow_host`, which adds such an entry) does not open a non-public address
+/// because the name resolves there; a rule naming the address does.
+#[tokio::test]
+async fn a_listed_name_does_not_open_the_non_public_addresses_it_resolves_to() {
+    for rules in [
+        &["meta.example:80"][..],
+        &["meta.example"],
+        &["meta.example", "10.0.0.0/8"],
+    ] {
+        let (kind, reason) = refusal(&unguarded(rules), "meta.example", 80).await;
+        assert_eq!(kind, RefusalKind::Private, "{rules:?}");
+        assert_eq!(
+            reason,
+            "meta.example resolves to 169.254.169.254, which is link-local (where cloud \
+             metadata services live); a host name never opens a non-public address (whoever \
+             runs its DNS can point it anywhere); only a rule naming the address does: add \
+             --allow-host 169.254.169.254:80 (or a CIDR containing it)"
+        );
+    }
+    // Its public addresses are the name's; the private one is skipped.
+    assert_eq!(
+        decide(&unguarded(&["mirror.example"]), "mirror.example", 443)
+            .await
+            .unwrap(),
+        "93.184.215.14:443"
+    );
+    // A rule naming the address (and port) opens it, for the name too.
+    for rules in [
+        &["meta.example", "169.254.169.254:80"][..],
+        &["meta.example:80", "169.254.0.0/16"],
+    ] {
+        assert_eq!(
+            decide(&unguarded(rules), "meta.example", 80).await.unwrap(),
+            "169.254.169.254:80",
+            "{rules:?}"
+        );
+    }
+    let (kind, _) = refusal(
+        &unguarded(&["meta.example", "169.254.169.254:81"]),
+        "meta.example",
+        80,
+    )
+    .await;
+    assert_eq!(kind, RefusalKind::Private);
+    // `localhost` is the name of this host's loopback, not a name that resolves somewhere.
+    assert_eq!(
+        decide(&unguarded(&["localhost:8080"]), "localhost", 8080)
+            .await
+            .unwrap(),
+        "127.0.0.1:8080"
+    );
+    let (kind, _) = refusal(&unguarded(&["localhost"]), "169.254.169.254", 80).await;
+    assert_eq!(kind, RefusalKind::NotAllowed);
 }
 
 #[tokio::test]
@@ -328,7 +391,7 @@ async fn protected_endpoints_are_refused_even_when_a_rule_names_them() {
     for rules in [
         &["127.0.0.0/8:8080"][..],
         &["127.0.0.1:8081", "127.0.0.1"],
-        &["frontend.test:8080"],
+        &["frontend.test:8080", "127.0.0.1"],
     ] {
         let host = if rules[0].starts_with("frontend") {
             "frontend.test"
