@@ -287,7 +287,8 @@ pub(crate) struct SubmitArgs {
     pub(crate) network: bool,
     /// A host the run's tools may reach, and only those (repeatable; turns the network on):
     /// HOST, *.HOST (its subdomains), HOST:PORT, an IP, [IPv6]:PORT or a CIDR. Enforced by
-    /// the worker's proxy; a loopback or private address is reachable only when named here.
+    /// the worker's proxy; a loopback or private address is reachable only when its IP or a
+    /// CIDR holding it is given here (a host name never opens one; `localhost` for loopback).
     #[arg(long = "allow-host", value_name = "HOST[:PORT]", value_parser = parse_host_rule)]
     pub(crate) allow_hosts: Vec<String>,
     /// A connection to a host not on the --allow-host list: refused (deny), or refused and a

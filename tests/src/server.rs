@@ -32,6 +32,7 @@ pub struct DevServer {
     pid: u32,
     port: u16,
     ui_port: u16,
+    http_port: u16,
     extra_args: Vec<String>,
     log_path: PathBuf,
     db_path: PathBuf,
@@ -76,6 +77,7 @@ impl DevServer {
             pid: 0,
             port: 0,
             ui_port: 0,
+            http_port: 0,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             log_path: dir.path().join("temporal.log"),
             db_path: dir.path().join("temporal.db"),
@@ -85,9 +87,10 @@ impl DevServer {
         // the server binds it; retry with fresh ports if the server dies early.
         let mut last_err = None;
         for _attempt in 0..3 {
-            let ports = free_ports(2)?;
+            let ports = free_ports(3)?;
             server.port = ports[0];
             server.ui_port = ports[1];
+            server.http_port = ports[2];
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
                 Err(e) => {
@@ -110,6 +113,9 @@ impl DevServer {
             .arg(self.port.to_string())
             .arg("--ui-port")
             .arg(self.ui_port.to_string())
+            // The HTTP API (grpc-gateway) listens anyway, on a random port unless told one.
+            .arg("--http-port")
+            .arg(self.http_port.to_string())
             .arg("--headless")
             .arg("--db-filename")
             .arg(&self.db_path)
@@ -173,6 +179,11 @@ impl DevServer {
     /// The frontend gRPC port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The frontend's HTTP API port (`/api/v1/...`), on 127.0.0.1 like the gRPC port.
+    pub fn http_port(&self) -> u16 {
+        self.http_port
     }
 
     /// The blob store directory the harness's workers of this server share

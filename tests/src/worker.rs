@@ -52,6 +52,32 @@ pub struct Worker {
     dir: Option<TempDir>,
 }
 
+/// Adds search permission for others (`o+x`) to `root` and each of its parents inside the
+/// system temp dir: temp dirs are `0700`, and a root worker refuses to start with a workspace
+/// root its sandbox user cannot traverse (what an operator is told to do, done for tests).
+fn traversable_in_temp(root: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // tempfile's temp dir: the benchmarks point it elsewhere (`/dev/shm`).
+    let temp =
+        std::fs::canonicalize(tempfile::env::temp_dir()).context("resolving the temp dir")?;
+    let root =
+        std::fs::canonicalize(root).with_context(|| format!("resolving {}", root.display()))?;
+    for dir in root
+        .ancestors()
+        .filter(|d| d.starts_with(&temp) && *d != temp)
+    {
+        let mode = std::fs::metadata(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))
+                .with_context(|| format!("chmod o+x {}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
 impl Worker {
     /// Spawns `baton-worker` against `server` on `task_queue`, with a fresh
     /// workspace root (`<worker tempdir>/workspace`) owned by this `Worker`.
@@ -117,6 +143,7 @@ impl Worker {
         };
         std::fs::create_dir_all(&workspace_root)
             .with_context(|| format!("creating {}", workspace_root.display()))?;
+        traversable_in_temp(&workspace_root)?;
         let log_path = dir.path().join("worker.log");
         let log = File::options()
             .create(true)

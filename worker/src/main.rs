@@ -286,6 +286,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         workspace_root.display()
     ))?;
     writable(&workspace_root, "workspace root (workspace_root)")?;
+    // As root the worker runs tools as the sandbox user, who must reach the workspaces.
+    if nix::unistd::geteuid().is_root() && settings.sandbox_uid != 0 {
+        traversable(&workspace_root, settings.sandbox_uid, settings.sandbox_gid)?;
+    }
     let store = baton_store::open(&settings.store)
         .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
     let local_store = (settings.store.backend == "local")
@@ -308,8 +312,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "killed tool processes left running by workers that were killed"
         );
     }
+    let frontend_hosts =
+        baton_sandbox::net::ProtectedHosts::new(temporal_endpoints(&frontend).await);
+    // A frontend behind a name may move (a load balancer's addresses change): keep every
+    // address it had protected, and add new ones as they appear.
+    tokio::spawn(refresh_frontend(frontend.clone(), frontend_hosts.clone()));
     let mut sandbox = settings
-        .sandbox(temporal_endpoints(&frontend).await)
+        .sandbox(frontend_hosts)
         .misconfigured("sandbox_private_ranges")?;
     // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]
@@ -467,16 +476,23 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The addresses of the Temporal frontend the worker talks to, which no tool may reach through
-/// the proxy (a resolution failure leaves only loopback/private blocking, logged).
-async fn temporal_endpoints(frontend: &url::Url) -> Vec<(std::net::SocketAddr, String)> {
+/// How often the worker resolves the Temporal frontend's name again.
+const FRONTEND_REFRESH: Duration = Duration::from_secs(60);
+
+/// The addresses of the Temporal frontend the worker talks to, which no tool may reach on any
+/// port through the proxy (a resolution failure leaves only loopback/private blocking, logged).
+async fn temporal_endpoints(frontend: &url::Url) -> Vec<baton_sandbox::net::ProtectedHost> {
     let (Some(host), Some(port)) = (frontend.host_str(), frontend.port_or_known_default()) else {
         return Vec::new();
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match tokio::net::lookup_host((host, port)).await {
         Ok(addrs) => addrs
-            .map(|a| (a, format!("the Temporal frontend ({host}:{port})")))
+            .map(|a| baton_sandbox::net::ProtectedHost {
+                ip: a.ip(),
+                port,
+                what: format!("the Temporal frontend ({host}:{port})"),
+            })
             .collect(),
         Err(e) => {
             warn!(
@@ -491,6 +507,88 @@ async fn temporal_endpoints(frontend: &url::Url) -> Vec<(std::net::SocketAddr, S
     }
 }
 
+/// Resolves the frontend's name every [`FRONTEND_REFRESH`] and adds new addresses to `hosts`
+/// (an IP literal is never looked up again).
+async fn refresh_frontend(frontend: url::Url, hosts: baton_sandbox::net::ProtectedHosts) {
+    if !matches!(frontend.host(), Some(url::Host::Domain(_))) {
+        return;
+    }
+    loop {
+        tokio::time::sleep(FRONTEND_REFRESH).await;
+        let found = temporal_endpoints(&frontend).await;
+        let addresses: Vec<String> = found.iter().map(|h| h.ip.to_string()).collect();
+        if hosts.update(found) {
+            info!(
+                frontend = %frontend,
+                addresses = %addresses.join(", "),
+                "the Temporal frontend resolves to a new address: tools are kept away from it too"
+            );
+        }
+    }
+}
+
+/// Fails start-up when the sandbox user (`uid`, `gid`) cannot traverse `root` and each of its
+/// parents: tools would start in their workspace and fail on every absolute path with
+/// "Permission denied".
+fn traversable(root: &std::path::Path, uid: u32, gid: u32) -> anyhow::Result<()> {
+    let resolved = std::fs::canonicalize(root).misconfigured(format!(
+        "cannot resolve the workspace root (workspace_root) {}",
+        root.display()
+    ))?;
+    let mut dirs: Vec<&std::path::Path> = resolved.ancestors().collect();
+    dirs.reverse();
+    for dir in dirs {
+        let meta = std::fs::metadata(dir).misconfigured(format!(
+            "cannot read {}, a parent of the workspace root (workspace_root) {}",
+            dir.display(),
+            root.display()
+        ))?;
+        if let Some(problem) = untraversable(&meta, uid, gid) {
+            let what = if dir == resolved {
+                "the workspace root (workspace_root)".to_owned()
+            } else {
+                format!(
+                    "{}, a parent of the workspace root (workspace_root)",
+                    dir.display()
+                )
+            };
+            return Err(anyhow::anyhow!(
+                "tools run as the sandbox user (sandbox_uid, sandbox_gid) and would fail on \
+                 every absolute path with \"Permission denied\""
+            ))
+            .misconfigured(format!(
+                "the sandbox user (uid {uid}, gid {gid}) cannot traverse {} ({problem}), \
+                 {what} {}: run `chmod o+x {}` (or give that user or group search permission \
+                 on it), or choose a workspace root whose parents it can traverse",
+                dir.display(),
+                root.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What keeps `uid`/`gid` from traversing a directory with `meta` (the owner's bits apply to
+/// its owner, the group's to its group, the others' to everyone else), or `None`.
+fn untraversable(meta: &std::fs::Metadata, uid: u32, gid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (mode, owner, group) = (meta.mode(), meta.uid(), meta.gid());
+    let (bit, class) = if owner == uid {
+        (0o100, "its owner")
+    } else if group == gid {
+        (0o010, "its group")
+    } else {
+        (0o001, "others")
+    };
+    (mode & bit == 0).then(|| {
+        format!(
+            "mode {:04o}, owner uid {owner} gid {group}: no search permission for {class}",
+            mode & 0o7777
+        )
+    })
+}
+
 /// Fails start-up when this process cannot create files in `dir` (`what` names the setting): a
 /// worker that starts anyway would fail every tool call or model call of the runs it takes.
 fn writable(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
@@ -499,4 +597,57 @@ fn writable(dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
          setting elsewhere",
         dir.display()
     ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(dir: &std::path::Path, bits: u32) {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(bits)).unwrap();
+    }
+
+    /// The owner's bits apply to the owner, the group's to the group, the others' to the rest;
+    /// the first directory on the way that stops the sandbox user is named with its fix.
+    #[test]
+    fn the_first_directory_the_sandbox_user_cannot_traverse_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("parent");
+        let root = parent.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        mode(dir.path(), 0o711);
+        mode(&parent, 0o700);
+        let err = format!("{:#}", traversable(&root, 65534, 65534).unwrap_err());
+        let parent_at = std::fs::canonicalize(&parent).unwrap();
+        assert!(
+            err.contains(&format!(
+                "the sandbox user (uid 65534, gid 65534) cannot traverse {} (mode 0700",
+                parent_at.display()
+            )) && err.contains(&format!("run `chmod o+x {}`", parent_at.display())),
+            "{err}"
+        );
+        mode(&parent, 0o701);
+        traversable(&root, 65534, 65534).unwrap();
+        // The root itself counts too.
+        mode(&root, 0o700);
+        let err = format!("{:#}", traversable(&root, 65534, 65534).unwrap_err());
+        assert!(err.contains("the workspace root (workspace_root)"), "{err}");
+        mode(&root, 0o755);
+        // A directory of the sandbox user's own, or of its group, with only that class's bit.
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&parent, Some(65534), Some(0)).unwrap();
+            mode(&parent, 0o700);
+            traversable(&root, 65534, 65534).unwrap();
+            std::os::unix::fs::chown(&parent, Some(0), Some(65534)).unwrap();
+            mode(&parent, 0o710);
+            traversable(&root, 65534, 65534).unwrap();
+            // The group's bit does not apply to the owner: 0070 keeps the owner out.
+            std::os::unix::fs::chown(&parent, Some(65534), Some(65534)).unwrap();
+            mode(&parent, 0o071);
+            assert!(traversable(&root, 65534, 65534).is_err());
+        }
+    }
 }

@@ -510,12 +510,12 @@ impl Settings {
         baton_activities::llm::ModelTable::defaults().with_settings(&self.models)
     }
 
-    /// Sandbox settings for the tool activity; `protected` = the endpoints tools may never
-    /// reach (the Temporal frontend, resolved by the caller), to which the worker's own
-    /// listening addresses are added.
+    /// Sandbox settings for the tool activity; `frontend` = the Temporal frontend's addresses
+    /// (resolved and kept up to date by the caller), protected on every port; the worker's own
+    /// listening addresses are protected endpoints.
     pub(crate) fn sandbox(
         &self,
-        mut protected: Vec<(std::net::SocketAddr, String)>,
+        frontend: baton_sandbox::net::ProtectedHosts,
     ) -> anyhow::Result<baton_sandbox::SandboxSettings> {
         let private_ranges = self
             .sandbox_private_ranges
@@ -529,14 +529,15 @@ impl Settings {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        protected.extend(
+        let protected = [
             self.health_addr
                 .map(|a| (a, "this worker's health port".to_owned())),
-        );
-        protected.extend(
             self.metrics_addr
                 .map(|a| (a, "this worker's metrics port".to_owned())),
-        );
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         Ok(baton_sandbox::SandboxSettings {
             allow_unsandboxed: self.allow_unsandboxed,
             allow_sandbox_off: self.allow_sandbox_off,
@@ -546,6 +547,7 @@ impl Settings {
             allow_unfiltered_network: self.allow_unfiltered_network,
             guard: std::sync::Arc::new(baton_sandbox::net::NetGuard {
                 protected,
+                protected_hosts: frontend,
                 private_ranges,
                 local_addrs: interface_addresses(),
             }),

@@ -13,6 +13,8 @@ pub(crate) struct Failure<'a> {
     pub(crate) stderr: &'a str,
     /// The variable the token came from, when one was used.
     pub(crate) token_env: Option<&'a str>,
+    /// Why the host's token was not used (its credential's `repos` leave this one out).
+    pub(crate) unscoped: Option<&'a str>,
 }
 
 const AUTH: &[&str] = &[
@@ -61,18 +63,20 @@ pub(crate) fn classify(failure: Failure<'_>) -> GitError {
         url,
         stderr,
         token_env,
+        unscoped,
     } = failure;
     let lower = stderr.to_lowercase();
     let has = |markers: &[&str]| markers.iter().any(|marker| lower.contains(marker));
     let said = detail(stderr);
     let message = |advice: &str| format!("git {action} {url} failed: {said}; {advice}");
     if has(AUTH) {
-        let advice = match token_env {
-            Some(env) => format!(
+        let advice = match (token_env, unscoped) {
+            (None, Some(why)) => why.to_owned(),
+            (Some(env), _) => format!(
                 "the credentials were refused: check the token in {env} on the worker (its \
                  access to this repository)"
             ),
-            None => "the repository needs credentials: add a [git.credentials.\"<host>\"] \
+            (None, None) => "the repository needs credentials: add a [git.credentials.\"<host>\"] \
                      entry with token_env to the worker settings"
                 .to_owned(),
         };
@@ -128,6 +132,7 @@ mod tests {
             url: "https://git.example/a.git",
             stderr,
             token_env,
+            unscoped: None,
         })
     }
 

@@ -16,21 +16,25 @@ use tokio::process::Command;
 
 use super::GitError;
 use super::classify::{Failure, classify};
-use super::settings::GitSettings;
+use super::settings::{GitSettings, plain_http, repo_path};
 use crate::tools::shell::group::{GroupGuard, set_parent_death_signal};
 
 /// `ls-remote` is cheap: bounded apart from fetches and pushes (by the smaller of the two).
 const LS_REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Answers `get` for the credential's host only, from the child's environment.
-const HELPER: &str = "!f() { test \"$1\" = get || exit 0; h=; while read -r l; do \
-case \"$l\" in host=*) h=\"${l#host=}\";; esac; done; \
+/// Answers `get` for the credential's host and protocol only (an `https://` remote that
+/// redirects to `http://` gets nothing), from the child's environment.
+const HELPER: &str = "!f() { test \"$1\" = get || exit 0; h=; p=; while read -r l; do \
+case \"$l\" in host=*) h=\"${l#host=}\";; protocol=*) p=\"${l#protocol=}\";; esac; done; \
 h=$(printf %s \"${h%%:*}\" | tr A-Z a-z); test \"$h\" = \"$BATON_GIT_HOST\" || exit 0; \
+test \"$p\" = \"$BATON_GIT_PROTOCOL\" || exit 0; \
 echo \"username=$BATON_GIT_USERNAME\"; echo \"password=$BATON_GIT_PASSWORD\"; }; f";
 
 /// The token for the URL's host, looked up on the worker.
 struct Token {
     host: String,
+    /// `https`, or `http` for a loopback host whose credential allows plain HTTP.
+    protocol: &'static str,
     username: String,
     value: String,
     env: String,
@@ -41,6 +45,8 @@ pub(crate) struct Git {
     url: String,
     home: TempDir,
     token: Option<Token>,
+    /// Why the host's token was not used for this repository (its credential's `repos`).
+    unscoped: Option<String>,
     timeout: Duration,
 }
 
@@ -77,9 +83,39 @@ impl Git {
                     .into(),
             ));
         }
+        let mut unscoped = None;
         let token = match settings.credential_for(url) {
             None => None,
+            Some((key, credential)) if !credential.covers(&repo_path(url)) => {
+                unscoped = Some(format!(
+                    "no token was sent: the worker's [git.credentials.\"{key}\"] repos ({}) \
+                     does not include {}; add it there if that token may be used for it",
+                    credential.repos.join(", "),
+                    repo_path(url)
+                ));
+                None
+            }
             Some((key, credential)) => {
+                let protocol = match plain_http(url) {
+                    None => "https",
+                    Some(true) if credential.allow_plain_http_on_loopback => "http",
+                    Some(loopback) => {
+                        let opt_in = if loopback {
+                            format!(
+                                ", or, for a git server on the worker's own loopback, set \
+                                 allow_plain_http_on_loopback = true in the worker's \
+                                 [git.credentials.\"{key}\"]"
+                            )
+                        } else {
+                            String::new()
+                        };
+                        return Err(GitError::Unavailable(format!(
+                            "refusing to send the git token for {key} over plain http:// \
+                             ({url}): anyone on the way could read it; use an https:// \
+                             URL{opt_in}"
+                        )));
+                    }
+                };
                 let value = env(&credential.token_env)
                     .filter(|value| !value.is_empty())
                     .ok_or_else(|| {
@@ -92,6 +128,7 @@ impl Git {
                 let host = key.split(':').next().unwrap_or(&key).to_owned();
                 Some(Token {
                     host,
+                    protocol,
                     username: credential.username.clone(),
                     value,
                     env: credential.token_env.clone(),
@@ -106,6 +143,7 @@ impl Git {
             url: url.to_owned(),
             home,
             token,
+            unscoped,
             timeout: Duration::from_secs(settings.timeout_seconds.max(1)),
         })
     }
@@ -149,6 +187,7 @@ impl Git {
             url: &self.url,
             stderr,
             token_env: self.token.as_ref().map(|token| token.env.as_str()),
+            unscoped: self.unscoped.as_deref(),
         })
     }
 }
@@ -212,6 +251,7 @@ impl<'a> Call<'a> {
         if let Some(token) = &git.token {
             command
                 .env("BATON_GIT_HOST", &token.host)
+                .env("BATON_GIT_PROTOCOL", token.protocol)
                 .env("BATON_GIT_USERNAME", &token.username)
                 .env("BATON_GIT_PASSWORD", &token.value)
                 .args(["-c", "credential.helper=", "-c"])

@@ -59,6 +59,7 @@ pub async fn deliver(
     } else {
         let delivered = &mut delivered;
         async move {
+            check_protected(settings, request, &delivered.branch)?;
             let (git, url, base) = checked(settings, request, &delivered.mode, env)?;
             check_branch(&git, &delivered.branch).await?;
             let (subject, message) = commit_message(&request.message, run_id);
@@ -133,6 +134,25 @@ fn checked<'a>(
         ));
     }
     Ok((Git::for_url(settings, url, env)?, url, base))
+}
+
+/// Refuses a delivery to a protected branch (`main`, `master`, the source ref, the base
+/// branch, `[git] protected_branches`) unless the settings allow it: a submitter must not push
+/// straight to them with the worker's token (and trigger their CI) before any review.
+fn check_protected(
+    settings: &GitSettings,
+    request: &DeliverRequest,
+    branch: &str,
+) -> Result<(), Stop> {
+    let source_ref = request.git.as_ref().map_or("", |git| git.r#ref.as_str());
+    match settings.protected_branch(branch, source_ref, &request.base_branch) {
+        None => Ok(()),
+        Some(why) => Err(Stop::Refused(format!(
+            "refusing to deliver to branch {branch}: it is protected ({why}); deliver to another \
+             branch (--branch NAME, or none for baton/<run id>), or let runs deliver there: \
+             deliver_to_protected_branches = true in the worker's [git] settings"
+        ))),
+    }
 }
 
 /// The commit of `patch` on `base` in a bare repository at `scratch`; its sha.

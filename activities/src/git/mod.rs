@@ -5,7 +5,8 @@
 //! Temporal activities that call them live with the worker's other activities.
 //!
 //! - `settings.rs`: [`GitSettings`] (`[git]` of the worker settings: identity, credentials by
-//!   host, `[git.github]`, timeout).
+//!   host (scoped to `repos` patterns; plain `http://` only to loopback with
+//!   `allow_plain_http_on_loopback`), protected branches, `[git.github]`, timeout).
 //! - `command.rs`: one git process (scrubbed environment, private `HOME`, timeout, process group
 //!   killed on drop; the token only through a credential helper).
 //! - `classify.rs`: git's stderr -> [`GitError::Unavailable`] / [`GitError::Transient`].
@@ -13,8 +14,9 @@
 //! - `clone.rs`: [`clone_into`].
 //! - `deliver.rs`: [`deliver`] (commit, branch name, push).
 //! - `github.rs`: the pull request (find by head branch, else open one).
-//! - `tests/`: against real git (`file://` bare repos, a `git daemon` on loopback) and an
-//!   in-test stand-in of GitHub's pulls API.
+//! - `tests/`: against real git (`file://` bare repos, a `git daemon` on loopback, a loopback
+//!   HTTP server recording the credentials it is sent) and an in-test stand-in of GitHub's
+//!   pulls API.
 
 mod classify;
 mod clone;

@@ -1,5 +1,6 @@
 //! The worker's `[git]` settings: commit identity, per-host credentials (by the name of the
-//! environment variable holding the token, never the token), the GitHub API and timeouts.
+//! environment variable holding the token, never the token; scoped to repositories, never over
+//! plain HTTP but to loopback when allowed), protected branches, the GitHub API and timeouts.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,13 @@ pub struct GitSettings {
     /// Allow `file://` sources: repositories on the worker's own disk (default false: a
     /// submitter could otherwise clone whatever repository the worker can read).
     pub allow_file_urls: bool,
+    /// More branch names (or patterns: `*` within a path segment, `**` across them, e.g.
+    /// `"release/*"`) no run may deliver to, besides `main`, `master`, the run's source
+    /// branch and its base branch.
+    pub protected_branches: Vec<String>,
+    /// Let runs deliver to protected branches (default false: a submitter could otherwise
+    /// push straight to `main` with the worker's token, and trigger its CI before any review).
+    pub deliver_to_protected_branches: bool,
 }
 
 impl Default for GitSettings {
@@ -34,6 +42,8 @@ impl Default for GitSettings {
             github: GitHubSettings::default(),
             timeout_seconds: 600,
             allow_file_urls: false,
+            protected_branches: Vec::new(),
+            deliver_to_protected_branches: false,
         }
     }
 }
@@ -47,6 +57,16 @@ pub struct GitCredential {
     /// User name sent with the token.
     #[serde(default = "default_username")]
     pub username: String,
+    /// The repositories (URL paths without `.git`, e.g. `"acme/*"`: `*` within a path
+    /// segment, `**` across them; compared case-insensitively) the token is used for; empty =
+    /// every repository of the host. Other repositories of the host are reached without it.
+    #[serde(default)]
+    pub repos: Vec<String>,
+    /// Send the token over plain `http://` to this host when it is a loopback address
+    /// (`127.0.0.0/8`, `::1`, `localhost`): a git server on the worker's own host. Never for
+    /// other hosts: a plain-HTTP token is readable by anyone on the way.
+    #[serde(default)]
+    pub allow_plain_http_on_loopback: bool,
 }
 
 fn default_username() -> String {
@@ -89,6 +109,94 @@ impl GitSettings {
     }
 }
 
+impl GitCredential {
+    /// Whether the token may be used for `repo` (a URL path as [`repo_path`] gives it).
+    pub(crate) fn covers(&self, repo: &str) -> bool {
+        self.repos.is_empty()
+            || self
+                .repos
+                .iter()
+                .any(|pattern| glob(pattern.to_ascii_lowercase().as_bytes(), repo.as_bytes()))
+    }
+}
+
+impl GitSettings {
+    /// Why `branch` is one runs may not deliver to (`source_ref` = the run's `--ref`, `base` =
+    /// its base branch), in words; `None` when it is not protected or the settings allow it.
+    pub(crate) fn protected_branch(
+        &self,
+        branch: &str,
+        source_ref: &str,
+        base: &str,
+    ) -> Option<String> {
+        if self.deliver_to_protected_branches {
+            return None;
+        }
+        let name = branch.to_ascii_lowercase();
+        let same = |other: &str| {
+            let other = other.trim();
+            let other = other.strip_prefix("refs/heads/").unwrap_or(other);
+            !other.is_empty() && other.to_ascii_lowercase() == name
+        };
+        if name == "main" || name == "master" {
+            Some("main and master always are".to_owned())
+        } else if same(source_ref) {
+            Some("it is the run's source ref".to_owned())
+        } else if same(base) {
+            Some("it is the run's base branch".to_owned())
+        } else {
+            self.protected_branches
+                .iter()
+                .find(|pattern| glob(pattern.to_ascii_lowercase().as_bytes(), name.as_bytes()))
+                .map(|pattern| {
+                    format!("it matches the worker's [git] protected_branches ({pattern})")
+                })
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`: `**` matches anything, `*` anything but `/`, every other
+/// byte itself.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern {
+        [] => text.is_empty(),
+        [b'*', b'*', rest @ ..] => (0..=text.len()).any(|at| glob(rest, &text[at..])),
+        [b'*', rest @ ..] => (0..=text.len())
+            .take_while(|&at| at == 0 || text[at - 1] != b'/')
+            .any(|at| glob(rest, &text[at..])),
+        [byte, rest @ ..] => text.first() == Some(byte) && glob(rest, &text[1..]),
+    }
+}
+
+/// The repository a URL names, as credentials' `repos` patterns match it: its path without
+/// leading or trailing `/` and `.git`, lowercase (`https://h/Acme/Tool.git` -> `acme/tool`,
+/// `git@h:acme/tool.git` -> `acme/tool`).
+pub(crate) fn repo_path(url: &str) -> String {
+    let path = match reqwest::Url::parse(url) {
+        Ok(parsed) if parsed.scheme().len() > 1 => parsed.path().to_owned(),
+        _ => url
+            .split_once(':')
+            .map_or(String::new(), |(_, path)| path.to_owned()),
+    };
+    let path = path.trim_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    path.trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// Whether `url` is plain `http://`, and if so whether its host is loopback.
+pub(crate) fn plain_http(url: &str) -> Option<bool> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    if parsed.scheme() != "http" {
+        return None;
+    }
+    let host = parsed.host_str().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    Some(match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    })
+}
+
 /// Host and explicit port of a URL (`scheme://[user@]host[:port]/..` or scp-like
 /// `user@host:path`).
 fn host_of(url: &str) -> Option<(String, Option<u16>)> {
@@ -122,6 +230,8 @@ mod tests {
                 GitCredential {
                     token_env: format!("TOKEN_{}", key.len()),
                     username: default_username(),
+                    repos: Vec::new(),
+                    allow_plain_http_on_loopback: false,
                 },
             );
         }
@@ -151,6 +261,37 @@ mod tests {
         assert_eq!(found("file:///srv/git.example/a.git"), None);
         assert_eq!(found("/srv/a.git"), None);
         assert_eq!(found("https://other.example/a.git"), None);
+    }
+
+    #[test]
+    fn repositories_and_patterns() {
+        assert_eq!(repo_path("https://h.example/Acme/Tool.git"), "acme/tool");
+        assert_eq!(repo_path("https://h.example/acme/tool/"), "acme/tool");
+        assert_eq!(repo_path("git@h.example:acme/tool.git"), "acme/tool");
+        assert_eq!(repo_path("ssh://git@h.example:22/g/sub/r.git"), "g/sub/r");
+        for (pattern, text, matches) in [
+            ("acme/*", "acme/tool", true),
+            ("acme/*", "acme/sub/tool", false),
+            ("acme/*", "acmex/tool", false),
+            ("acme/**", "acme/sub/tool", true),
+            ("*/tool", "x/tool", true),
+            ("acme/tool", "acme/tool", true),
+            ("acme/tool", "acme/tools", false),
+            ("release/*", "release/1.0", true),
+        ] {
+            assert_eq!(
+                glob(pattern.as_bytes(), text.as_bytes()),
+                matches,
+                "{pattern} {text}"
+            );
+        }
+        assert_eq!(plain_http("http://127.0.0.1:8/a"), Some(true));
+        assert_eq!(plain_http("http://[::1]:8/a"), Some(true));
+        assert_eq!(plain_http("http://LOCALHOST/a"), Some(true));
+        assert_eq!(plain_http("http://127.0.0.1.nip.io/a"), Some(false));
+        assert_eq!(plain_http("http://git.example/a"), Some(false));
+        assert_eq!(plain_http("https://git.example/a"), None);
+        assert_eq!(plain_http("git@git.example:a"), None);
     }
 
     #[test]

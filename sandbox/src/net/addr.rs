@@ -104,6 +104,16 @@ pub fn classify(ip: IpAddr, extra: &[IpNet]) -> AddrClass {
     }
 }
 
+/// `ip` in the one form the proxy compares addresses in: IPv4-mapped (`::ffff:a.b.c.d`), NAT64
+/// (`64:ff9b::/96`) and 6to4 (`2002::/16`) addresses as the IPv4 address they carry, since
+/// that is what a connection to them reaches (through the translator); the rest unchanged.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// The IPv4 address a NAT64 (`64:ff9b::/96`) or 6to4 (`2002::/16`) address carries. (Mapped
 /// addresses are canonicalised before this.)
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {

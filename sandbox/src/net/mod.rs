@@ -25,11 +25,22 @@
 //!    IP and CIDR rules; a rule without a port matches every port.
 //! 3. A name is resolved; every address is checked, in order, and the proxy connects to the first
 //!    permitted one that answers.
-//! 4. A protected endpoint of the worker ([`NetGuard::protected`]: the Temporal frontend, the
-//!    worker's ports) is never permitted ([`RefusalKind::Protected`]).
+//! 4. A protected endpoint of the worker ([`NetGuard::protected`]: its metrics and health ports)
+//!    is never permitted ([`RefusalKind::Protected`]). The Temporal frontend's hosts
+//!    ([`NetGuard::protected_hosts`], re-resolved by the worker every minute) are protected on
+//!    every port: the frontend's port and [`TEMPORAL_PORTS`] (HTTP API 7243, UI 8233, ...)
+//!    always, other ports unless a rule names that address and port exactly
+//!    (`--allow-host 127.0.0.1:5432`), so `--allow-host 127.0.0.1` does not open the dev
+//!    server's HTTP API on its random port. A frontend on this host makes every address of this
+//!    host (loopback, unspecified, the interfaces' addresses) such a host. Addresses are
+//!    compared in [`canonical`] form: v4-mapped, NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`)
+//!    forms are the IPv4 address they carry.
 //! 5. A non-public address ([`AddrClass`], plus [`NetGuard::private_ranges`]) is permitted only
-//!    when a matching rule names it: an IP or CIDR rule containing it, or the exact host name (not
-//!    a wildcard). Without rules (any public host) never ([`RefusalKind::Private`]).
+//!    when a rule of the run names it: an IP or CIDR rule containing it (and its port, if the
+//!    rule has one), or `localhost` for loopback. A host name never does, also not the exact
+//!    name asked for nor one a human approved through `baton.allow_host`: whoever runs a name's
+//!    DNS can point it at cloud metadata or this host. Without rules (any public host) never
+//!    ([`RefusalKind::Private`]).
 
 pub mod addr;
 pub mod policy;
@@ -40,8 +51,11 @@ pub mod rules;
 #[cfg(test)]
 mod tests;
 
-pub use addr::{AddrClass, classify};
-pub use policy::{BoxFuture, NetGuard, NetPolicy, Refusal, RefusalKind, Resolve, SystemResolver};
+pub use addr::{AddrClass, canonical, classify};
+pub use policy::{
+    BoxFuture, NetGuard, NetPolicy, ProtectedHost, ProtectedHosts, Refusal, RefusalKind, Resolve,
+    SystemResolver, TEMPORAL_PORTS,
+};
 pub use proxy::{Proxy, ProxyCounts, ProxyHandle};
 pub use report::{NetReport, proxy_env};
 pub use rules::HostRule;

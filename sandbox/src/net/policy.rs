@@ -5,15 +5,15 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use ipnet::IpNet;
 
 use super::NetError;
-use super::addr::{AddrClass, classify};
+use super::addr::{canonical, classify};
 use super::rules::{HostRule, Target};
 
 /// How long a name lookup may take before the request is refused as [`RefusalKind::Unresolved`].
@@ -44,37 +44,166 @@ impl Resolve for SystemResolver {
     }
 }
 
+/// Ports of a Temporal frontend host no rule ever opens, even one naming the address and port
+/// exactly: the frontend's gRPC (7233) and HTTP API (7243) ports, the other services of a
+/// one-host server (history 7234, matching 7235, worker 7239, membership 6933-6939) and the dev
+/// server's Web UI (8233). (The frontend's own port is protected too, whatever it is.)
+pub const TEMPORAL_PORTS: &[u16] = &[
+    6933, 6934, 6935, 6936, 6937, 6938, 6939, 7233, 7234, 7235, 7239, 7243, 8233,
+];
+
+/// At most this many frontend addresses are kept ([`ProtectedHosts::update`] keeps old ones).
+const MAX_PROTECTED_HOSTS: usize = 64;
+
+/// One address of a Temporal frontend: every port of it is protected ([`NetGuard`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedHost {
+    /// The address (any form: compared as [`canonical`]).
+    pub ip: IpAddr,
+    /// The frontend's port there (never reachable, like [`TEMPORAL_PORTS`]).
+    pub port: u16,
+    /// What it is, for refusal reasons ("the Temporal frontend (temporal.example:7233)").
+    pub what: String,
+}
+
+/// The Temporal frontend's addresses, shared by every run's policy and updated in place as the
+/// worker re-resolves the frontend's name: a policy made before an update sees it.
+#[derive(Debug, Clone, Default)]
+pub struct ProtectedHosts(Arc<RwLock<Vec<ProtectedHost>>>);
+
+impl ProtectedHosts {
+    /// These hosts.
+    pub fn new(hosts: Vec<ProtectedHost>) -> ProtectedHosts {
+        let shared = ProtectedHosts::default();
+        shared.update(hosts);
+        shared
+    }
+
+    /// Adds `hosts` (a fresh resolution of the frontend's name), keeping the ones already there
+    /// (a name that rotates among addresses keeps them all protected), the newest
+    /// [`MAX_PROTECTED_HOSTS`] at most. Returns whether anything was added.
+    pub fn update(&self, hosts: Vec<ProtectedHost>) -> bool {
+        let mut list = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let mut added = false;
+        for host in hosts {
+            let same =
+                |h: &ProtectedHost| canonical(h.ip) == canonical(host.ip) && h.port == host.port;
+            if let Some(at) = list.iter().position(same) {
+                let known = list.remove(at);
+                list.push(known);
+            } else {
+                list.push(host);
+                added = true;
+            }
+        }
+        let over = list.len().saturating_sub(MAX_PROTECTED_HOSTS);
+        list.drain(..over);
+        added
+    }
+
+    /// The hosts now.
+    pub fn list(&self) -> Vec<ProtectedHost> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// The worker's side of every run's policy, from its settings.
 #[derive(Debug, Clone, Default)]
 pub struct NetGuard {
-    /// Never reachable whatever the rules say, with what they are ("the worker's Temporal
-    /// frontend", "the worker's metrics port"). An unspecified IP (`0.0.0.0` / `::`) means: that
-    /// port on any non-public address. Loopback and unspecified addresses all count as this
-    /// host: `127.0.0.1:7233` protects `0.0.0.0:7233`, `[::1]:7233` and `127.0.0.2:7233` too.
+    /// Endpoints never reachable whatever the rules say, with what they are ("the worker's
+    /// metrics port"). An unspecified IP (`0.0.0.0` / `::`) means: that port on any non-public
+    /// address. Loopback and unspecified addresses all count as this host: `127.0.0.1:9464`
+    /// protects `0.0.0.0:9464`, `[::1]:9464` and `127.0.0.2:9464` too.
     pub protected: Vec<(SocketAddr, String)>,
+    /// Hosts protected on every port (the Temporal frontend's addresses): its own port and
+    /// [`TEMPORAL_PORTS`] always, any other port unless a rule of the run names that address
+    /// and port exactly (`--allow-host 127.0.0.1:5432`; `localhost:5432` for loopback). A
+    /// frontend on this host (loopback, or one of [`NetGuard::local_addrs`]) protects every
+    /// address of this host so.
+    pub protected_hosts: ProtectedHosts,
     /// Ranges treated like the private ones (the operator's cluster ranges).
     pub private_ranges: Vec<IpNet>,
     /// This host's own interface addresses (the worker fills them in at start): they count as
     /// this host too, so a protected port is refused on a public address of the host as well.
-    pub local_addrs: Vec<std::net::IpAddr>,
+    pub local_addrs: Vec<IpAddr>,
 }
 
 impl NetGuard {
-    /// What `addr` is, if it is (or reaches) a protected endpoint.
-    fn protected(&self, addr: SocketAddr) -> Option<&str> {
-        let ip = addr.ip().to_canonical();
-        let class = classify(ip, &self.private_ranges);
-        let here = |ip: std::net::IpAddr, class: AddrClass| {
-            class.is_this_host() || self.local_addrs.iter().any(|a| a.to_canonical() == ip)
-        };
-        self.protected.iter().find_map(|(endpoint, what)| {
-            let guarded = endpoint.ip().to_canonical();
-            let guarded_class = classify(guarded, &self.private_ranges);
-            let same = guarded == ip
-                || (guarded.is_unspecified() && (!class.is_public() || here(ip, class)))
-                || (here(guarded, guarded_class) && here(ip, class));
-            (endpoint.port() == addr.port() && same).then_some(what.as_str())
+    /// Whether `ip` (canonical) is this host.
+    fn is_here(&self, ip: IpAddr) -> bool {
+        classify(ip, &[]).is_this_host() || self.local_addrs.iter().any(|a| canonical(*a) == ip)
+    }
+
+    /// Whether a connection to `ip` reaches what listens on `guarded` (both canonical).
+    fn same_host(&self, guarded: IpAddr, ip: IpAddr) -> bool {
+        guarded == ip || (self.is_here(guarded) && self.is_here(ip))
+    }
+
+    /// What `addr` is, if it is (or reaches) a protected endpoint, or the port of a protected
+    /// host that no rule opens (its frontend port, [`TEMPORAL_PORTS`]).
+    fn protected(&self, addr: SocketAddr) -> Option<String> {
+        let ip = canonical(addr.ip());
+        let port = addr.port();
+        let public = classify(ip, &self.private_ranges).is_public();
+        let endpoint = self.protected.iter().find_map(|(endpoint, what)| {
+            let guarded = canonical(endpoint.ip());
+            let same = self.same_host(guarded, ip)
+                || (guarded.is_unspecified() && (!public || self.is_here(ip)));
+            (endpoint.port() == port && same)
+                .then(|| format!("{what} (port {port}): tools may never reach it"))
+        });
+        if endpoint.is_some() {
+            return endpoint;
+        }
+        self.protected_hosts.list().into_iter().find_map(|host| {
+            if !self.same_host(canonical(host.ip), ip) {
+                None
+            } else if port == host.port {
+                Some(format!(
+                    "{} (port {port}): tools may never reach it",
+                    host.what
+                ))
+            } else if TEMPORAL_PORTS.contains(&port) {
+                Some(format!(
+                    "a Temporal port ({port}) of the host of {}: tools may never reach it",
+                    host.what
+                ))
+            } else {
+                None
+            }
         })
+    }
+
+    /// What `addr` is when it is another port of a protected host and none of `rules` names
+    /// that address and port exactly.
+    fn unpinned(&self, addr: SocketAddr, rules: &[HostRule]) -> Option<String> {
+        let ip = canonical(addr.ip());
+        let port = addr.port();
+        if rules.iter().any(|rule| rule.pins(ip, port)) {
+            return None;
+        }
+        let host = self
+            .protected_hosts
+            .list()
+            .into_iter()
+            .find(|host| self.same_host(canonical(host.ip), ip))?;
+        Some(format!(
+            "port {port} of the host of {}, protected on every port unless a rule names the \
+             address and port exactly: submit with --allow-host {}:{port} to allow it",
+            host.what,
+            bracketed(ip)
+        ))
+    }
+}
+
+/// `ip` as written before `:PORT` (IPv6 in brackets).
+fn bracketed(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
     }
 }
 
@@ -212,12 +341,7 @@ impl NetPolicy {
         })?;
         let name = target.to_string();
         let refuse = |kind, reason| Refusal::new(&name, port, kind, reason);
-        let matched: Vec<&HostRule> = self
-            .rules
-            .iter()
-            .filter(|rule| rule.matches(&target, port))
-            .collect();
-        if !self.rules.is_empty() && matched.is_empty() {
+        if !self.rules.is_empty() && !self.rules.iter().any(|rule| rule.matches(&target, port)) {
             let asked = refuse(RefusalKind::NotAllowed, String::new()).target();
             let reason = format!(
                 "{asked} is not on this run's allow list (--allow-host); submit with \
@@ -252,7 +376,7 @@ impl NetPolicy {
         let mut first_refusal = None;
         for addr in addrs {
             let addr = SocketAddr::new(addr.ip().to_canonical(), port);
-            match self.check(&target, addr, &matched) {
+            match self.check(&target, addr) {
                 Ok(()) if !permitted.contains(&addr) => permitted.push(addr),
                 Ok(()) => {}
                 Err((kind, reason)) => {
@@ -266,35 +390,47 @@ impl NetPolicy {
         }
     }
 
-    /// Whether `addr`, one address of `target`, may be connected to under the `matched` rules.
-    fn check(
-        &self,
-        target: &Target,
-        addr: SocketAddr,
-        matched: &[&HostRule],
-    ) -> Result<(), (RefusalKind, String)> {
+    /// Whether `addr`, one address of `target` (which a rule matched, or the run has none),
+    /// may be connected to: not protected, and public or named by a rule (an IP or CIDR rule
+    /// covering the address and port; `localhost` for loopback). A name rule never names an
+    /// address: a name resolving to a non-public address is refused unless a rule names that.
+    fn check(&self, target: &Target, addr: SocketAddr) -> Result<(), (RefusalKind, String)> {
         let ip = addr.ip();
         let what = match target {
             Target::Ip(_) => ip.to_string(),
             Target::Name(name) => format!("{name} resolves to {}, which", ip),
         };
         if let Some(endpoint) = self.guard.protected(addr) {
-            let reason = format!(
-                "{what} is {endpoint} (port {}): tools may never reach it",
-                addr.port()
-            );
-            return Err((RefusalKind::Protected, reason));
+            return Err((RefusalKind::Protected, format!("{what} is {endpoint}")));
         }
         let class = classify(ip, &self.guard.private_ranges);
-        if class.is_public() || matched.iter().any(|rule| rule.names(ip)) {
-            return Ok(());
+        if class.is_public()
+            || self
+                .rules
+                .iter()
+                .any(|rule| rule.names(ip, addr.port(), class))
+        {
+            return match self.guard.unpinned(addr, &self.rules) {
+                Some(port) => Err((RefusalKind::Protected, format!("{what} is {port}"))),
+                None => Ok(()),
+            };
         }
         let how = if self.rules.is_empty() {
             "a run with network and no --allow-host reaches public hosts only; submit with \
-             --allow-host naming it (its IP, a CIDR or its exact host name) to allow it"
+             --allow-host naming the address (its IP or a CIDR containing it) to allow it"
+                .to_owned()
+        } else if matches!(target, Target::Name(_)) {
+            format!(
+                "a host name never opens a non-public address (whoever runs its DNS can point \
+                 it anywhere); only a rule naming the address does: add --allow-host {}:{} (or \
+                 a CIDR containing it)",
+                bracketed(canonical(ip)),
+                addr.port()
+            )
         } else {
-            "only a rule naming it allows it (its IP, a CIDR containing it or the exact host \
-             name; a wildcard does not)"
+            "only a rule naming it allows it (its IP or a CIDR containing it, with the rule's \
+             port if it has one)"
+                .to_owned()
         };
         Err((RefusalKind::Private, format!("{what} is {class}; {how}")))
     }

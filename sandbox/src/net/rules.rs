@@ -6,6 +6,8 @@
 //! optionally followed by `:PORT` (IPv6 in brackets then: `[::1]:8080`). A rule without a port
 //! matches any port. Names match names and IP rules match IP literals: a name is never resolved
 //! to be compared with an IP rule (the decision refuses unlisted names before any lookup).
+//! Only an IP or CIDR rule (and `localhost`, for loopback) opens a non-public address, also one
+//! a listed name resolves to ([`HostRule::names`]).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -14,6 +16,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 
 use super::NetError;
+use super::addr::{AddrClass, canonical};
 
 /// One entry of a run's allow list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,15 +103,34 @@ impl HostRule {
         }
     }
 
-    /// Whether the rule names `ip` itself, so that it may reach a non-public address: an IP or
-    /// CIDR rule containing it, or an exact host name (whatever it resolves to). A wildcard
-    /// never names an address.
-    pub(crate) fn names(&self, ip: IpAddr) -> bool {
+    /// Whether the rule names the address `ip` on `port`, so that it may be reached although
+    /// it is non-public (`class`): an IP or CIDR rule containing it, with that port if the rule
+    /// has one, or `localhost` for a loopback address. A host name (or a wildcard) never names
+    /// an address: whoever runs its DNS could point it at cloud metadata or this host.
+    pub(crate) fn names(&self, ip: IpAddr, port: u16, class: AddrClass) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        let ip = ip.to_canonical();
         match &self.host {
-            HostPattern::Name(_) => true,
+            HostPattern::Name(name) => name == "localhost" && class == AddrClass::Loopback,
             HostPattern::Subdomains(_) => false,
             HostPattern::Ip(rule) => *rule == ip,
             HostPattern::Net(net) => net.contains(&ip),
+        }
+    }
+    /// Whether the rule names exactly the address `ip` (canonical) and `port`: an IP rule (or a
+    /// one-address CIDR) with that port, or `localhost:PORT` for a loopback address. Only such
+    /// a rule opens a port of a protected host other than its Temporal ports.
+    pub(crate) fn pins(&self, ip: IpAddr, port: u16) -> bool {
+        if self.port != Some(port) {
+            return false;
+        }
+        match &self.host {
+            HostPattern::Ip(rule) => canonical(*rule) == ip,
+            HostPattern::Net(net) => net.prefix_len() == net.max_prefix_len() && net.contains(&ip),
+            HostPattern::Name(name) => name == "localhost" && ip.is_loopback(),
+            HostPattern::Subdomains(_) => false,
         }
     }
 }

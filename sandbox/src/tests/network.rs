@@ -83,8 +83,7 @@ async fn only_the_allowed_host_is_reached_and_only_through_the_proxy() {
         &named_frontend,
         NetGuard {
             protected: vec![(frontend.addr, "the Temporal frontend".to_owned())],
-            private_ranges: Vec::new(),
-            local_addrs: Vec::new(),
+            ..NetGuard::default()
         },
     );
     let dir = TempDir::new().unwrap();

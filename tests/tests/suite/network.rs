@@ -240,6 +240,87 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
     assert_eq!((counted("allowed"), counted("refused")), (1.0, 4.0));
 }
 
+/// The review's held-out case (issue 30 item 4): a rule naming the frontend's address
+/// (`--allow-host 127.0.0.1`) does not open the frontend's other ports. The dev server's HTTP
+/// API answers the harness, and a tool asking it (through the proxy) gets the proxy's 403
+/// `X-Baton-Refused: protected`, on the call's network report too; a local service on another
+/// port is reached when a rule names its address and port exactly.
+#[test]
+fn the_frontends_http_api_stays_protected_when_its_address_is_allowed() {
+    let server = DevServer::start().unwrap();
+    let site = Site::start().unwrap();
+    let queue = unique("net-http-api");
+    let _w = worker(&server, &queue, &[]);
+    let api_at = format!("127.0.0.1:{}", server.http_port());
+    let api = format!("http://{api_at}/api/v1/namespaces");
+    // The control: the HTTP API is there and answers without credentials.
+    let answered = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-m",
+            "20",
+            &api,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&answered.stdout),
+        "200",
+        "{answered:?}"
+    );
+    let calls = [
+        (
+            "api",
+            format!("curl -s -D - -o /dev/null -w 'http_code=%{{http_code}}\\n' -m 20 {api}"),
+        ),
+        ("site", curl(&site.url())),
+    ];
+    let net = [
+        "--allow-host".to_owned(),
+        "127.0.0.1".to_owned(),
+        "--allow-host".to_owned(),
+        format!("127.0.0.1:{}", site.port()),
+    ];
+    let run = run_shell_calls(&server, &queue, "run-http-api", &net, &calls);
+
+    let out = outputs(&server, &run);
+    let api_out = &out["api"];
+    assert!(api_out.contains("http_code=403"), "{api_out}");
+    assert!(
+        api_out
+            .to_ascii_lowercase()
+            .contains("x-baton-refused: protected"),
+        "{api_out}"
+    );
+    assert!(out["site"].contains(SITE_PAGE), "{}", out["site"]);
+    assert_eq!(site.hits(), 1);
+    assert_eq!(
+        watched_refusals(&server, &run),
+        by_call(&[("api", &[&api_at]), ("site", &[])])
+    );
+    let lines = baton(&server, &["watch", &run, "--json"])
+        .unwrap()
+        .json_lines()
+        .unwrap();
+    let refusal = lines
+        .iter()
+        .filter_map(|l| l.get("tool_finished"))
+        .find(|f| f["call_id"] == "api")
+        .map(|f| f["network_refusals"][0].clone())
+        .unwrap();
+    assert_eq!(refusal["kind"], "protected", "{refusal}");
+    let reason = refusal["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("of the host of the Temporal frontend")
+            && reason.contains(&format!("--allow-host {api_at}")),
+        "{reason}"
+    );
+}
+
 #[test]
 fn network_without_hosts_keeps_loopback_out_of_reach() {
     let server = DevServer::start().unwrap();

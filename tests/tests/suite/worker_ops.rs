@@ -405,6 +405,67 @@ async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
     }
 }
 
+/// Issue 30 item 10: a root worker whose tools run as the sandbox user (65534), with a parent
+/// of its workspace root that user cannot traverse (`0700`, owned by root), would start and
+/// fail every tool using an absolute path with "Permission denied": it exits 2 within 5 s
+/// naming the directory and the fix. The same root made traversable starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_root_the_sandbox_user_cannot_traverse_stops_the_worker() {
+    use std::os::unix::fs::MetadataExt;
+    // `/proc/self` belongs to this process's effective user.
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("skipped: the check is for root workers that drop to the sandbox user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let closed = dir.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let root = closed.join("workspaces");
+    let root_env = root.to_str().unwrap();
+
+    let started = Instant::now();
+    let mut w = Worker::spawn(
+        &server,
+        &unique("untraversable"),
+        &[("BATON_WORKSPACE_ROOT", root_env)],
+    )
+    .unwrap();
+    let exit = w.wait_exit(Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    let log = w.log();
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "exited after {took:?}: {log}"
+    );
+    let closed = closed.display();
+    for says in [
+        format!("the sandbox user (uid 65534, gid 65534) cannot traverse {closed}"),
+        format!("chmod o+x {closed}"),
+        "workspace_root".to_owned(),
+    ] {
+        assert!(log.contains(&says), "no {says:?} in: {log}");
+    }
+
+    // `chmod o+x` as told: the worker starts.
+    std::fs::set_permissions(
+        dir.path().join("closed"),
+        std::fs::Permissions::from_mode(0o701),
+    )
+    .unwrap();
+    let mut w = Worker::spawn(
+        &server,
+        &unique("traversable"),
+        &[("BATON_WORKSPACE_ROOT", root_env)],
+    )
+    .unwrap();
+    w.wait_ready(T).await.unwrap();
+}
+
 /// A worker whose settings cannot be read reports it as a JSON log line when the environment
 /// asks for JSON logs (a log pipeline would drop plain text).
 #[tokio::test(flavor = "multi_thread")]

@@ -291,7 +291,8 @@ const GH_TOKEN_ENV: &str = "ACME_GH_TOKEN";
 const GH_TOKEN: &str = "ghp_standin_token_5d1e";
 
 /// A worker whose settings file names `git_token` as the credentials of `remote`'s git HTTP
-/// server, and `remote`'s GitHub stand-in as its API.
+/// server (plain HTTP on loopback, which the credential must allow), and `remote`'s GitHub
+/// stand-in as its API.
 fn git_worker(
     server: &DevServer,
     queue: &str,
@@ -308,6 +309,7 @@ fn git_worker(
         format!(
             "[git]\nauthor_name = \"baton\"\nauthor_email = \"baton@example.invalid\"\n\
              [git.credentials.\"{http_host}\"]\ntoken_env = \"{GIT_TOKEN_ENV}\"\n\
+             allow_plain_http_on_loopback = true\n\
              [git.github]\napi_url = \"{api_url}\"\ntoken_env = \"{GH_TOKEN_ENV}\"\n"
         ),
     )

@@ -3,6 +3,9 @@
 //! "call" [`ALLOW_HOST_TOOL`] per host (decided with `baton approve`/`deny` like any call);
 //! approving adds `host:port` to the run's `allowed_hosts` for every later call, and the model
 //! is told what was decided before its next turn. Nothing is run again: the model retries.
+//! An approved host name reaches only the public addresses it resolves to (the proxy never lets
+//! a name open a non-public address, `sandbox/src/net/rules.rs` `HostRule::names`); an approved
+//! IP literal is the address the human was shown.
 
 use std::collections::BTreeSet;
 

@@ -196,6 +196,8 @@ fn with_token(host: &str) -> super::super::GitSettings {
         GitCredential {
             token_env: "BATON_TEST_GIT_TOKEN".into(),
             username: "x-access-token".into(),
+            repos: Vec::new(),
+            allow_plain_http_on_loopback: false,
         },
     );
     settings

@@ -186,6 +186,95 @@ async fn a_patch_that_does_not_apply_and_a_branch_elsewhere_are_errors() {
     assert_eq!(git(&origin.bare(), &["rev-parse", "dev"]), origin.dev);
 }
 
+/// Review #15 / issue 30 item 9: `main`, `master`, the run's source ref and base branch and the
+/// worker's `protected_branches` are refused before anything is pushed, unless the worker's
+/// `[git] deliver_to_protected_branches` allows them.
+#[tokio::test]
+async fn protected_branches_are_refused_unless_the_worker_allows_them() {
+    let origin = Origin::new();
+    let log = origin.root.path().join("pushes.log");
+    origin.hook("post-receive", &format!("cat >> {}", log.display()));
+    let daemon = Daemon::start(origin.root.path());
+    let url = daemon.url("acme/tool.git");
+    let patch = origin.patch();
+    let scratch = TempDir::new().unwrap();
+    let mut settings = settings();
+    settings.protected_branches = vec!["release/*".into()];
+    let deliver_to = |branch: &str, source_ref: &str, base: &str| {
+        let mut wanted = request(&url, &origin.first, "branch", branch);
+        wanted.git.as_mut().unwrap().r#ref = source_ref.into();
+        wanted.base_branch = base.into();
+        wanted
+    };
+    let advice = "deliver to another branch (--branch NAME, or none for baton/<run id>), or \
+                  let runs deliver there: deliver_to_protected_branches = true in the worker's \
+                  [git] settings";
+    for (wanted, branch, why) in [
+        (
+            deliver_to("main", "", "main"),
+            "main",
+            "main and master always are",
+        ),
+        (
+            deliver_to("MASTER", "", "main"),
+            "MASTER",
+            "main and master always are",
+        ),
+        (
+            deliver_to("dev", "refs/heads/dev", "dev"),
+            "dev",
+            "it is the run's source ref",
+        ),
+        (
+            deliver_to("trunk", "v1", "trunk"),
+            "trunk",
+            "it is the run's base branch",
+        ),
+        (
+            deliver_to("release/1.0", "", "main"),
+            "release/1.0",
+            "it matches the worker's [git] protected_branches (release/*)",
+        ),
+    ] {
+        let delivered = deliver(
+            &settings,
+            &wanted,
+            &patch,
+            "run-1",
+            "",
+            &scratch.path().join("s"),
+            &no_env,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            delivered.error,
+            format!("refusing to deliver to branch {branch}: it is protected ({why}); {advice}")
+        );
+        assert_eq!(delivered.commit, "", "nothing was committed");
+    }
+    assert!(!log.exists(), "something was pushed");
+    assert_eq!(git(&origin.bare(), &["rev-parse", "main"]), origin.second);
+
+    settings.deliver_to_protected_branches = true;
+    let delivered = deliver(
+        &settings,
+        &deliver_to("master", "", "main"),
+        &patch,
+        "run-1",
+        "",
+        &scratch.path().join("s"),
+        &no_env,
+    )
+    .await
+    .unwrap();
+    assert_eq!(delivered.error, "");
+    assert_eq!(
+        git(&origin.bare(), &["rev-parse", "master"]),
+        delivered.commit
+    );
+}
+
 #[tokio::test]
 async fn nothing_changed_means_nothing_to_deliver_and_no_server_is_needed() {
     let scratch = TempDir::new().unwrap();

@@ -2,6 +2,7 @@
 //! a `git daemon` on loopback) made by the test, and a recording stand-in of GitHub's pulls API.
 
 mod clone;
+mod credentials;
 mod deliver;
 mod github;
 

@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use pretty_assertions::assert_eq;
 
-use crate::net::{BoxFuture, NetError, NetGuard, NetPolicy, Refusal, RefusalKind, Resolve};
+use crate::net::{
+    BoxFuture, NetError, NetGuard, NetPolicy, ProtectedHost, ProtectedHosts, Refusal, RefusalKind,
+    Resolve,
+};
 
 /// A resolver answering from a table, recording every name it was asked for.
 #[derive(Default)]
@@ -53,16 +56,15 @@ impl Resolve for FakeResolver {
 
 fn guard() -> Arc<NetGuard> {
     Arc::new(NetGuard {
-        protected: vec![
-            (
-                "127.0.0.1:7233".parse().unwrap(),
-                "the worker's Temporal frontend".to_owned(),
-            ),
-            (
-                "0.0.0.0:9464".parse().unwrap(),
-                "the worker's metrics port".to_owned(),
-            ),
-        ],
+        protected: vec![(
+            "0.0.0.0:9464".parse().unwrap(),
+            "the worker's metrics port".to_owned(),
+        )],
+        protected_hosts: ProtectedHosts::new(vec![ProtectedHost {
+            ip: "127.0.0.1".parse().unwrap(),
+            port: 7233,
+            what: "the worker's Temporal frontend".to_owned(),
+        }]),
         private_ranges: vec!["203.0.0.0/16".parse().unwrap()],
         // A public address of this host.
         local_addrs: vec!["198.100.7.7".parse().unwrap()],
@@ -72,6 +74,16 @@ fn guard() -> Arc<NetGuard> {
 fn policy(hosts: &[&str]) -> NetPolicy {
     let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
     NetPolicy::new(&hosts, guard()).unwrap()
+}
+
+/// A policy under a guard without a frontend (only the private ranges).
+fn unguarded(hosts: &[&str]) -> NetPolicy {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    let guard = NetGuard {
+        private_ranges: guard().private_ranges.clone(),
+        ..NetGuard::default()
+    };
+    NetPolicy::new(&hosts, Arc::new(guard)).unwrap()
 }
 
 fn resolver() -> FakeResolver {
@@ -87,6 +99,9 @@ fn resolver() -> FakeResolver {
         ("2130706433", &["127.0.0.1"]),
         ("mixed.test", &["10.0.0.1", "8.8.8.8"]),
         ("frontend.test", &["127.0.0.1"]),
+        ("localhost", &["127.0.0.1"]),
+        ("meta.example", &["169.254.169.254"]),
+        ("mirror.example", &["10.0.0.9", "93.184.215.14"]),
         ("cluster.test", &["203.0.9.9"]),
         ("nat64.test", &["64:ff9b::a9fe:a9fe"]),
     ])
@@ -143,7 +158,7 @@ async fn any_public_mode_allows_public_hosts_and_refuses_the_rest() {
 }
 
 #[tokio::test]
-async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
+async fn rebinding_to_loopback_is_refused_even_when_the_name_is_listed() {
     let (kind, reason) = refusal(&policy(&[]), "evil.test", 80).await;
     assert_eq!(kind, RefusalKind::Private);
     assert!(
@@ -153,19 +168,80 @@ async fn rebinding_to_loopback_is_refused_unless_the_exact_name_is_listed() {
     let wildcard = policy(&["*.evil.test"]);
     let (kind, reason) = refusal(&wildcard, "app.evil.test", 80).await;
     assert_eq!(kind, RefusalKind::Private);
-    assert!(reason.contains("a wildcard does not"), "{reason}");
+    assert!(
+        reason.contains("a host name never opens a non-public address"),
+        "{reason}"
+    );
+    let (kind, _) = refusal(&unguarded(&["evil.test"]), "evil.test", 80).await;
+    assert_eq!(kind, RefusalKind::Private);
     assert_eq!(
-        decide(&policy(&["evil.test"]), "evil.test", 80)
+        decide(&unguarded(&["evil.test", "127.0.0.1:80"]), "evil.test", 80)
             .await
             .unwrap(),
         "127.0.0.1:80"
     );
     assert_eq!(
-        decide(&policy(&["127.0.0.0/8:80"]), "127.0.0.1", 80)
+        decide(&unguarded(&["127.0.0.0/8:80"]), "127.0.0.1", 80)
             .await
             .unwrap(),
         "127.0.0.1:80"
     );
+}
+
+/// The review's held-out case (#13): an exact host name on the list (or approved by a human
+/// through `baton.allow_host`, which adds such an entry) does not open a non-public address
+/// because the name resolves there; a rule naming the address does.
+#[tokio::test]
+async fn a_listed_name_does_not_open_the_non_public_addresses_it_resolves_to() {
+    for rules in [
+        &["meta.example:80"][..],
+        &["meta.example"],
+        &["meta.example", "10.0.0.0/8"],
+    ] {
+        let (kind, reason) = refusal(&unguarded(rules), "meta.example", 80).await;
+        assert_eq!(kind, RefusalKind::Private, "{rules:?}");
+        assert_eq!(
+            reason,
+            "meta.example resolves to 169.254.169.254, which is link-local (where cloud \
+             metadata services live); a host name never opens a non-public address (whoever \
+             runs its DNS can point it anywhere); only a rule naming the address does: add \
+             --allow-host 169.254.169.254:80 (or a CIDR containing it)"
+        );
+    }
+    // Its public addresses are the name's; the private one is skipped.
+    assert_eq!(
+        decide(&unguarded(&["mirror.example"]), "mirror.example", 443)
+            .await
+            .unwrap(),
+        "93.184.215.14:443"
+    );
+    // A rule naming the address (and port) opens it, for the name too.
+    for rules in [
+        &["meta.example", "169.254.169.254:80"][..],
+        &["meta.example:80", "169.254.0.0/16"],
+    ] {
+        assert_eq!(
+            decide(&unguarded(rules), "meta.example", 80).await.unwrap(),
+            "169.254.169.254:80",
+            "{rules:?}"
+        );
+    }
+    let (kind, _) = refusal(
+        &unguarded(&["meta.example", "169.254.169.254:81"]),
+        "meta.example",
+        80,
+    )
+    .await;
+    assert_eq!(kind, RefusalKind::Private);
+    // `localhost` is the name of this host's loopback, not a name that resolves somewhere.
+    assert_eq!(
+        decide(&unguarded(&["localhost:8080"]), "localhost", 8080)
+            .await
+            .unwrap(),
+        "127.0.0.1:8080"
+    );
+    let (kind, _) = refusal(&unguarded(&["localhost"]), "169.254.169.254", 80).await;
+    assert_eq!(kind, RefusalKind::NotAllowed);
 }
 
 #[tokio::test]
@@ -262,15 +338,156 @@ async fn protected_endpoints_are_refused_even_when_a_rule_names_them() {
         let (kind, _) = refusal(&policy(&["198.100.7.7"]), "198.100.7.7", port).await;
         assert_eq!(kind, RefusalKind::Protected, "{port}");
     }
+    // ... and with the frontend on this host, so are its other ports, unless pinned.
+    let (kind, _) = refusal(&policy(&[]), "198.100.7.7", 443).await;
+    assert_eq!(kind, RefusalKind::Protected);
     assert_eq!(
-        decide(&policy(&[]), "198.100.7.7", 443).await.unwrap(),
+        decide(&policy(&["198.100.7.7:443"]), "198.100.7.7", 443)
+            .await
+            .unwrap(),
         "198.100.7.7:443"
     );
-    // Other ports of the same host are the rules' business.
+    // Other ports of the frontend's host (this host: loopback, unspecified, its own addresses)
+    // are protected too unless a rule names the address and port exactly.
+    for (host, asked) in [
+        ("127.0.0.1", "127.0.0.1"),
+        ("0.0.0.0", "0.0.0.0"),
+        ("[::1]", "[::1]"),
+        ("frontend.test", "127.0.0.1"),
+        ("198.100.7.7", "198.100.7.7"),
+    ] {
+        let all = policy(&[
+            "127.0.0.1",
+            "0.0.0.0",
+            "::1",
+            "frontend.test",
+            "198.100.7.7",
+        ]);
+        let (kind, reason) = refusal(&all, host, 8080).await;
+        assert_eq!(kind, RefusalKind::Protected, "{host}");
+        assert!(
+            reason.contains(&format!(
+                "is port 8080 of the host of the worker's Temporal frontend, protected on every \
+                 port unless a rule names the address and port exactly: submit with \
+                 --allow-host {asked}:8080 to allow it"
+            )),
+            "{host}: {reason}"
+        );
+    }
+    for (pin, host) in [
+        ("127.0.0.1:8080", "127.0.0.1"),
+        ("localhost:8080", "localhost"),
+        ("127.0.0.1/32:8080", "127.0.0.1"),
+    ] {
+        assert_eq!(
+            decide(&policy(&[pin]), host, 8080)
+                .await
+                .unwrap_or_else(|r| panic!("{pin}: {r}")),
+            "127.0.0.1:8080",
+            "{pin}"
+        );
+    }
+    // A CIDR, another port or a name do not pin.
+    for rules in [
+        &["127.0.0.0/8:8080"][..],
+        &["127.0.0.1:8081", "127.0.0.1"],
+        &["frontend.test:8080", "127.0.0.1"],
+    ] {
+        let host = if rules[0].starts_with("frontend") {
+            "frontend.test"
+        } else {
+            "127.0.0.1"
+        };
+        let (kind, _) = refusal(&policy(rules), host, 8080).await;
+        assert_eq!(kind, RefusalKind::Protected, "{rules:?}");
+    }
+    // The Temporal ports of the host never open, not even to a rule naming them exactly.
+    for port in [7243, 8233, 7234, 6933] {
+        let (kind, reason) =
+            refusal(&policy(&[&format!("127.0.0.1:{port}")]), "127.0.0.1", port).await;
+        assert_eq!(kind, RefusalKind::Protected, "{port}");
+        assert!(
+            reason.contains(&format!(
+                "a Temporal port ({port}) of the host of the worker's Temporal frontend: tools \
+                 may never reach it"
+            )),
+            "{reason}"
+        );
+    }
+    // Hosts that are not the frontend's are the rules' business.
     assert_eq!(
-        decide(&naming, "127.0.0.1", 8080).await.unwrap(),
-        "127.0.0.1:8080"
+        decide(&naming, "10.1.1.1", 8080).await.unwrap(),
+        "10.1.1.1:8080"
     );
+}
+
+/// The review's held-out case: a protected public address asked for in its NAT64 or 6to4 form
+/// (a translator would connect to the IPv4 address it carries).
+#[tokio::test]
+async fn nat64_6to4_and_mapped_forms_of_a_protected_address_are_protected() {
+    let exact = Arc::new(NetGuard {
+        protected: vec![("8.8.8.8:7233".parse().unwrap(), "fe".to_owned())],
+        ..NetGuard::default()
+    });
+    let host = Arc::new(NetGuard {
+        protected_hosts: ProtectedHosts::new(vec![ProtectedHost {
+            ip: "8.8.8.8".parse().unwrap(),
+            port: 7233,
+            what: "fe".to_owned(),
+        }]),
+        ..NetGuard::default()
+    });
+    for guard in [exact, host] {
+        let any = NetPolicy::new(&[], guard.clone()).unwrap();
+        for form in [
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "::ffff:8.8.8.8",
+            "8.8.8.8",
+        ] {
+            let (kind, reason) = refusal(&any, form, 7233).await;
+            assert_eq!(kind, RefusalKind::Protected, "{form}: {reason}");
+            assert!(reason.contains("is fe (port 7233)"), "{form}: {reason}");
+        }
+        // The guard's own address may be written in such a form too.
+        let nat64 = Arc::new(NetGuard {
+            protected: vec![("[64:ff9b::808:808]:7233".parse().unwrap(), "fe".to_owned())],
+            ..NetGuard::default()
+        });
+        let (kind, _) = refusal(&NetPolicy::new(&[], nat64).unwrap(), "8.8.8.8", 7233).await;
+        assert_eq!(kind, RefusalKind::Protected);
+        // Another public address on that port is not the frontend.
+        assert_eq!(decide(&any, "8.8.4.4", 7233).await.unwrap(), "8.8.4.4:7233");
+    }
+}
+
+/// The worker re-resolves the frontend's name and updates the hosts in place: a policy made
+/// before the update refuses the new address, and the old one stays protected.
+#[tokio::test]
+async fn frontend_addresses_updated_in_place_reach_existing_policies() {
+    let hosts = ProtectedHosts::new(vec![ProtectedHost {
+        ip: "8.8.8.8".parse().unwrap(),
+        port: 7233,
+        what: "fe".to_owned(),
+    }]);
+    let guard = Arc::new(NetGuard {
+        protected_hosts: hosts.clone(),
+        ..NetGuard::default()
+    });
+    let any = NetPolicy::new(&[], guard).unwrap();
+    assert_eq!(decide(&any, "1.1.1.1", 7233).await.unwrap(), "1.1.1.1:7233");
+    let moved = ProtectedHost {
+        ip: "1.1.1.1".parse().unwrap(),
+        port: 7233,
+        what: "fe".to_owned(),
+    };
+    assert!(hosts.update(vec![moved.clone()]));
+    assert!(!hosts.update(vec![moved]), "nothing new");
+    for host in ["1.1.1.1", "8.8.8.8"] {
+        let (kind, _) = refusal(&any, host, 443).await;
+        assert_eq!(kind, RefusalKind::Protected, "{host}");
+    }
+    assert_eq!(hosts.list().len(), 2);
 }
 
 #[tokio::test]

@@ -294,8 +294,7 @@ async fn protected_endpoints_and_dead_ports_are_refused_with_their_kind() {
         .unwrap();
     let guard = NetGuard {
         protected: vec![(site.addr, "the worker's Temporal frontend".to_owned())],
-        private_ranges: Vec::new(),
-        local_addrs: Vec::new(),
+        ..NetGuard::default()
     };
     let proxy = start_guarded(&["127.0.0.1".to_owned()], guard);
     let mut client = TcpStream::connect(proxy.local_addr()).await.unwrap();
