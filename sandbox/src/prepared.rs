@@ -63,6 +63,13 @@ impl Prepared {
         self.temp.path()
     }
 
+    /// Whether the process gets a PID namespace of its own: nothing it starts outlives it (the
+    /// kernel kills them all when it ends), and it dies with the worker (`PR_SET_PDEATHSIG`,
+    /// set by the sandbox). Without one, only its process group can be killed.
+    pub fn own_pid_namespace(&self) -> bool {
+        self.child.own_pids()
+    }
+
     /// Sets the environment and registers the `pre_exec` hook that confines the child. Register
     /// other hooks after this one: they then run confined, as the sandbox user (e.g.
     /// `PR_SET_PDEATHSIG`, which a change of user clears).

@@ -72,7 +72,9 @@ async fn as_the_worker() {
          curl -sS --max-time 10 http://127.0.0.1:{port}/; \
          bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo direct-connected \
          || echo direct-failed; \
-         grep CapEff /proc/self/status"
+         grep CapEff /proc/self/status; \
+         readlink /proc/self/ns/pid; echo \"pid=$$\"; \
+         cat /proc/1/environ > /dev/null 2>&1 && echo init-environ-read || echo init-environ-denied"
     );
     let mut prepared = sandbox.prepare(&workspace, ".baton").unwrap().unwrap();
     let mut sh = tokio::process::Command::new("sh");
@@ -99,6 +101,10 @@ async fn as_the_worker() {
     assert_eq!(lines[3], "hello from the allowed site", "{context}");
     assert_eq!(lines[4], "direct-failed", "{context}");
     assert_eq!(lines[5], "CapEff:\t0000000000000000", "{context}");
+    // A PID namespace of its own (made in the user namespace), where the shell is pid 2 and
+    // the init's files (the worker's environment) are closed to it.
+    assert_ne!(lines[6], own("pid").to_string_lossy(), "{context}");
+    assert_eq!(lines[7..], ["pid=2", "init-environ-denied"], "{context}");
     let report = prepared.network_report().unwrap();
     assert_eq!((report.allowed, report.refused), (1, 0), "{report:?}");
 }

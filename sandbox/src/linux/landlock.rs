@@ -101,6 +101,52 @@ pub(super) fn ruleset(
     })
 }
 
+/// `landlock_path_beneath_attr` (packed, as in the kernel's uapi header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_uint = 1;
+
+/// In the child, once the PID namespace's init mounted a fresh `/proc`: adds read access to
+/// it to `ruleset` (the rule for the host's `/proc` does not cover a mount on top of it).
+/// System calls only.
+pub(super) fn add_proc_rule(ruleset: libc::c_int) -> std::io::Result<()> {
+    // Execute, read file, read dir: in every Landlock ABI, so always handled.
+    let read = AccessFs::from_read(ABI::V1).bits();
+    // SAFETY: open(2) with a C string, landlock_add_rule(2) with a valid attribute struct,
+    // close(2) of the descriptor just opened.
+    unsafe {
+        let fd = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: read,
+            parent_fd: fd,
+        };
+        let rc = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &raw const attr,
+            0u32,
+        );
+        let error = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc < 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// The paths to grant read access under so that everything is readable except what lies in
 /// `hidden` (Landlock only grants): `/` when nothing is hidden, else the entries of every
 /// directory on the way to a hidden one that do not lead to one. The directories on the way
