@@ -49,7 +49,9 @@
 //!    named by the caller, stays the worker's), and so
 //!    are the output pipes (else `/dev/stdout` could not be opened); `HOME` is the temp dir;
 //! 5. `PR_SET_NO_NEW_PRIVS`;
-//! 6. `landlock_restrict_self`: read and execute everywhere, full access to the workspace
+//! 6. `landlock_restrict_self`: read and execute everywhere but the hidden paths and the
+//!    directory of the private temp dirs (`<system temp dir>/baton-tools-<uid>`: another
+//!    call's `TMPDIR`/`HOME` is not readable), full access to the workspace
 //!    (`workspace-write` only) and to the private temp dir, read/write to `/dev/null`,
 //!    `/dev/zero`, `/dev/full` and `/dev/tty`; signals and abstract Unix sockets scoped to the
 //!    sandbox (ABI 6+); TCP bind/connect denied when the network is off (ABI 4+);

@@ -1,11 +1,48 @@
 //! The private temp dir of each confined process (`TMPDIR`, and `HOME` under the sandbox
 //! user), and the sweep of those a killed worker left behind.
+//!
+//! They are made in a directory of their own in the system temp dir (`baton-tools-<uid>`,
+//! [`temp_root`]), which Landlock hides from every confined process but its own dir: a call
+//! cannot read another's.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The name prefix of every private temp dir; `<prefix><worker pid>-` is a worker's.
 const TEMP_PREFIX: &str = "baton-tool-";
+
+/// The name prefix of the directory of the private temp dirs (`<prefix><worker uid>`).
+const TEMP_ROOT: &str = "baton-tools-";
+
+/// The directory the private temp dirs are made in (`<system temp dir>/baton-tools-<uid>`),
+/// made if missing: the worker's, traversable by the sandbox user, not listable by it.
+/// Refused when it is not the worker's own directory (someone else made it first).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn temp_root() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let own = nix::unistd::geteuid().as_raw();
+    let root = std::env::temp_dir().join(format!("{TEMP_ROOT}{own}"));
+    match std::fs::DirBuilder::new().mode(0o711).create(&root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&root)?;
+    if !meta.is_dir() || meta.uid() != own || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of uid {own} that only it may write (uid {}, mode {:o}): \
+             remove it, or point the worker's TMPDIR elsewhere",
+            root.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        )));
+    }
+    // A umask may have taken the execute bits.
+    if meta.mode() & 0o711 != 0o711 {
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
+    }
+    Ok(root)
+}
 
 /// The name prefix of the private temp dirs of worker process `pid`.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -32,7 +69,10 @@ pub(crate) fn temp_env(temp: &Path, home: bool) -> Vec<(&'static str, OsString)>
 /// flight, and what a command wrote there (build caches, downloads) would pile up. Dirs of
 /// live processes are left alone. Returns how many were removed.
 pub fn sweep_stale_temp_dirs() -> usize {
-    sweep_temp_dirs_in(&std::env::temp_dir())
+    // Workers before issue 30 made them in the system temp dir itself.
+    let system = std::env::temp_dir();
+    let own = nix::unistd::geteuid().as_raw();
+    sweep_temp_dirs_in(&system.join(format!("{TEMP_ROOT}{own}"))) + sweep_temp_dirs_in(&system)
 }
 
 fn sweep_temp_dirs_in(dir: &Path) -> usize {

@@ -45,8 +45,9 @@ pub(crate) fn landlock_abi() -> Result<i32, String> {
     })
 }
 
-/// The Landlock ruleset: read and execute everywhere but `hidden`, the workspace too, write
-/// where `mode` allows.
+/// The Landlock ruleset: read and execute everywhere but `hidden` and the directory the
+/// private temp dirs are made in (other calls' `TMPDIR`s: only `temp`, this call's, is
+/// granted), the workspace too, write where `mode` allows.
 pub(super) fn ruleset(
     mode: SandboxMode,
     network: bool,
@@ -68,7 +69,12 @@ pub(super) fn ruleset(
             .map_err(failed)?;
     }
     let mut created = ruleset.create().map_err(failed)?;
-    for readable in readable_except(hidden)
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .cloned()
+        .chain(temp.parent().map(Path::to_path_buf))
+        .collect();
+    for readable in readable_except(&hidden)
         .iter()
         .map(PathBuf::as_path)
         .chain([workspace])
