@@ -38,9 +38,18 @@ pub fn log_host_support(settings: &SandboxSettings) {
         Ok(()) => {
             let abi = landlock_abi().unwrap_or_default();
             let user = if imp::is_root() {
-                format!("uid {} gid {}", settings.uid, settings.gid)
+                format!(
+                    "uid {} gid {} without supplementary groups",
+                    settings.uid, settings.gid
+                )
             } else {
-                "the worker's uid".to_owned()
+                // Only CAP_SETGID can drop groups, and a user namespace made without root
+                // must deny setgroups: what the worker's groups can read, its tools can, but
+                // for the hidden paths (Landlock).
+                "the worker's uid and groups (a worker that is not root cannot drop them: \
+                 every file its groups may read is readable to tools unless it is in the \
+                 hidden paths)"
+                    .to_owned()
             };
             info!(
                 landlock_abi = abi,

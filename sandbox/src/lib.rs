@@ -63,6 +63,12 @@
 //!    `ENOSYS` (its flags cannot be inspected; libc falls back to `clone`); x32 system calls fail
 //!    with `ENOSYS` and those of another architecture kill the process.
 //!
+//! A worker that is not root keeps its uid *and its groups* for its tools: dropping
+//! supplementary groups takes `CAP_SETGID`, and the user namespace such a worker makes must
+//! deny `setgroups` (unmapped groups still grant access). Every file the worker's groups may
+//! read (a `0440` key of its group) is readable to its tools unless it is in
+//! [`SandboxSettings::hidden`], which Landlock enforces whatever the file's mode.
+//!
 //! `RLIMIT_NPROC` counts the tasks of the *real uid*, across the whole host. As the sandbox user
 //! it bounds the processes of every sandboxed call of the host together at
 //! [`SandboxSettings::max_processes`]; when the worker is not root (the uid is kept) the bound is
