@@ -53,7 +53,7 @@
 //!    directory of the private temp dirs (`<system temp dir>/baton-tools-<uid>`: another
 //!    call's `TMPDIR`/`HOME` is not readable), full access to the workspace
 //!    (`workspace-write` only) and to the private temp dir, read/write to `/dev/null`,
-//!    `/dev/zero`, `/dev/full` and `/dev/tty`; signals and abstract Unix sockets scoped to the
+//!    `/dev/zero` and `/dev/full` (not `/dev/tty`); signals and abstract Unix sockets scoped to the
 //!    sandbox (ABI 6+); TCP bind/connect denied when the network is off (ABI 4+);
 //! 7. seccomp filters (a focused deny-list; everything else is allowed): without network,
 //!    `socket()` of any family but `AF_UNIX` fails with `EACCES`; always, `ptrace`,

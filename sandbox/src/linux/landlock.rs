@@ -14,8 +14,10 @@ use crate::{SandboxError, SandboxMode};
 /// The Landlock ABI whose access rights we ask for (the newest one tested).
 const ABI_USED: ABI = ABI::V7;
 
-/// Character devices ordinary shells and tools write to.
-const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+/// Character devices ordinary shells and tools write to. Not `/dev/tty`: a command has no
+/// controlling terminal (a session of its own), and must not reach the worker's either when
+/// it keeps the caller's session.
+const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 
 /// `landlock_create_ruleset` flag asking for the ABI version.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
