@@ -2,6 +2,7 @@
 //! the mode allows, network and scopes), and the kernel's ABI version.
 
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -81,6 +82,14 @@ pub(super) fn ruleset(
         .map(PathBuf::as_path)
         .chain([workspace])
     {
+        // Landlock refuses rules on pipes and sockets (`EBADFD`), which the links of a
+        // hidden path's neighbours may lead to (`/dev/stdout` when a hidden path is under
+        // `/dev`, e.g. `TMPDIR=/dev/shm`): nothing to read there anyway.
+        if std::fs::metadata(readable)
+            .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket())
+        {
+            continue;
+        }
         // An entry may vanish between listing and opening: skip it.
         if let Ok(fd) = PathFd::new(readable) {
             created = created
