@@ -8,6 +8,7 @@
 //! - [`error`]: [`SandboxError`], and whether another attempt may help.
 //! - `prepared`: the parent's half, [`Sandbox::prepare`] and [`Prepared`].
 //! - `temp`: the private temp dir of each process and [`sweep_stale_temp_dirs`].
+//! - `tree`: iterative, descriptor-relative walks of trees a tool made (hand-over, removal).
 //! - `host`: what this host can enforce ([`probe_host`], [`log_host_support`]).
 //! - [`net`]: network for tools (issue 19): the filtering HTTP/HTTPS proxy a tool's network
 //!   namespace reaches, host rules (`--allow-host`) and the decision per request.
@@ -105,6 +106,7 @@ pub mod net;
 mod prepared;
 pub mod settings;
 mod temp;
+mod tree;
 
 #[cfg(target_os = "linux")]
 mod linux;

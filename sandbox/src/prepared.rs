@@ -49,7 +49,7 @@ impl Sandbox {
 /// owns the private temp dir, removed when dropped).
 #[derive(Debug)]
 pub struct Prepared {
-    pub(crate) temp: tempfile::TempDir,
+    pub(crate) temp: crate::temp::PrivateTemp,
     pub(crate) env: Vec<(&'static str, OsString)>,
     pub(crate) child: imp::Child,
     /// With a network namespace: the run's network policy, and the proxy once it serves.

@@ -50,6 +50,38 @@ pub(crate) fn temp_prefix(pid: u32) -> String {
     format!("{TEMP_PREFIX}{pid}-")
 }
 
+/// A private temp dir, made in [`temp_root`] and removed when dropped (walking it iteratively:
+/// a tool may nest directories deeper than `remove_dir_all`'s recursion survives).
+#[derive(Debug)]
+pub(crate) struct PrivateTemp(PathBuf);
+
+impl PrivateTemp {
+    /// A new private temp dir of this worker.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn new() -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&temp_prefix(std::process::id()))
+            .tempdir_in(temp_root()?)?;
+        Ok(Self(dir.keep()))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for PrivateTemp {
+    fn drop(&mut self) {
+        if let Err(e) = crate::tree::remove_tree(&self.0) {
+            tracing::warn!(
+                dir = %self.0.display(),
+                cause = %e,
+                "cannot remove a tool's private temp dir; the next worker start sweeps it"
+            );
+        }
+    }
+}
+
 /// The environment pointing a process at its private temp dir `temp` (and `HOME` there too
 /// when `home`: the sandbox user's own home is not its to write).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -91,7 +123,7 @@ fn sweep_temp_dirs_in(dir: &Path) -> usize {
             continue;
         };
         let alive = Path::new("/proc").join(pid.to_string()).exists();
-        if !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+        if !alive && crate::tree::remove_tree(&entry.path()).is_ok() {
             removed += 1;
         }
     }

@@ -17,7 +17,7 @@ pub(crate) use self::landlock::landlock_abi;
 pub use self::netns::PROXY_PORT;
 pub(crate) use self::netns::probe as probe_network;
 pub(crate) use self::pidns::probe as probe_pid_namespace;
-use crate::temp::{temp_env, temp_prefix, temp_root};
+use crate::temp::{PrivateTemp, temp_env};
 use crate::{Network, Prepared, Sandbox, SandboxError, SandboxMode};
 
 pub(crate) fn is_root() -> bool {
@@ -43,12 +43,7 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, SandboxError> {
     let settings = &sandbox.settings;
     let user = (is_root() && settings.uid != 0).then_some((settings.uid, settings.gid));
-    let temp = temp_root()
-        .and_then(|root| {
-            tempfile::Builder::new()
-                .prefix(&temp_prefix(std::process::id()))
-                .tempdir_in(root)
-        })
+    let temp = PrivateTemp::new()
         .map_err(|e| SandboxError::setup("cannot create the private temp dir", e))?;
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(temp.path(), Some(uid), Some(gid)).map_err(|e| {
