@@ -19,6 +19,14 @@ pub fn probe_network() -> Result<(), String> {
     PROBED.get_or_init(imp::probe_network).clone()
 }
 
+/// Whether this host lets the worker give a tool process a PID and mount namespace of its
+/// own with a fresh `/proc` (probed once per worker process, by starting `true` through the
+/// same steps).
+pub fn probe_pid_namespace() -> Result<(), String> {
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBED.get_or_init(imp::probe_pid_namespace).clone()
+}
+
 /// The Landlock ABI version of the running kernel, if it has Landlock.
 pub fn landlock_abi() -> Result<i32, String> {
     imp::landlock_abi()
@@ -30,9 +38,18 @@ pub fn log_host_support(settings: &SandboxSettings) {
         Ok(()) => {
             let abi = landlock_abi().unwrap_or_default();
             let user = if imp::is_root() {
-                format!("uid {} gid {}", settings.uid, settings.gid)
+                format!(
+                    "uid {} gid {} without supplementary groups",
+                    settings.uid, settings.gid
+                )
             } else {
-                "the worker's uid".to_owned()
+                // Only CAP_SETGID can drop groups, and a user namespace made without root
+                // must deny setgroups: what the worker's groups can read, its tools can, but
+                // for the hidden paths (Landlock).
+                "the worker's uid and groups (a worker that is not root cannot drop them: \
+                 every file its groups may read is readable to tools unless it is in the \
+                 hidden paths)"
+                    .to_owned()
             };
             info!(
                 landlock_abi = abi,
@@ -49,6 +66,20 @@ pub fn log_host_support(settings: &SandboxSettings) {
             reason,
             "this host cannot sandbox tool processes: shell calls of runs that ask for a sandbox \
              (the default) will fail; set allow_unsandboxed = true to run them unsandboxed"
+        ),
+    }
+    match (settings.pid_probe)() {
+        Ok(()) => info!(
+            "tool processes get a PID and mount namespace of their own: nothing a call starts \
+             outlives it (setsid and double forks included), and its /proc shows only its own \
+             processes"
+        ),
+        Err(reason) => warn!(
+            reason,
+            "this host cannot give tool processes a PID namespace: a call's processes are \
+             killed by process group only, so one that leaves its group (setsid, setpgid) \
+             outlives the call and keeps its write access to the workspace, and /proc shows \
+             every process of the host (other runs' command lines included)"
         ),
     }
     match (settings.network_probe)() {

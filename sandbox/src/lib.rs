@@ -8,17 +8,20 @@
 //! - [`error`]: [`SandboxError`], and whether another attempt may help.
 //! - `prepared`: the parent's half, [`Sandbox::prepare`] and [`Prepared`].
 //! - `temp`: the private temp dir of each process and [`sweep_stale_temp_dirs`].
+//! - `tree`: iterative, descriptor-relative walks of trees a tool made (hand-over, removal).
 //! - `host`: what this host can enforce ([`probe_host`], [`log_host_support`]).
 //! - [`net`]: network for tools (issue 19): the filtering HTTP/HTTPS proxy a tool's network
 //!   namespace reaches, host rules (`--allow-host`) and the decision per request.
 //! - `linux/`: the mechanisms: `landlock.rs` (the ruleset), `seccomp.rs` (the BPF programs),
 //!   `limits.rs` (rlimits), `owner.rs` (handing the workspace to the sandbox user), `child.rs`
-//!   (the `pre_exec` hook); `unsupported.rs` stands in for them elsewhere.
+//!   (the `pre_exec` hook), `netns.rs` (the network namespace), `pidns.rs` (the PID and mount
+//!   namespace: supervisor, init, command); `unsupported.rs` stands in for them elsewhere.
 //!
 //! # Where the `unsafe` is, and why
 //! Only in `linux/`: `child.rs` registers the `pre_exec` hook and makes the raw system calls of
-//! the forked child (`setrlimit`, `fchown` of the output pipes, `setgroups`/`setresgid`/
-//! `setresuid`, `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`, `seccomp`): between `fork` and
+//! the forked child (`setrlimit`, `setsid`, `unshare`, `fchown` of the output pipes,
+//! `setgroups`/`setresgid`/`setresuid`, `PR_SET_NO_NEW_PRIVS`, `landlock_restrict_self`,
+//! `seccomp`; `pidns.rs`: `fork`, `mount`, `waitpid`, `_exit`): between `fork` and
 //! `exec` only async-signal-safe calls are allowed, so none of them goes through an allocating
 //! wrapper. `landlock.rs`, `limits.rs` and `mod.rs` make three pointer-free (or
 //! valid-struct) queries (`landlock_create_ruleset` for the ABI version, `getrlimit`,
@@ -33,18 +36,27 @@
 //!
 //! 1. resource limits: `RLIMIT_FSIZE` ([`SandboxSettings::max_file_size`], 1 GiB by default),
 //!    `RLIMIT_CORE` 0 (no core dumps), `RLIMIT_NPROC` (see below);
-//! 2. when the worker runs as root: `setgroups(0)`, `setresgid`, `setresuid` to
+//! 2. `setsid()`: a session of its own, without the worker's controlling terminal (a caller
+//!    that made the process a group leader keeps its group; the command then makes the
+//!    session itself inside its PID namespace);
+//! 3. where the host has them ([`SandboxSettings::pid_probe`], logged at start): a PID and
+//!    mount namespace of its own (see "Processes" below), with the network namespace when
+//!    there is one; as root before the change of user, otherwise in a user namespace of its
+//!    own;
+//! 4. when the worker runs as root: `setgroups(0)`, `setresgid`, `setresuid` to
 //!    [`SandboxSettings::uid`]/[`gid`](SandboxSettings::gid) (65534, `nobody`, by default). The
 //!    run's workspace is handed to that user first in `workspace-write` mode (owner changed,
 //!    fd-relative and without following symlinks; the worker's state directory at its top,
 //!    named by the caller, stays the worker's), and so
 //!    are the output pipes (else `/dev/stdout` could not be opened); `HOME` is the temp dir;
-//! 3. `PR_SET_NO_NEW_PRIVS`;
-//! 4. `landlock_restrict_self`: read and execute everywhere, full access to the workspace
+//! 5. `PR_SET_NO_NEW_PRIVS`;
+//! 6. `landlock_restrict_self`: read and execute everywhere but the hidden paths and the
+//!    directory of the private temp dirs (`<system temp dir>/baton-tools-<uid>`: another
+//!    call's `TMPDIR`/`HOME` is not readable), full access to the workspace
 //!    (`workspace-write` only) and to the private temp dir, read/write to `/dev/null`,
-//!    `/dev/zero`, `/dev/full` and `/dev/tty`; signals and abstract Unix sockets scoped to the
+//!    `/dev/zero` and `/dev/full` (not `/dev/tty`); signals and abstract Unix sockets scoped to the
 //!    sandbox (ABI 6+); TCP bind/connect denied when the network is off (ABI 4+);
-//! 5. seccomp filters (a focused deny-list; everything else is allowed): without network,
+//! 7. seccomp filters (a focused deny-list; everything else is allowed): without network,
 //!    `socket()` of any family but `AF_UNIX` fails with `EACCES`; always, `ptrace`,
 //!    `process_vm_readv`/`writev`, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_*`,
 //!    `mount`, `umount2`, `pivot_root`, `unshare`, `setns`, the kernel keyring calls,
@@ -52,12 +64,30 @@
 //!    `ENOSYS` (its flags cannot be inspected; libc falls back to `clone`); x32 system calls fail
 //!    with `ENOSYS` and those of another architecture kill the process.
 //!
+//! A worker that is not root keeps its uid *and its groups* for its tools: dropping
+//! supplementary groups takes `CAP_SETGID`, and the user namespace such a worker makes must
+//! deny `setgroups` (unmapped groups still grant access). Every file the worker's groups may
+//! read (a `0440` key of its group) is readable to its tools unless it is in
+//! [`SandboxSettings::hidden`], which Landlock enforces whatever the file's mode.
+//!
 //! `RLIMIT_NPROC` counts the tasks of the *real uid*, across the whole host. As the sandbox user
 //! it bounds the processes of every sandboxed call of the host together at
 //! [`SandboxSettings::max_processes`]; when the worker is not root (the uid is kept) the bound is
 //! the uid's current task count plus `max_processes`. Root is never bound by it, hence the
 //! switch. Landlock being unavailable makes [`Sandbox::prepare`] refuse
 //! ([`SandboxError::Unavailable`]) unless [`SandboxSettings::allow_unsandboxed`] is set.
+//!
+//! # Processes
+//! Where the host can (root, or unprivileged user namespaces), the process the worker spawns
+//! splits into a supervisor (outside, the pid the worker waits for and kills), the init of a
+//! new PID namespace (pid 1: mounts a fresh `/proc`, reaps orphans) and the command (pid 2),
+//! chained by `PR_SET_PDEATHSIG` to the worker ([`Prepared::own_pid_namespace`], `pidns.rs`).
+//! When the command ends, or any of the three is killed, the kernel kills every process left
+//! in the namespace: nothing a call starts outlives it, however it left its process group
+//! (`setsid`, `setpgid`, double forks, `nohup`), so no leftover keeps writing the workspace
+//! while the worker works on it. Its `/proc` shows only its own processes (other calls'
+//! command lines are out of sight). Without namespaces, only the process group is killed
+//! (the caller's job), and the start-up log says so.
 //!
 //! # Network
 //! A run that asks for the network (`SandboxPolicy::network` or any `allowed_hosts`) gets
@@ -76,6 +106,7 @@ pub mod net;
 mod prepared;
 pub mod settings;
 mod temp;
+mod tree;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -91,7 +122,7 @@ use unsupported as imp;
 mod tests;
 
 pub use error::SandboxError;
-pub use host::{landlock_abi, log_host_support, probe_host, probe_network};
+pub use host::{landlock_abi, log_host_support, probe_host, probe_network, probe_pid_namespace};
 pub use imp::PROXY_PORT;
 pub use prepared::Prepared;
 pub use settings::{

@@ -49,7 +49,7 @@ impl Sandbox {
 /// owns the private temp dir, removed when dropped).
 #[derive(Debug)]
 pub struct Prepared {
-    pub(crate) temp: tempfile::TempDir,
+    pub(crate) temp: crate::temp::PrivateTemp,
     pub(crate) env: Vec<(&'static str, OsString)>,
     pub(crate) child: imp::Child,
     /// With a network namespace: the run's network policy, and the proxy once it serves.
@@ -61,6 +61,13 @@ impl Prepared {
     /// The private temp dir (`TMPDIR`).
     pub fn temp_dir(&self) -> &Path {
         self.temp.path()
+    }
+
+    /// Whether the process gets a PID namespace of its own: nothing it starts outlives it (the
+    /// kernel kills them all when it ends), and it dies with the worker (`PR_SET_PDEATHSIG`,
+    /// set by the sandbox). Without one, only its process group can be killed.
+    pub fn own_pid_namespace(&self) -> bool {
+        self.child.own_pids()
     }
 
     /// Sets the environment and registers the `pre_exec` hook that confines the child. Register

@@ -8,7 +8,7 @@ use baton_proto::SandboxPolicy;
 use tracing::warn;
 
 use crate::SandboxError;
-use crate::host::{probe_host, probe_network};
+use crate::host::{probe_host, probe_network, probe_pid_namespace};
 use crate::net::{NetGuard, NetPolicy};
 
 /// The sandbox modes a run may ask for, for messages.
@@ -87,6 +87,10 @@ pub struct SandboxSettings {
     /// Whether this host can give a process a network namespace: `Err(reason)` if not.
     /// Replaceable for tests.
     pub network_probe: fn() -> Result<(), String>,
+    /// Whether this host can give a process a PID and mount namespace of its own (so that
+    /// nothing it starts outlives it, and it sees only its own processes in `/proc`):
+    /// `Err(reason)` if not. Replaceable for tests.
+    pub pid_probe: fn() -> Result<(), String>,
     /// What the proxy never connects to whatever a run's hosts say (the Temporal frontend,
     /// the worker's own ports) and the operator's private ranges.
     pub guard: Arc<NetGuard>,
@@ -105,6 +109,7 @@ impl Default for SandboxSettings {
             hidden: Vec::new(),
             allow_unfiltered_network: false,
             network_probe: probe_network,
+            pid_probe: probe_pid_namespace,
             guard: Arc::new(NetGuard::default()),
         }
     }

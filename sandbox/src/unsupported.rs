@@ -21,6 +21,10 @@ pub(crate) fn probe_network() -> Result<(), String> {
     Err("network namespaces unavailable: not Linux".to_owned())
 }
 
+pub(crate) fn probe_pid_namespace() -> Result<(), String> {
+    Err("PID namespaces unavailable: not Linux".to_owned())
+}
+
 /// The port of the proxy inside a tool's network namespace (Linux only).
 pub const PROXY_PORT: u16 = 3128;
 
@@ -31,6 +35,9 @@ impl Child {
     pub(crate) fn apply(&self, _command: &mut tokio::process::Command) {}
     pub(crate) fn spawned(&mut self) -> Option<std::io::Result<std::net::TcpListener>> {
         None
+    }
+    pub(crate) fn own_pids(&self) -> bool {
+        false
     }
 }
 

@@ -4,7 +4,8 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::limits::Resource;
-use super::netns::NetNsChild;
+use super::netns::{IdMaps, NetNsChild};
+use super::pidns::OwnPids;
 
 /// What the child does between fork and exec, prepared by the parent.
 #[derive(Debug)]
@@ -15,22 +16,30 @@ pub(crate) struct Child {
     pub(super) max_processes: libc::rlim_t,
     pub(super) user: Option<(u32, u32)>,
     pub(super) netns: Option<super::netns::NetNs>,
+    /// A PID and mount namespace of its own (`pidns.rs`), where the host has them.
+    pub(super) pids: Option<OwnPids>,
+    /// A worker that is not root: the id maps of the user namespace the other namespaces
+    /// are made in.
+    pub(super) maps: Option<IdMaps>,
 }
 
 impl Child {
     pub(crate) fn apply(&self, command: &mut tokio::process::Command) {
         let ruleset: RawFd = self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         let programs = self.programs.clone();
-        let limits = Limits {
+        let setup = Setup {
             max_file_size: self.max_file_size,
             max_processes: self.max_processes,
+            user: self.user,
+            netns: self.netns.as_ref().and_then(super::netns::NetNs::child),
+            pids: self.pids,
         };
-        let (user, netns) = (self.user, self.netns.as_ref().and_then(|n| n.child()));
+        let maps = self.maps.clone();
         // SAFETY: the closure runs in the forked child before `exec`. It only makes raw
         // system calls (async-signal-safe), does not allocate (the programs and the id maps
         // were built in the parent and are only read), and reports failures as OS errors.
         unsafe {
-            command.pre_exec(move || confine(ruleset, &programs, limits, user, netns.as_ref()));
+            command.pre_exec(move || confine(ruleset, &programs, setup, maps.as_ref()));
         }
     }
 
@@ -40,23 +49,32 @@ impl Child {
         self.ruleset = None;
         self.netns.as_mut().map(super::netns::NetNs::receive)
     }
+
+    /// Whether the process gets a PID namespace of its own.
+    pub(crate) fn own_pids(&self) -> bool {
+        self.pids.is_some()
+    }
 }
 
+/// The plain values of the set-up, copied into the hook.
 #[derive(Debug, Clone, Copy)]
-struct Limits {
+struct Setup {
     max_file_size: libc::rlim_t,
     max_processes: libc::rlim_t,
+    user: Option<(u32, u32)>,
+    netns: Option<NetNsChild>,
+    pids: Option<OwnPids>,
 }
 
-/// Runs in the child: limits, network namespace (as root), user, network namespace (not
-/// root), no_new_privs, Landlock, seccomp (which forbids `unshare`, hence last). System calls
-/// only.
+/// Runs in the child: limits, a session of its own, namespaces (network, PID + mount: as root
+/// before the change of user, otherwise in a user namespace of their own), the split into
+/// supervisor, init and command (`pidns.rs`), user, no_new_privs, Landlock, seccomp (which
+/// forbids `unshare`, hence last). System calls only.
 fn confine(
     ruleset: RawFd,
     programs: &[Vec<libc::sock_filter>],
-    limits: Limits,
-    user: Option<(u32, u32)>,
-    netns: Option<&NetNsChild>,
+    setup: Setup,
+    maps: Option<&IdMaps>,
 ) -> std::io::Result<()> {
     let check = |rc: libc::c_long| {
         if rc < 0 {
@@ -73,15 +91,42 @@ fn confine(
         // SAFETY: setrlimit(2) with a valid struct.
         check(unsafe { libc::setrlimit(resource, &limit) }.into())
     };
-    limit(libc::RLIMIT_FSIZE, limits.max_file_size)?;
+    limit(libc::RLIMIT_FSIZE, setup.max_file_size)?;
     limit(libc::RLIMIT_CORE, 0)?;
-    limit(libc::RLIMIT_NPROC, limits.max_processes)?;
-    // As root: before dropping to the sandbox user, who may not make a network namespace
-    // without a user namespace.
-    if let Some(netns) = netns.filter(|n| !n.rootless()) {
-        netns.enter()?;
+    limit(libc::RLIMIT_NPROC, setup.max_processes)?;
+    // A session of its own: no controlling terminal (the worker's `/dev/tty`), and a process
+    // group whose id is this pid. A caller that made the process a group leader already
+    // (`process_group(0)`) keeps that group: the command then makes its session itself,
+    // below, when it has a PID namespace (it is not a group leader there).
+    // SAFETY: setsid(2) without arguments.
+    let own_session = unsafe { libc::setsid() } >= 0;
+    let mut flags = 0;
+    if setup.netns.is_some() {
+        flags |= libc::CLONE_NEWNET;
     }
-    if let Some((uid, gid)) = user {
+    if setup.pids.is_some() {
+        flags |= libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+    }
+    // As root: before dropping to the sandbox user, who may not make namespaces without a
+    // user namespace; otherwise in a user namespace of their own.
+    if flags != 0 {
+        super::netns::unshare_with(flags, maps)?;
+    }
+    if let Some(netns) = &setup.netns {
+        netns.serve()?;
+    }
+    if let Some(pids) = &setup.pids {
+        // Returns in the command only, pid 2 of the new namespace.
+        pids.split()?;
+        if !own_session {
+            // SAFETY: setsid(2) without arguments.
+            check(unsafe { libc::setsid() }.into())?;
+        }
+        // The init mounted a fresh /proc over the host's: Landlock skips the host's (now
+        // hidden) mount point when it walks up, so the new one needs its own rule.
+        super::landlock::add_proc_rule(ruleset)?;
+    }
+    if let Some((uid, gid)) = setup.user {
         // The output pipes were made by root: hand them over, or `/dev/stdout` cannot be
         // opened. Pipes only: stdout might be a file in other callers.
         for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
@@ -104,9 +149,6 @@ fn confine(
             check(libc::syscall(libc::SYS_setresgid, gid, gid, gid))?;
             check(libc::syscall(libc::SYS_setresuid, uid, uid, uid))?;
         }
-    }
-    if let Some(netns) = netns.filter(|n| n.rootless()) {
-        netns.enter()?;
     }
     // SAFETY: prctl(2) without pointers.
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())?;

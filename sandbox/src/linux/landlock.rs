@@ -2,6 +2,7 @@
 //! the mode allows, network and scopes), and the kernel's ABI version.
 
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -14,8 +15,10 @@ use crate::{SandboxError, SandboxMode};
 /// The Landlock ABI whose access rights we ask for (the newest one tested).
 const ABI_USED: ABI = ABI::V7;
 
-/// Character devices ordinary shells and tools write to.
-const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+/// Character devices ordinary shells and tools write to. Not `/dev/tty`: a command has no
+/// controlling terminal (a session of its own), and must not reach the worker's either when
+/// it keeps the caller's session.
+const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 
 /// `landlock_create_ruleset` flag asking for the ABI version.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -45,8 +48,9 @@ pub(crate) fn landlock_abi() -> Result<i32, String> {
     })
 }
 
-/// The Landlock ruleset: read and execute everywhere but `hidden`, the workspace too, write
-/// where `mode` allows.
+/// The Landlock ruleset: read and execute everywhere but `hidden` and the directory the
+/// private temp dirs are made in (other calls' `TMPDIR`s: only `temp`, this call's, is
+/// granted), the workspace too, write where `mode` allows.
 pub(super) fn ruleset(
     mode: SandboxMode,
     network: bool,
@@ -68,11 +72,24 @@ pub(super) fn ruleset(
             .map_err(failed)?;
     }
     let mut created = ruleset.create().map_err(failed)?;
-    for readable in readable_except(hidden)
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .cloned()
+        .chain(temp.parent().map(Path::to_path_buf))
+        .collect();
+    for readable in readable_except(&hidden)
         .iter()
         .map(PathBuf::as_path)
         .chain([workspace])
     {
+        // Landlock refuses rules on pipes and sockets (`EBADFD`), which the links of a
+        // hidden path's neighbours may lead to (`/dev/stdout` when a hidden path is under
+        // `/dev`, e.g. `TMPDIR=/dev/shm`): nothing to read there anyway.
+        if std::fs::metadata(readable)
+            .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket())
+        {
+            continue;
+        }
         // An entry may vanish between listing and opening: skip it.
         if let Ok(fd) = PathFd::new(readable) {
             created = created
@@ -99,6 +116,52 @@ pub(super) fn ruleset(
     Option::<OwnedFd>::from(created).ok_or_else(|| SandboxError::Unavailable {
         reason: "Landlock unavailable: no ruleset could be created".to_owned(),
     })
+}
+
+/// `landlock_path_beneath_attr` (packed, as in the kernel's uapi header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_uint = 1;
+
+/// In the child, once the PID namespace's init mounted a fresh `/proc`: adds read access to
+/// it to `ruleset` (the rule for the host's `/proc` does not cover a mount on top of it).
+/// System calls only.
+pub(super) fn add_proc_rule(ruleset: libc::c_int) -> std::io::Result<()> {
+    // Execute, read file, read dir: in every Landlock ABI, so always handled.
+    let read = AccessFs::from_read(ABI::V1).bits();
+    // SAFETY: open(2) with a C string, landlock_add_rule(2) with a valid attribute struct,
+    // close(2) of the descriptor just opened.
+    unsafe {
+        let fd = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: read,
+            parent_fd: fd,
+        };
+        let rc = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &raw const attr,
+            0u32,
+        );
+        let error = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc < 0 {
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
 /// The paths to grant read access under so that everything is readable except what lies in

@@ -7,6 +7,7 @@ mod landlock;
 mod limits;
 mod netns;
 mod owner;
+mod pidns;
 mod seccomp;
 
 use std::path::Path;
@@ -15,7 +16,8 @@ pub(crate) use self::child::Child;
 pub(crate) use self::landlock::landlock_abi;
 pub use self::netns::PROXY_PORT;
 pub(crate) use self::netns::probe as probe_network;
-use crate::temp::{temp_env, temp_prefix};
+pub(crate) use self::pidns::probe as probe_pid_namespace;
+use crate::temp::{PrivateTemp, temp_env};
 use crate::{Network, Prepared, Sandbox, SandboxError, SandboxMode};
 
 pub(crate) fn is_root() -> bool {
@@ -41,9 +43,7 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, SandboxError> {
     let settings = &sandbox.settings;
     let user = (is_root() && settings.uid != 0).then_some((settings.uid, settings.gid));
-    let temp = tempfile::Builder::new()
-        .prefix(&temp_prefix(std::process::id()))
-        .tempdir()
+    let temp = PrivateTemp::new()
         .map_err(|e| SandboxError::setup("cannot create the private temp dir", e))?;
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(temp.path(), Some(uid), Some(gid)).map_err(|e| {
@@ -73,7 +73,7 @@ pub(crate) fn prepare(
     let programs = seccomp::programs(sandbox.network.sockets())?;
     let (netns, policy) = match &sandbox.network {
         Network::Proxied(policy) => (
-            Some(netns::NetNs::new(is_root()).map_err(|e| {
+            Some(netns::NetNs::new().map_err(|e| {
                 SandboxError::setup("cannot make the socket pair for the proxy", e)
             })?),
             Some(policy.clone()),
@@ -84,6 +84,9 @@ pub(crate) fn prepare(
     if policy.is_some() {
         env.extend(crate::net::proxy_env());
     }
+    // Checked once per worker (cached): without it, the process-group kill is all there is.
+    let pids = (settings.pid_probe)().is_ok().then(pidns::OwnPids::new);
+    let maps = (!is_root() && (pids.is_some() || netns.is_some())).then(netns::IdMaps::own);
     let max_processes = match user {
         Some(_) => settings.max_processes,
         None => limits::tasks_of(nix::unistd::getuid().as_raw()) + settings.max_processes,
@@ -100,6 +103,8 @@ pub(crate) fn prepare(
             max_processes: limits::capped(libc::RLIMIT_NPROC, max_processes),
             user,
             netns,
+            pids,
+            maps,
         },
     })
 }

@@ -1,7 +1,8 @@
 //! A network namespace of its own for a tool process whose only way out is the worker's proxy.
 //!
 //! In the forked child, before the change of user (root worker) or instead of it (a worker
-//! that is not root), the hook unshares a network namespace, brings its `lo` up, binds
+//! that is not root), the hook unshares a network namespace (with the call's PID and mount
+//! namespaces, `pidns.rs`, when the host has them), brings its `lo` up, binds
 //! `127.0.0.1:`[`PROXY_PORT`] there and passes that listening socket to the parent over a
 //! Unix socket pair (`SCM_RIGHTS`); the parent accepts on it from the worker's own network and
 //! serves the proxy. The namespace has no other interface and no route: a raw `connect()` to
@@ -24,25 +25,24 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// so one fixed port serves all and `http_proxy` can be set before the process starts).
 pub const PROXY_PORT: u16 = 3128;
 
-/// The parent's half: the socket pair the child sends its listener over, and the id maps of a
-/// worker that is not root.
+/// The parent's half: the socket pair the child sends its listener over.
 #[derive(Debug)]
 pub(crate) struct NetNs {
     parent: OwnedFd,
     child: Option<OwnedFd>,
-    maps: Option<IdMaps>,
 }
 
-/// `uid_map` / `gid_map` contents, formatted in the parent.
+/// `uid_map` / `gid_map` contents, formatted in the parent: what a process that is not root
+/// writes after `unshare(CLONE_NEWUSER)`.
 #[derive(Debug, Clone)]
-struct IdMaps {
+pub(super) struct IdMaps {
     uid: Vec<u8>,
     gid: Vec<u8>,
 }
 
 impl IdMaps {
     /// This process's uid and gid mapped to themselves.
-    fn own() -> Self {
+    pub(super) fn own() -> Self {
         let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
         Self {
             uid: format!("{uid} {uid} 1\n").into_bytes(),
@@ -52,28 +52,24 @@ impl IdMaps {
 }
 
 /// What the child needs, copied into the `pre_exec` closure.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct NetNsChild {
     sock: RawFd,
-    maps: Option<IdMaps>,
 }
 
 impl NetNs {
-    /// The socket pair (close-on-exec) and, when the worker is not root, its id maps.
-    pub(super) fn new(root: bool) -> io::Result<Self> {
+    /// The socket pair (close-on-exec).
+    pub(super) fn new() -> io::Result<Self> {
         let (parent, child) = socket_pair()?;
-        let maps = (!root).then(IdMaps::own);
         Ok(Self {
             parent,
             child: Some(child),
-            maps,
         })
     }
 
     pub(super) fn child(&self) -> Option<NetNsChild> {
         Some(NetNsChild {
             sock: self.child.as_ref()?.as_raw_fd(),
-            maps: self.maps.clone(),
         })
     }
 
@@ -85,14 +81,10 @@ impl NetNs {
 }
 
 impl NetNsChild {
-    /// Whether the namespace is entered before the change of user (root) or after (not root).
-    pub(super) fn rootless(&self) -> bool {
-        self.maps.is_some()
-    }
-
-    /// In the child: the new namespace, `lo` up, the listener sent to the parent.
-    pub(super) fn enter(&self) -> io::Result<()> {
-        enter_namespaces(self.maps.as_ref())?;
+    /// In the child, once in the new network namespace: `lo` up, the listener sent to the
+    /// parent.
+    pub(super) fn serve(&self) -> io::Result<()> {
+        loopback_up()?;
         let listener = listen()?;
         let sent = send_fd(self.sock, listener);
         // SAFETY: closing descriptors this child owns.
@@ -104,18 +96,24 @@ impl NetNsChild {
     }
 }
 
-/// A new network namespace (and user namespace with `maps`) with `lo` up.
-fn enter_namespaces(maps: Option<&IdMaps>) -> io::Result<()> {
+/// `unshare(flags)`, in a user namespace of its own too with `maps` (a worker that is not
+/// root: the new namespaces are then owned by it), whose id maps are written.
+pub(super) fn unshare_with(flags: libc::c_int, maps: Option<&IdMaps>) -> io::Result<()> {
     match maps {
-        None => check(unsafe_unshare(libc::CLONE_NEWNET))?,
+        None => check(unsafe_unshare(flags)),
         Some(maps) => {
-            check(unsafe_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+            check(unsafe_unshare(libc::CLONE_NEWUSER | flags))?;
             // In this order: the kernel refuses a gid_map before setgroups is denied.
             write_file(c"/proc/self/setgroups", b"deny")?;
             write_file(c"/proc/self/uid_map", &maps.uid)?;
-            write_file(c"/proc/self/gid_map", &maps.gid)?;
+            write_file(c"/proc/self/gid_map", &maps.gid)
         }
     }
+}
+
+/// A new network namespace (and user namespace with `maps`) with `lo` up.
+fn enter_namespaces(maps: Option<&IdMaps>) -> io::Result<()> {
+    unshare_with(libc::CLONE_NEWNET, maps)?;
     loopback_up()
 }
 

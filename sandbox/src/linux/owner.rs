@@ -1,16 +1,17 @@
 //! Handing a workspace to the sandbox user: a change of owner that follows no symlink and
-//! stays inside the tree even while a process renames things in it.
+//! stays inside the tree even while a process renames things in it, walked iteratively
+//! (`tree.rs`: a tool may nest directories far deeper than a recursion's stack allows).
 
-use std::ffi::CStr;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 use nix::unistd::{Gid, Uid, fchownat};
 use tracing::warn;
+
+use crate::tree::{entries, walk};
 
 /// Makes `uid`:`gid` the owner of the tree at `root` (a directory), except the worker's
 /// state directory `state_dir` at its top, symlinks (their owner does not matter) and files
@@ -23,12 +24,26 @@ pub(super) fn give_tree(root: &Path, state_dir: &str, uid: u32, gid: u32) -> std
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
+    let owner = (Uid::from_raw(uid), Gid::from_raw(gid));
     let mut skipped = 0usize;
-    give_dir(
+    walk(
         dir,
-        (Uid::from_raw(uid), Gid::from_raw(gid)),
-        Some(state_dir),
-        &mut skipped,
+        |dir, stat, top| {
+            give(dir, stat, owner)?;
+            let mut subdirs = Vec::new();
+            for entry in entries(dir)? {
+                if top && entry.name.as_bytes() == state_dir.as_bytes() {
+                    continue;
+                }
+                if entry.is_dir {
+                    subdirs.push(entry.name);
+                } else {
+                    give_file(dir, &entry.name, owner, &mut skipped)?;
+                }
+            }
+            Ok(subdirs)
+        },
+        |_, _| Ok(()),
     )?;
     if skipped > 0 {
         warn!(
@@ -40,61 +55,31 @@ pub(super) fn give_tree(root: &Path, state_dir: &str, uid: u32, gid: u32) -> std
     Ok(())
 }
 
-fn give_dir(
-    dir: OwnedFd,
+/// Hands over the entry `name` of `dir` that is not a directory (unless it is a symlink, has
+/// several links or is right already).
+fn give_file(
+    dir: &OwnedFd,
+    name: &std::ffi::CStr,
     owner: (Uid, Gid),
-    state_dir: Option<&str>,
     skipped: &mut usize,
 ) -> Result<(), Errno> {
-    give(&dir, &fstat(&dir)?, owner)?;
-    let names: Vec<std::ffi::CString> = {
-        let mut listing = Dir::openat(
-            &dir,
-            c".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
-        listing
-            .iter()
-            .filter_map(Result::ok)
-            .map(|entry| entry.file_name().to_owned())
-            .filter(|name| {
-                let name = name.as_bytes();
-                name != b"."
-                    && name != b".."
-                    && state_dir.is_none_or(|kept| name != kept.as_bytes())
-            })
-            .collect()
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let file = match openat(dir, name, flags, Mode::empty()) {
+        Ok(file) => file,
+        // Removed meanwhile.
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
     };
-    for name in names {
-        let name: &CStr = &name;
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match openat(&dir, name, flags, Mode::empty()) {
-            Ok(sub) => give_dir(sub, owner, None, skipped)?,
-            Err(Errno::ENOTDIR | Errno::ELOOP) => {
-                let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                let file = match openat(&dir, name, flags, Mode::empty()) {
-                    Ok(file) => file,
-                    Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(e),
-                };
-                let stat = fstat(&file)?;
-                let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
-                if kind == SFlag::S_IFLNK || stat.st_uid == owner.0.as_raw() {
-                    continue;
-                }
-                if stat.st_nlink > 1 {
-                    *skipped += 1;
-                    continue;
-                }
-                give(&file, &stat, owner)?;
-            }
-            // Removed meanwhile.
-            Err(Errno::ENOENT) => {}
-            Err(e) => return Err(e),
-        }
+    let stat = fstat(&file)?;
+    let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFLNK || stat.st_uid == owner.0.as_raw() {
+        return Ok(());
     }
-    Ok(())
+    if stat.st_nlink > 1 && kind != SFlag::S_IFDIR {
+        *skipped += 1;
+        return Ok(());
+    }
+    give(&file, &stat, owner)
 }
 
 /// Changes the owner of the open file `fd` (whose status is `stat`) unless it is right.

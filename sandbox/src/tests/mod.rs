@@ -496,3 +496,4 @@ async fn mode_off_runs_unconfined() {
 }
 
 mod network;
+mod processes;

@@ -144,6 +144,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn sandboxed_processes_that_leave_the_group_die_with_the_call() {
+        if let Err(reason) = baton_sandbox::probe_pid_namespace() {
+            eprintln!("skipped: this host cannot make PID namespaces ({reason})");
+            return;
+        }
+        let dir = TempDir::new().unwrap();
+        let marker = marker(7);
+        let _cleanup = Cleanup(marker.clone());
+        let mut ctx = context(&dir);
+        ctx.sandbox = baton_sandbox::Sandbox::resolve(
+            None,
+            std::sync::Arc::new(baton_sandbox::SandboxSettings::default()),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let result = sh(
+            &ctx,
+            &format!(
+                "{{ setsid sh -c '{marker}' & setsid -f {marker}; \
+                 nohup sh -c '({marker} &) &'; }} > /dev/null 2>&1; sleep 0.2; echo started"
+            ),
+        )
+        .await;
+        assert_eq!(result.content, "exit code: 0\n--- stdout ---\nstarted");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_no_process_left(&marker).await;
+    }
+
+    #[tokio::test]
     async fn cancellation_kills_the_whole_group() {
         let dir = TempDir::new().unwrap();
         let marker = marker(3);

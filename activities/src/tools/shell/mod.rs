@@ -5,13 +5,16 @@
 //! left in its process group (background jobs such as `sleep 300 &`) is killed with `SIGKILL`;
 //! on timeout, cancellation or when the future is dropped, the whole group is. The leader also
 //! gets `SIGKILL` should the worker die (`PR_SET_PDEATHSIG` on Linux; note that the kernel ties
-//! it to the *thread* that spawned `sh`, a long-lived tokio worker thread). Processes that
-//! leave the group on purpose (`setsid`, `setpgid`) are out of reach; the output is not
-//! waited for forever on their account.
+//! it to the *thread* that spawned `sh`, a long-lived tokio worker thread). A sandboxed `sh`
+//! runs in a PID namespace of its own where the host has them
+//! ([`Prepared::own_pid_namespace`]): processes that leave the group on purpose (`setsid`,
+//! `setpgid`, double forks) die with the call too, as the kernel kills the whole namespace.
+//! Without one (mode `off`, or a host that cannot), such processes are out of reach; the
+//! output is not waited for forever on their account.
 //!
 //! Unless the run's sandbox is `off`, `sh` starts confined (see [`baton_sandbox`]): Landlock,
-//! seccomp, resource limits, a private `TMPDIR` removed after the call, and the sandbox user when
-//! the worker is root.
+//! seccomp, resource limits, a private `TMPDIR` removed after the call, a session of its own
+//! (no controlling terminal), and the sandbox user when the worker is root.
 //!
 //! This file runs the command (arguments, environment, the wait, the result); `group.rs` owns
 //! its process group (the kill on every way out, the parent-death signal); `capture.rs` reads
@@ -94,22 +97,30 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     // Kept until the call ends: the sandbox's temp dir lives as long.
     let mut confinement = Confinement(confine(ctx).await?);
     let what = match &mut confinement.0 {
         Some(prepared) => {
-            // Before the death signal: that hook must run after the change of user.
+            // The sandbox's hook makes `sh` a session (and process group) of its own, whose
+            // id is its pid: not `process_group(0)`, which would make that fail. Before the
+            // death signal: that hook must run after the change of user; with a PID
+            // namespace the sandbox ties its processes to the worker itself.
             prepared.apply(&mut command);
+            if !prepared.own_pid_namespace() {
+                set_parent_death_signal(&mut command);
+            }
             format!(
                 "cannot start `sh` in the sandbox ({})",
                 ctx.sandbox.mode.as_str()
             )
         }
-        None => "cannot start `sh`".to_owned(),
+        None => {
+            command.process_group(0);
+            set_parent_death_signal(&mut command);
+            "cannot start `sh`".to_owned()
+        }
     };
-    set_parent_death_signal(&mut command);
 
     let spawned = command.spawn();
     let proxy = match &mut confinement.0 {
