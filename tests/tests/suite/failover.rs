@@ -114,18 +114,37 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     // Until the survivor's retry killed them, no other test's worker may start: it would
     // sweep the dead worker's processes first (`pause_worker_starts`).
     let quiet = pause_worker_starts();
+    // With a PID namespace per tool process (issue 30), the call's processes die with their
+    // worker; without one, the survivor's retry kills them by their environment markers.
+    let own_namespace = workers[victim]
+        .log()
+        .contains("get a PID and mount namespace of their own");
     workers[victim].kill9();
     let killed_at = started.elapsed();
-    let _ = wait_until_blocking(
-        Duration::from_secs(60),
-        "the retry to kill the leftovers",
-        || {
-            Ok(workers[1 - victim]
-                .log()
-                .contains("killed processes left by an earlier attempt of this call")
-                .then_some(()))
-        },
-    );
+    if own_namespace {
+        wait_until_blocking(
+            Duration::from_secs(3),
+            "the call's processes to die with their worker",
+            || {
+                Ok(
+                    (pids_matching(&sleep_arg).is_empty() && pids_matching(&late_arg).is_empty())
+                        .then_some(()),
+                )
+            },
+        )
+        .unwrap();
+    } else {
+        let _ = wait_until_blocking(
+            Duration::from_secs(60),
+            "the retry to kill the leftovers",
+            || {
+                Ok(workers[1 - victim]
+                    .log()
+                    .contains("killed processes left by an earlier attempt of this call")
+                    .then_some(()))
+            },
+        );
+    }
     drop(quiet);
 
     let r = result(&server, &run, 0);
@@ -136,9 +155,10 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     assert_eq!(r["answer"], "Survived.");
     let survivor = &workers[1 - victim];
     assert!(
-        survivor
-            .log()
-            .contains("killed processes left by an earlier attempt of this call"),
+        own_namespace
+            || survivor
+                .log()
+                .contains("killed processes left by an earlier attempt of this call"),
         "{}",
         survivor.log()
     );

@@ -587,6 +587,45 @@ pub(super) mod tests {
         assert!(is_secret_env("GH_PAT_FOR_BATON_TEST"));
     }
 
+    /// Issue 30: `env` in a tool shows only allow-listed variables of the worker (the test
+    /// process has cargo's `CARGO_PKG_*` and whatever the machine set; none of it passes).
+    #[tokio::test]
+    async fn env_in_a_tool_shows_only_allow_listed_variables() {
+        let dir = TempDir::new().unwrap();
+        let result = sh(&context(&dir), "env").await;
+        assert!(!result.is_error, "{}", result.content);
+        let names: Vec<&str> = result
+            .content
+            .lines()
+            .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+            .filter(|name| {
+                !name.is_empty() && name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+            })
+            .collect();
+        assert!(names.contains(&"PATH"), "{names:?}");
+        // Set by `sh` itself, or by the shell tool for the call.
+        let own = [
+            "PWD",
+            "SHLVL",
+            "_",
+            "OLDPWD",
+            super::super::orphans::WORKER_ENV,
+        ];
+        let extra = EXTRA_PASSED.read().unwrap().clone();
+        for name in names {
+            let passed = PASSED_ENV
+                .iter()
+                .chain(own.iter())
+                .map(|p| p.to_string())
+                .chain(extra.iter().cloned())
+                .any(|p| match p.strip_suffix('*') {
+                    Some(prefix) => name.starts_with(prefix),
+                    None => p == name,
+                });
+            assert!(passed, "{name} reached the tool:\n{}", result.content);
+        }
+    }
+
     #[tokio::test]
     async fn stdin_is_empty() {
         let dir = TempDir::new().unwrap();
