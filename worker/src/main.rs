@@ -7,6 +7,7 @@
 //!
 //! - [`settings`]: the typed settings (defaults, `baton.toml`, `BATON_*`).
 //! - [`health`]: gRPC health for probes (readiness, liveness).
+//! - [`hidden`]: what sandboxed commands may not read (workspaces, store, credential files).
 //! - [`metrics`]: the Prometheus exporter (core and baton metrics, visibility poller).
 //! - [`observers`]: activity and run observers behind those metrics; the `Resident` interceptor.
 //! - [`senders`]: who sent an approval (worker + workflow interceptors).
@@ -14,6 +15,7 @@
 
 mod deployment;
 mod health;
+mod hidden;
 mod metrics;
 mod observers;
 #[cfg(feature = "otel")]
@@ -320,11 +322,24 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut sandbox = settings
         .sandbox(frontend_hosts)
         .misconfigured("sandbox_private_ranges")?;
-    // Sandboxed commands of one run may read neither other runs' workspaces nor the store.
+    // Sandboxed commands of one run may read neither other runs' workspaces nor the store, nor
+    // any credential file of the worker's.
     sandbox.hidden = [Some(workspace_root.clone()), local_store]
         .into_iter()
         .flatten()
+        .chain(hidden::credential_paths(
+            settings
+                .config
+                .as_deref()
+                .unwrap_or(std::path::Path::new("baton.toml")),
+            &|name| std::env::var(name).ok(),
+            &hidden::temporal_tls_paths(),
+        ))
         .collect();
+    info!(
+        hidden = %sandbox.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        "paths sandboxed commands may not read"
+    );
     let providers =
         Providers::new(&settings.providers()).misconfigured("cannot set up the model providers")?;
     let models = settings.models().misconfigured("[models]")?;

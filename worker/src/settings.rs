@@ -12,7 +12,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct Settings {
-    /// Path of the settings file (only meaningful as `BATON_CONFIG`).
+    /// Path of the settings file (only meaningful as `BATON_CONFIG`); after [`Settings::load`],
+    /// the file the settings were read from (`baton.toml` when none was named; it may not
+    /// exist).
     pub(crate) config: Option<PathBuf>,
     /// Task queue to poll.
     pub(crate) task_queue: String,
@@ -437,6 +439,7 @@ impl Settings {
             )
         })?;
         settings.ignored_env = ignored_env;
+        settings.config = Some(file.clone());
         settings.check().with_context(|| {
             format!(
                 "invalid settings (from {} and BATON_* variables); see README \"Configuration\"",
