@@ -13,7 +13,9 @@
 //! its earlier attempts on this host are killed ([`kill_call`]); a starting worker kills those
 //! whose worker is gone ([`kill_orphans`]); a worker exiting without waiting kills its own
 //! ([`kill_of_worker`]). Best effort: a process that clears its environment or leaves for
-//! another host is not found.
+//! another host is not found. Sandboxed calls on hosts that give them a PID namespace
+//! ([`baton_sandbox::Prepared::own_pid_namespace`]) need none of this: the namespace's
+//! supervisor dies with the worker and takes every process of the call with it.
 
 use std::path::Path;
 use std::time::Duration;
