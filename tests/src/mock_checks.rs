@@ -14,6 +14,14 @@
 //!   `redacted_thinking` block's `data`) is one this mock issued
 //!   ([`crate::MockAnthropic::sign`]): an altered or invented block is refused; at most 4
 //!   `cache_control` breakpoints.
+//! * **Chat Completions message content** (issue 31 item 1). OpenAI: an assistant message's
+//!   `content` is "Required unless `tool_calls` or `function_call` is specified" (API
+//!   reference, Create chat completion, `messages[].content`,
+//!   <https://platform.openai.com/docs/api-reference/chat/create>); other messages always
+//!   need it. OpenAI answers `400 Invalid value for 'content': expected a string, got null.`
+//!   (openai/openai-cookbook#503). Ollama's `/v1` refuses `content: null` on any message,
+//!   tool calls or not: `400 invalid message content type: <nil>` (its OpenAI compatibility
+//!   layer, `openai/openai.go`; pydantic/pydantic-ai#5206).
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -26,12 +34,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::mock_http::Flavor;
+use crate::mock_http::{Dialect, Flavor};
 
 /// What `body` (raw bytes `raw`, sent with `headers`, lowercase names) breaks of the rules
-/// above; empty when the request is fine.
+/// above for a mock of `flavor` playing `dialect`; empty when the request is fine.
 pub(crate) fn violations(
     flavor: Flavor,
+    dialect: Dialect,
     headers: &BTreeMap<String, String>,
     raw: &[u8],
     body: &Value,
@@ -52,7 +61,10 @@ pub(crate) fn violations(
         .map(Vec::as_slice)
         .unwrap_or_default();
     match flavor {
-        Flavor::OpenAi => openai_pairing(messages, &mut found),
+        Flavor::OpenAi => {
+            openai_pairing(messages, &mut found);
+            openai_content(dialect, messages, &mut found);
+        }
         Flavor::Anthropic => {
             anthropic_pairing(messages, &mut found);
             anthropic_thinking(body, messages, &mut found);
@@ -135,6 +147,30 @@ fn openai_pairing(messages: &[Value], found: &mut Vec<String>) {
         found.push(format!(
             "the conversation ends with the tool calls {open:?} unanswered"
         ));
+    }
+}
+
+/// Messages whose `content` the server refuses: null or absent (see the module doc; an
+/// OpenAI assistant message may leave it null when it has `tool_calls`, an Ollama one may
+/// not).
+fn openai_content(dialect: Dialect, messages: &[Value], found: &mut Vec<String>) {
+    for (i, m) in messages.iter().enumerate() {
+        let content = m.get("content").unwrap_or(&Value::Null);
+        if !content.is_null() {
+            continue;
+        }
+        let calls = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        match dialect {
+            Dialect::Ollama => found.push("invalid message content type: <nil>".to_owned()),
+            Dialect::OpenAi | Dialect::Gemini if str_field(m, "role") == "assistant" && calls => {}
+            Dialect::OpenAi | Dialect::Gemini => found.push(format!(
+                "Invalid value for 'content': expected a string, got null. \
+                 (param: messages.[{i}].content)"
+            )),
+        }
     }
 }
 
@@ -305,7 +341,55 @@ mod tests {
     use super::*;
 
     fn check(flavor: Flavor, body: &Value) -> Vec<String> {
-        violations(flavor, &BTreeMap::new(), body.to_string().as_bytes(), body)
+        check_as(flavor, Dialect::OpenAi, body)
+    }
+
+    fn check_as(flavor: Flavor, dialect: Dialect, body: &Value) -> Vec<String> {
+        violations(
+            flavor,
+            dialect,
+            &BTreeMap::new(),
+            body.to_string().as_bytes(),
+            body,
+        )
+    }
+
+    #[test]
+    fn openai_refuses_null_content_without_tool_calls_and_ollama_refuses_it_always() {
+        let call =
+            json!({"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        let with_calls = json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"}
+        ]});
+        let empty_turn = json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": null},
+            {"role": "user", "content": "continue"}
+        ]});
+        let absent = json!({"messages": [{"role": "user", "content": "u"}, {"role": "assistant"}]});
+        let mut as_strings = with_calls.clone();
+        as_strings["messages"][1]["content"] = json!("");
+        assert_eq!(check(Flavor::OpenAi, &with_calls), Vec::<String>::new());
+        let found = check(Flavor::OpenAi, &empty_turn);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("Invalid value for 'content': expected a string, got null."),
+            "{found:?}"
+        );
+        assert!(found[0].contains("messages.[1].content"), "{found:?}");
+        assert_eq!(check(Flavor::OpenAi, &absent).len(), 1);
+        let found = check_as(Flavor::OpenAi, Dialect::Ollama, &with_calls);
+        assert_eq!(found, vec!["invalid message content type: <nil>"]);
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &empty_turn).len(),
+            1
+        );
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &as_strings),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -381,12 +465,27 @@ mod tests {
             ("x-api-key", "sk-secret-1"),
         ] {
             let headers = BTreeMap::from([(name.to_owned(), value.to_owned())]);
-            let found = violations(Flavor::OpenAi, &headers, raw.as_bytes(), &body);
+            let found = violations(
+                Flavor::OpenAi,
+                Dialect::OpenAi,
+                &headers,
+                raw.as_bytes(),
+                &body,
+            );
             assert_eq!(found.len(), 1, "{found:?}");
             assert!(found[0].contains("API key"), "{found:?}");
         }
         let other = BTreeMap::from([("x-api-key".to_owned(), "sk-other".to_owned())]);
-        assert!(violations(Flavor::Anthropic, &other, raw.as_bytes(), &body).is_empty());
+        assert!(
+            violations(
+                Flavor::Anthropic,
+                Dialect::OpenAi,
+                &other,
+                raw.as_bytes(),
+                &body
+            )
+            .is_empty()
+        );
     }
 
     #[test]

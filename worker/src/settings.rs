@@ -255,6 +255,20 @@ pub(crate) struct ProviderSection {
     /// Send the run id as `prompt_cache_key` (OpenAI only; default true; turn off for an
     /// OpenAI-compatible server that rejects unknown fields).
     pub(crate) prompt_cache_key: Option<bool>,
+    /// The `content` of an assistant message with tool calls and no text (OpenAI only):
+    /// `"null"` (the default, what OpenAI documents) or `"empty_string"` (Ollama, which
+    /// refuses `null`).
+    pub(crate) tool_call_content: Option<ToolCallContent>,
+}
+
+/// `[openai] tool_call_content`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ToolCallContent {
+    /// `"content": null`.
+    Null,
+    /// `"content": ""`.
+    EmptyString,
 }
 
 impl std::fmt::Debug for ProviderSection {
@@ -271,6 +285,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("version", &self.version)
             .field("reasoning_models", &self.reasoning_models)
             .field("prompt_cache_key", &self.prompt_cache_key)
+            .field("tool_call_content", &self.tool_call_content)
             .finish()
     }
 }
@@ -478,6 +493,14 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(baton_activities::llm::openai::default_reasoning_models),
             openai_prompt_cache_key: self.openai.prompt_cache_key.unwrap_or(true),
+            openai_tool_call_content: match self.openai.tool_call_content {
+                Some(ToolCallContent::EmptyString) => {
+                    baton_activities::llm::openai::ToolCallContent::EmptyString
+                }
+                Some(ToolCallContent::Null) | None => {
+                    baton_activities::llm::openai::ToolCallContent::Null
+                }
+            },
             anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
             anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
             anthropic_version: self
@@ -636,6 +659,13 @@ mod env_tests {
         assert!(read("").providers().openai_prompt_cache_key);
         let off = read("[openai]\nprompt_cache_key = false\n");
         assert!(!off.providers().openai_prompt_cache_key);
+        use baton_activities::llm::openai::ToolCallContent as Content;
+        assert_eq!(read("").providers().openai_tool_call_content, Content::Null);
+        let ollama = read("[openai]\ntool_call_content = \"empty_string\"\n");
+        assert_eq!(
+            ollama.providers().openai_tool_call_content,
+            Content::EmptyString
+        );
     }
 
     #[test]

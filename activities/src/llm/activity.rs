@@ -43,6 +43,9 @@ pub struct ProviderSettings {
     /// Whether to send the run's `prompt_cache_key` (default true; off for servers that
     /// reject unknown fields).
     pub openai_prompt_cache_key: bool,
+    /// The `content` of a text-less assistant message with tool calls (default `null`; `""`
+    /// for Ollama).
+    pub openai_tool_call_content: openai::ToolCallContent,
     /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
     pub anthropic_base_url: String,
     /// Its API key (`x-api-key`); without one the header is not sent.
@@ -78,6 +81,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("openai_stream", &self.openai_stream)
             .field("openai_reasoning_models", &self.openai_reasoning_models)
             .field("openai_prompt_cache_key", &self.openai_prompt_cache_key)
+            .field("openai_tool_call_content", &self.openai_tool_call_content)
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
@@ -101,6 +105,7 @@ impl Default for ProviderSettings {
             openai_stream: true,
             openai_reasoning_models: openai::default_reasoning_models(),
             openai_prompt_cache_key: true,
+            openai_tool_call_content: openai::ToolCallContent::Null,
             anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
@@ -131,7 +136,8 @@ impl Providers {
         )?
         .streaming(settings.openai_stream)
         .reasoning_models(settings.openai_reasoning_models.clone())
-        .prompt_cache_key(settings.openai_prompt_cache_key);
+        .prompt_cache_key(settings.openai_prompt_cache_key)
+        .tool_call_content(settings.openai_tool_call_content);
         let anthropic = anthropic::Anthropic::new(
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),

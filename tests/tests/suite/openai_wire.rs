@@ -32,9 +32,23 @@ fn run_openai(
     prompt: &str,
     code: i32,
 ) -> (String, Value) {
+    run_openai_with(server, llm, &[], extra, prompt, code)
+}
+
+/// [`run_openai`] on a worker with the extra environment `env`.
+fn run_openai_with(
+    server: &DevServer,
+    llm: &MockOpenAi,
+    env: &[(&str, &str)],
+    extra: &[&str],
+    prompt: &str,
+    code: i32,
+) -> (String, Value) {
     let queue = unique("openai-wire");
     let base = llm.base_url();
-    let _w = worker(server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let mut vars = vec![("OPENAI_BASE_URL", base.as_str())];
+    vars.extend_from_slice(env);
+    let _w = worker(server, &queue, &vars);
     let mut args = vec!["--provider", "openai", "--no-approval"];
     args.extend_from_slice(extra);
     let run = submit(server, &queue, &unique("run-openai-wire"), &args, prompt);
@@ -197,4 +211,46 @@ fn a_refusal_ends_the_run_as_content_filtered_with_the_refusal_text() {
         text.contains("I'm sorry, I cannot assist with that request."),
         "the refusal is in the run's transcript"
     );
+}
+
+/// Issue 31 item 1: a reasoning model that spends its whole output budget twice (`length`,
+/// no text), then calls a tool and answers. Every request the worker sends after those turns
+/// is one the strict OpenAI mock and the Ollama-style mock take (OpenAI refuses an assistant
+/// `content: null` without `tool_calls`, Ollama refuses `null` content on any message).
+#[test]
+fn a_run_that_hits_length_twice_then_finishes_is_accepted_by_openai_and_ollama() {
+    let server = DevServer::start().unwrap();
+    for (name, llm, env) in [
+        ("openai", MockOpenAi::start().unwrap(), vec![]),
+        (
+            "ollama",
+            MockOpenAi::start_ollama().unwrap(),
+            vec![("BATON_OPENAI__TOOL_CALL_CONTENT", "empty_string")],
+        ),
+    ] {
+        llm.push(MockOpenAi::length_reply(""));
+        llm.push(MockOpenAi::length_reply(""));
+        llm.push_tool_calls(&[("call_1", "list_files", "{}")]);
+        llm.push_text("Nothing here.");
+        let (_, r) = run_openai_with(&server, &llm, &env, &["--model", "gpt-5-mini"], "look", 0);
+        assert_eq!(r["answer"], "Nothing here.", "{name}: {r}");
+        assert_eq!(llm.take_violations(), Vec::<String>::new(), "{name}");
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 4, "{name}");
+        let last = reqs[3].messages();
+        // The two empty turns are left out: the task, two continuation prompts, the call and
+        // its result.
+        let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "user", "user", "assistant", "tool"],
+            "{name}"
+        );
+        let expected = if name == "ollama" {
+            json!("")
+        } else {
+            Value::Null
+        };
+        assert_eq!(last[4]["content"], expected, "{name}");
+    }
 }
