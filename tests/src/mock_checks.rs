@@ -22,6 +22,17 @@
 //!   (openai/openai-cookbook#503). Ollama's `/v1` refuses `content: null` on any message,
 //!   tool calls or not: `400 invalid message content type: <nil>` (its OpenAI compatibility
 //!   layer, `openai/openai.go`; pydantic/pydantic-ai#5206).
+//! * **`prompt_cache_key`** (issue 31 item 3). OpenAI, both APIs: at most 64 characters
+//!   (API reference, Create chat completion / Create a model response, `prompt_cache_key`,
+//!   <https://platform.openai.com/docs/api-reference/responses/create>); a longer one is
+//!   `400 Invalid 'prompt_cache_key': string too long. Expected a string with maximum length
+//!   64, but got a string with length N instead.` (code `string_above_max_length`;
+//!   theopenco/llmgateway#3110, earendil-works/pi#4720 for Responses).
+//! * **Gemini's OpenAI compatibility refuses fields it does not know** (issue 31 item 3):
+//!   `400 Invalid JSON payload received. Unknown name "prompt_cache_key": Cannot find field.`,
+//!   in Google's error shape, a JSON array of `{"error": {code, message, status, details}}`
+//!   (<https://ai.google.dev/gemini-api/docs/openai> lists what it supports;
+//!   liliMozi/openhanako#2494, #394 for `store`). [`GEMINI_FIELDS`] is what it takes.
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -64,6 +75,11 @@ pub(crate) fn violations(
         Flavor::OpenAi => {
             openai_pairing(messages, &mut found);
             openai_content(dialect, messages, &mut found);
+            match dialect {
+                Dialect::OpenAi => prompt_cache_key(body, &mut found),
+                Dialect::Gemini => gemini_fields(body, &mut found),
+                Dialect::Ollama => {}
+            }
         }
         Flavor::Anthropic => {
             anthropic_pairing(messages, &mut found);
@@ -71,7 +87,7 @@ pub(crate) fn violations(
             anthropic_breakpoints(body, &mut found);
         }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
-        Flavor::Responses => {}
+        Flavor::Responses => prompt_cache_key(body, &mut found),
     }
     found
 }
@@ -147,6 +163,60 @@ fn openai_pairing(messages: &[Value], found: &mut Vec<String>) {
         found.push(format!(
             "the conversation ends with the tool calls {open:?} unanswered"
         ));
+    }
+}
+
+/// OpenAI's cap on `prompt_cache_key`, in characters.
+const MAX_PROMPT_CACHE_KEY: usize = 64;
+
+fn prompt_cache_key(body: &Value, found: &mut Vec<String>) {
+    let Some(key) = body.get("prompt_cache_key") else {
+        return;
+    };
+    let n = key.as_str().map(|k| k.chars().count());
+    match n {
+        Some(n) if n <= MAX_PROMPT_CACHE_KEY => {}
+        Some(n) => found.push(format!(
+            "Invalid 'prompt_cache_key': string too long. Expected a string with maximum \
+             length {MAX_PROMPT_CACHE_KEY}, but got a string with length {n} instead. \
+             (code: string_above_max_length)"
+        )),
+        None => found.push(format!(
+            "Invalid type for 'prompt_cache_key': expected a string, but got {key}."
+        )),
+    }
+}
+
+/// The top-level request fields Gemini's OpenAI compatibility takes (its documentation's
+/// supported parameters; `extra_body` carries Google's own).
+pub(crate) const GEMINI_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "reasoning_effort",
+    "response_format",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "extra_body",
+];
+
+fn gemini_fields(body: &Value, found: &mut Vec<String>) {
+    for name in body.as_object().into_iter().flat_map(|o| o.keys()) {
+        if !GEMINI_FIELDS.contains(&name.as_str()) {
+            found.push(format!(
+                "Invalid JSON payload received. Unknown name \"{name}\": Cannot find field."
+            ));
+        }
     }
 }
 
@@ -352,6 +422,44 @@ mod tests {
             body.to_string().as_bytes(),
             body,
         )
+    }
+
+    #[test]
+    fn openai_refuses_a_prompt_cache_key_over_64_and_gemini_refuses_it_at_all() {
+        let body = |key: &str| {
+            json!({"model": "m", "messages": [{"role": "user", "content": "u"}],
+                   "stream": true, "prompt_cache_key": key})
+        };
+        let fits = body(&"k".repeat(64));
+        let long = body(&"k".repeat(198));
+        for flavor in [Flavor::OpenAi, Flavor::Responses] {
+            assert_eq!(check(flavor, &fits), Vec::<String>::new());
+            let found = check(flavor, &long);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(
+                found[0].starts_with("Invalid 'prompt_cache_key': string too long.")
+                    && found[0].contains("got a string with length 198"),
+                "{found:?}"
+            );
+        }
+        // Ollama ignores fields it does not use.
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &long),
+            Vec::<String>::new()
+        );
+        let found = check_as(Flavor::OpenAi, Dialect::Gemini, &fits);
+        assert_eq!(
+            found,
+            [
+                "Invalid JSON payload received. Unknown name \"prompt_cache_key\": Cannot find field."
+            ]
+        );
+        let mut without = fits.clone();
+        without.as_object_mut().unwrap().remove("prompt_cache_key");
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Gemini, &without),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

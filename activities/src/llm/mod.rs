@@ -3,6 +3,8 @@
 //! - [`activity`]: the `llm_generate` and `compact_context` activities ([`LlmService`]) and
 //!   the [`Providers`] they dispatch to, built from [`ProviderSettings`].
 //! - [`provider`]: the [`Provider`] trait every backend implements.
+//! - [`cache_key`]: the run's `prompt_cache_key` (within OpenAI's 64 characters) and which
+//!   endpoints take it.
 //! - `transport`: what the HTTP providers share: the request sent, HTTP failures classified,
 //!   the event stream read until the wire format's end-of-stream rule completes it.
 //! - [`openai`]: OpenAI-compatible Chat Completions (`request.rs` builds the body,
@@ -21,6 +23,7 @@
 
 pub mod activity;
 pub mod anthropic;
+pub mod cache_key;
 pub mod compact;
 #[cfg(test)]
 mod conformance;
