@@ -33,6 +33,11 @@
 //!   in Google's error shape, a JSON array of `{"error": {code, message, status, details}}`
 //!   (<https://ai.google.dev/gemini-api/docs/openai> lists what it supports;
 //!   liliMozi/openhanako#2494, #394 for `store`). [`GEMINI_FIELDS`] is what it takes.
+//! * **Anthropic text blocks must hold non-whitespace text** (issue 31 item 7): a `text`
+//!   block (in `messages` or `system`) that is empty is `400 messages: text content blocks
+//!   must be non-empty`, one of only whitespace `400 messages: text content blocks must
+//!   contain non-whitespace text` (Messages API errors, quoted in LibreChat-AI/agents#124 and
+//!   NousResearch/hermes-agent#69517; <https://docs.claude.com/en/api/messages> `content`).
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -85,6 +90,7 @@ pub(crate) fn violations(
             anthropic_pairing(messages, &mut found);
             anthropic_thinking(body, messages, &mut found);
             anthropic_breakpoints(body, &mut found);
+            anthropic_text_blocks(body, messages, &mut found);
         }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
         Flavor::Responses => prompt_cache_key(body, &mut found),
@@ -322,6 +328,26 @@ fn anthropic_pairing(messages: &[Value], found: &mut Vec<String>) {
         found.push(format!(
             "the conversation ends with the tool_use blocks {open:?} unanswered"
         ));
+    }
+}
+
+fn anthropic_text_blocks(body: &Value, messages: &[Value], found: &mut Vec<String>) {
+    let system = body
+        .get("system")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let in_messages = messages.iter().flat_map(|m| blocks(m).iter());
+    for b in system.iter().chain(in_messages) {
+        if str_field(b, "type") != "text" {
+            continue;
+        }
+        let text = str_field(b, "text");
+        if text.is_empty() {
+            found.push("messages: text content blocks must be non-empty".to_owned());
+        } else if text.trim().is_empty() {
+            found.push("messages: text content blocks must contain non-whitespace text".to_owned());
+        }
     }
 }
 
@@ -648,6 +674,35 @@ mod tests {
         warm["temperature"] = json!(0.5);
         warm["max_tokens"] = json!(2048);
         assert_eq!(check(Flavor::Anthropic, &warm).len(), 2);
+    }
+
+    #[test]
+    fn anthropic_refuses_empty_and_whitespace_only_text_blocks() {
+        let body = |text: &str| {
+            json!({"system": [{"type": "text", "text": "s"}], "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": text},
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]}
+            ]})
+        };
+        assert_eq!(
+            check(Flavor::Anthropic, &body("ok\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("\n\n")),
+            ["messages: text content blocks must contain non-whitespace text"]
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("")),
+            ["messages: text content blocks must be non-empty"]
+        );
+        let mut system = body("ok");
+        system["system"][0]["text"] = json!(" ");
+        assert_eq!(check(Flavor::Anthropic, &system).len(), 1);
     }
 
     #[test]

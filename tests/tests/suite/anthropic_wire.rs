@@ -141,3 +141,44 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
     );
     assert!(llm.violations().is_empty());
 }
+
+/// Issue 31 item 7: Claude often writes "\n\n" before a tool call. The strict mock refuses a
+/// whitespace-only text block as the Messages API does; the run's later requests leave it
+/// out, so the tool loop finishes.
+#[test]
+fn a_whitespace_only_text_before_a_tool_call_is_not_sent_back() {
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let queue = unique("anthropic-ws");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-ws-test"),
+        ],
+    );
+    llm.push(MockAnthropic::tool_use_reply_with_text(
+        Some("\n\n"),
+        &[("toolu_1", "list_files", "{}")],
+    ));
+    llm.push_text("Nothing here.");
+    let run = unique("run-anthropic-ws");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "anthropic", "--no-approval"],
+        "Look around.",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Nothing here.", "{r}");
+    assert_eq!(llm.take_violations(), Vec::<String>::new());
+    let second = &llm.requests()[1];
+    assert_eq!(
+        second.body["messages"][1]["content"][0]["type"], "tool_use",
+        "{}",
+        second.body
+    );
+}
