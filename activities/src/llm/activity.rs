@@ -12,7 +12,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 use super::{
-    LlmError, ModelTable, Provider, RetryBudget, anthropic, cache_key, compact,
+    LlmError, ModelTable, Provider, RetryBudget, anthropic, cache_key, compact, estimate,
     live::{Live, LiveSink, STREAM_BEAT},
     openai, responses, scripted,
 };
@@ -344,6 +344,7 @@ impl LlmService {
         match until_cancelled(&ctx, call).await? {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
+                estimate::fill_unreported_usage(&resolved.request, &mut response);
                 self.models
                     .annotate(resolved.request.model.as_ref(), &mut response);
                 self.conversations
@@ -405,6 +406,7 @@ impl LlmService {
         let llm_request = compact::summary_request(&request);
         match until_cancelled(&ctx, self.providers.generate(&llm_request)).await? {
             Ok(mut response) => {
+                estimate::fill_unreported_usage(&llm_request, &mut response);
                 self.models
                     .annotate(llm_request.model.as_ref(), &mut response);
                 Ok(compact::response(response))

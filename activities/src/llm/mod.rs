@@ -17,6 +17,8 @@
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`live`]: what a stream has received so far, beaten as heartbeat details for `baton watch`.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
+//! - [`estimate`]: the usage of a call whose server reported none, estimated from the text
+//!   and marked (`Usage.estimated_calls`).
 //! - [`error`]: the failure taxonomy and its mapping to Temporal failures.
 //! - [`retry`]: a provider's request timeout and retry budget ([`RetryBudget`]): the last
 //!   attempt, the delay before the next one.
@@ -28,6 +30,7 @@ pub mod compact;
 #[cfg(test)]
 mod conformance;
 pub mod error;
+pub mod estimate;
 pub mod live;
 pub mod models;
 pub mod openai;
