@@ -29,6 +29,8 @@ pub mod cache_key;
 pub mod compact;
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod cost_tests;
 pub mod error;
 pub mod estimate;
 pub mod live;

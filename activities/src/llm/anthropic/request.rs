@@ -159,7 +159,11 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             }
         }
     }
-    add_breakpoints(&mut body, &options.cache_control);
+    // A one-off prompt (compaction's summary) is never read back from the cache: writing it
+    // would cost 1.25x (or 2x for 1 h) its input price for nothing.
+    if !request.one_off {
+        add_breakpoints(&mut body, &options.cache_control);
+    }
     if stream {
         body["stream"] = json!(true);
     }
