@@ -38,6 +38,11 @@
 //!   must be non-empty`, one of only whitespace `400 messages: text content blocks must
 //!   contain non-whitespace text` (Messages API errors, quoted in LibreChat-AI/agents#124 and
 //!   NousResearch/hermes-agent#69517; <https://docs.claude.com/en/api/messages> `content`).
+//! * **Anthropic `max_tokens` within the model's output limit** (issue 31 item 5): `400
+//!   max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens for
+//!   claude-3-haiku-20240307` (the models overview's "Max output" column,
+//!   <https://docs.claude.com/en/docs/about-claude/models/overview>; continuedev/continue#4225).
+//!   [`ANTHROPIC_MAX_OUTPUT`] holds the limits of the models the tests use.
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -91,6 +96,7 @@ pub(crate) fn violations(
             anthropic_thinking(body, messages, &mut found);
             anthropic_breakpoints(body, &mut found);
             anthropic_text_blocks(body, messages, &mut found);
+            anthropic_max_tokens(body, &mut found);
         }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
         Flavor::Responses => prompt_cache_key(body, &mut found),
@@ -348,6 +354,36 @@ fn anthropic_text_blocks(body: &Value, messages: &[Value], found: &mut Vec<Strin
         } else if text.trim().is_empty() {
             found.push("messages: text content blocks must contain non-whitespace text".to_owned());
         }
+    }
+}
+
+/// Output limits of Anthropic models by name prefix (the models overview's "Max output").
+pub(crate) const ANTHROPIC_MAX_OUTPUT: &[(&str, u64)] = &[
+    ("claude-3-haiku", 4_096),
+    ("claude-3-5-haiku", 8_192),
+    ("claude-3-5-sonnet", 8_192),
+    ("claude-opus-4-1", 32_000),
+    ("claude-opus-4", 32_000),
+    ("claude-opus-4-5", 64_000),
+    ("claude-sonnet-4", 64_000),
+    ("claude-haiku-4-5", 64_000),
+];
+
+fn anthropic_max_tokens(body: &Value, found: &mut Vec<String>) {
+    let model = str_field(body, "model");
+    let limit = ANTHROPIC_MAX_OUTPUT
+        .iter()
+        .filter(|(prefix, _)| model.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, limit)| *limit);
+    let asked = body.get("max_tokens").and_then(Value::as_u64);
+    if let (Some(limit), Some(asked)) = (limit, asked)
+        && asked > limit
+    {
+        found.push(format!(
+            "max_tokens: {asked} > {limit}, which is the maximum allowed number of output \
+             tokens for {model}"
+        ));
     }
 }
 
@@ -703,6 +739,34 @@ mod tests {
         let mut system = body("ok");
         system["system"][0]["text"] = json!(" ");
         assert_eq!(check(Flavor::Anthropic, &system).len(), 1);
+    }
+
+    #[test]
+    fn anthropic_refuses_max_tokens_above_the_models_limit() {
+        let body = |model: &str, max: u64| {
+            json!({"model": model, "max_tokens": max, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "go"}]}]})
+        };
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-3-haiku-20240307", 8192)),
+            [
+                "max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens \
+              for claude-3-haiku-20240307"
+            ]
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-3-haiku-20240307", 4096)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-sonnet-4-5", 8192)),
+            Vec::<String>::new()
+        );
+        // A model the mock does not know is not refused.
+        assert_eq!(
+            check(Flavor::Anthropic, &body("mock-model", 1_000_000)),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -335,11 +335,14 @@ impl LlmService {
             changes,
             move |so_far: &Live| so_far.progress(attempt),
         );
-        let resolved = self
+        let mut resolved = self
             .conversations
             .resolve(request)
             .await
             .map_err(|e| store_failure(e, attempt))?;
+        if let Some(model) = resolved.request.model.as_mut() {
+            self.models.clamp_output_limit(model);
+        }
         let call = self.providers.generate_live(&resolved.request, &live);
         match until_cancelled(&ctx, call).await? {
             Ok(mut response) => {
@@ -403,7 +406,10 @@ impl LlmService {
             // A scripted model has no one to summarize with: keep an extract instead.
             return Ok(compact::extract(&request));
         }
-        let llm_request = compact::summary_request(&request);
+        let mut llm_request = compact::summary_request(&request);
+        if let Some(model) = llm_request.model.as_mut() {
+            self.models.clamp_output_limit(model);
+        }
         match until_cancelled(&ctx, self.providers.generate(&llm_request)).await? {
             Ok(mut response) => {
                 estimate::fill_unreported_usage(&llm_request, &mut response);

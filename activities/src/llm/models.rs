@@ -278,6 +278,36 @@ impl ModelTable {
             .map(|(_, info)| *info)
     }
 
+    /// Keeps an Anthropic request's `max_tokens` within the model's output limit (issue 31
+    /// item 5): the API refuses more ("max_tokens: 8192 > 4096, which is the maximum allowed
+    /// number of output tokens for claude-3-haiku-20240307"). An unset limit becomes what the
+    /// provider would send (its default, budget + default with thinking) clamped to the
+    /// table's `max_output_tokens`; a set one is clamped too. Nothing changes for a model the
+    /// table does not know, or another provider (OpenAI's APIs take no limit as the model's
+    /// own). The default is not raised to the model's limit: a larger `max_tokens` would count
+    /// against Anthropic's window (prompt + `max_tokens`) before compaction starts.
+    pub fn clamp_output_limit(&self, model: &mut ModelConfig) {
+        if model.provider != crate::llm::anthropic::PROVIDER {
+            return;
+        }
+        let Some(limit) = self
+            .lookup(&model.model)
+            .map(|m| m.max_output_tokens)
+            .filter(|l| *l > 0)
+        else {
+            return;
+        };
+        let default = crate::llm::anthropic::DEFAULT_MAX_TOKENS;
+        let wanted = match (model.max_output_tokens, model.thinking_budget_tokens) {
+            (0, 0) => default,
+            (0, budget) => budget.saturating_add(default),
+            (n, _) => n,
+        };
+        if wanted > limit {
+            model.max_output_tokens = limit;
+        }
+    }
+
     /// Fills in what the table knows of the run's `model` on a provider's `response`: the
     /// usage's `cost_usd` (left 0 for a model without a price) and `context_window` (0 =
     /// unknown). With `cache_ttl = "1h"` cache writes cost [`ONE_HOUR_WRITE_FACTOR`] times
@@ -308,6 +338,40 @@ mod tests {
     /// Rounded to a thousandth of a cent.
     fn rounded(usd: f64) -> i64 {
         (usd * 100_000.0).round() as i64
+    }
+
+    #[test]
+    fn anthropic_output_limits_come_from_the_table() {
+        let t = ModelTable::defaults();
+        let clamped = |model: &str, max: u32, budget: u32| {
+            let mut m = ModelConfig {
+                provider: "anthropic".into(),
+                model: model.into(),
+                max_output_tokens: max,
+                thinking_budget_tokens: budget,
+                ..Default::default()
+            };
+            t.clamp_output_limit(&mut m);
+            m.max_output_tokens
+        };
+        // claude-3-haiku takes 4,096: the 8,192 default would be refused on every call.
+        assert_eq!(clamped("claude-3-haiku-20240307", 0, 0), 4_096);
+        assert_eq!(clamped("claude-3-haiku-20240307", 10_000, 0), 4_096);
+        // Within the limit: unchanged (0 = the provider's default).
+        assert_eq!(clamped("claude-sonnet-4-5", 0, 0), 0);
+        assert_eq!(clamped("claude-sonnet-4-5", 20_000, 0), 20_000);
+        // Thinking: budget + default over opus-4-1's 32,000 is clamped to it.
+        assert_eq!(clamped("claude-opus-4-1", 0, 30_000), 32_000);
+        assert_eq!(clamped("unknown-model", 100_000, 0), 100_000);
+        // Other providers are left alone.
+        let mut openai = ModelConfig {
+            provider: "openai".into(),
+            model: "gpt-4o".into(),
+            max_output_tokens: 100_000,
+            ..Default::default()
+        };
+        t.clamp_output_limit(&mut openai);
+        assert_eq!(openai.max_output_tokens, 100_000);
     }
 
     #[test]
