@@ -43,6 +43,11 @@
 //!   claude-3-haiku-20240307` (the models overview's "Max output" column,
 //!   <https://docs.claude.com/en/docs/about-claude/models/overview>; continuedev/continue#4225).
 //!   [`ANTHROPIC_MAX_OUTPUT`] holds the limits of the models the tests use.
+//! * **No `temperature` for reasoning models** (issue 31 item 8), OpenAI, both APIs: `400
+//!   Unsupported parameter: 'temperature' is not supported with this model.` for the o-series
+//!   and gpt-5 family (reasoning models guide,
+//!   <https://platform.openai.com/docs/guides/reasoning>; openai-python#2072,
+//!   OpenHands/software-agent-sdk#1837).
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -86,7 +91,10 @@ pub(crate) fn violations(
             openai_pairing(messages, &mut found);
             openai_content(dialect, messages, &mut found);
             match dialect {
-                Dialect::OpenAi => prompt_cache_key(body, &mut found),
+                Dialect::OpenAi => {
+                    prompt_cache_key(body, &mut found);
+                    reasoning_temperature(body, &mut found);
+                }
                 Dialect::Gemini => gemini_fields(body, &mut found),
                 Dialect::Ollama => {}
             }
@@ -99,7 +107,10 @@ pub(crate) fn violations(
             anthropic_max_tokens(body, &mut found);
         }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
-        Flavor::Responses => prompt_cache_key(body, &mut found),
+        Flavor::Responses => {
+            prompt_cache_key(body, &mut found);
+            reasoning_temperature(body, &mut found);
+        }
     }
     found
 }
@@ -175,6 +186,22 @@ fn openai_pairing(messages: &[Value], found: &mut Vec<String>) {
         found.push(format!(
             "the conversation ends with the tool calls {open:?} unanswered"
         ));
+    }
+}
+
+/// Whether an OpenAI model name (after any `vendor/`) is a reasoning model's.
+fn is_reasoning_model(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+fn reasoning_temperature(body: &Value, found: &mut Vec<String>) {
+    if body.get("temperature").is_some() && is_reasoning_model(str_field(body, "model")) {
+        found.push(
+            "Unsupported parameter: 'temperature' is not supported with this model.".to_owned(),
+        );
     }
 }
 
@@ -522,6 +549,19 @@ mod tests {
             check_as(Flavor::OpenAi, Dialect::Gemini, &without),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn openai_refuses_temperature_for_reasoning_models() {
+        let body = |model: &str| json!({"model": model, "temperature": 0.2, "messages": []});
+        for flavor in [Flavor::OpenAi, Flavor::Responses] {
+            assert_eq!(
+                check(flavor, &body("gpt-5-mini")),
+                ["Unsupported parameter: 'temperature' is not supported with this model."]
+            );
+            assert_eq!(check(flavor, &body("openai/o3-mini")).len(), 1);
+            assert_eq!(check(flavor, &body("gpt-4.1")), Vec::<String>::new());
+        }
     }
 
     #[test]

@@ -133,7 +133,7 @@ async fn reasoning_effort_is_sent_and_an_unknown_one_is_refused_before_sending()
     assert!(matches!(err, LlmError::Config(_)), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("\"extreme\"") && text.contains("minimal, low, medium, high"),
+        text.contains("\"extreme\"") && text.contains("none, minimal, low, medium, high, xhigh"),
         "{text}"
     );
 }
