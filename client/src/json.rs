@@ -95,6 +95,14 @@ pub(crate) struct Tokens {
     pub(crate) cache_write_tokens: u32,
     pub(crate) reasoning_tokens: u32,
     pub(crate) cost_usd: f64,
+    /// Calls whose server reported no usage: their tokens (and cost) are estimates from the
+    /// text. Left out when every call was reported.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) estimated_calls: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl From<&Usage> for Tokens {
@@ -109,6 +117,7 @@ impl From<&Usage> for Tokens {
             reasoning_tokens: u.reasoning_tokens,
             // A sum of many small floats: shown to a millionth of a dollar.
             cost_usd: (u.cost_usd * 1e6).round() / 1e6,
+            estimated_calls: u.estimated_calls,
         }
     }
 }

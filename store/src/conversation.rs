@@ -339,6 +339,7 @@ impl Conversations {
                 context: String::new(),
                 turn: request.turn,
                 cache_key: request.cache_key,
+                one_off: request.one_off,
             },
             head,
             items: items.len() as u32,

@@ -96,7 +96,7 @@ pub use mcp_servers::{
     loopback_preload, servers_dir, worker_config,
 };
 pub use mock_anthropic::{MESSAGES_PATH, MockAnthropic};
-pub use mock_http::{CapturedRequest, MockResponse, MockServer, Responder, ResponseMode};
+pub use mock_http::{CapturedRequest, Dialect, MockResponse, MockServer, Responder, ResponseMode};
 pub use mock_openai::{CHAT_COMPLETIONS_PATH, MockOpenAi};
 pub use mock_responses::{MockResponses, RESPONSES_PATH};
 pub use process::{

@@ -14,6 +14,40 @@
 //!   `redacted_thinking` block's `data`) is one this mock issued
 //!   ([`crate::MockAnthropic::sign`]): an altered or invented block is refused; at most 4
 //!   `cache_control` breakpoints.
+//! * **Chat Completions message content** (issue 31 item 1). OpenAI: an assistant message's
+//!   `content` is "Required unless `tool_calls` or `function_call` is specified" (API
+//!   reference, Create chat completion, `messages[].content`,
+//!   <https://platform.openai.com/docs/api-reference/chat/create>); other messages always
+//!   need it. OpenAI answers `400 Invalid value for 'content': expected a string, got null.`
+//!   (openai/openai-cookbook#503). Ollama's `/v1` refuses `content: null` on any message,
+//!   tool calls or not: `400 invalid message content type: <nil>` (its OpenAI compatibility
+//!   layer, `openai/openai.go`; pydantic/pydantic-ai#5206).
+//! * **`prompt_cache_key`** (issue 31 item 3). OpenAI, both APIs: at most 64 characters
+//!   (API reference, Create chat completion / Create a model response, `prompt_cache_key`,
+//!   <https://platform.openai.com/docs/api-reference/responses/create>); a longer one is
+//!   `400 Invalid 'prompt_cache_key': string too long. Expected a string with maximum length
+//!   64, but got a string with length N instead.` (code `string_above_max_length`;
+//!   theopenco/llmgateway#3110, earendil-works/pi#4720 for Responses).
+//! * **Gemini's OpenAI compatibility refuses fields it does not know** (issue 31 item 3):
+//!   `400 Invalid JSON payload received. Unknown name "prompt_cache_key": Cannot find field.`,
+//!   in Google's error shape, a JSON array of `{"error": {code, message, status, details}}`
+//!   (<https://ai.google.dev/gemini-api/docs/openai> lists what it supports;
+//!   liliMozi/openhanako#2494, #394 for `store`). [`GEMINI_FIELDS`] is what it takes.
+//! * **Anthropic text blocks must hold non-whitespace text** (issue 31 item 7): a `text`
+//!   block (in `messages` or `system`) that is empty is `400 messages: text content blocks
+//!   must be non-empty`, one of only whitespace `400 messages: text content blocks must
+//!   contain non-whitespace text` (Messages API errors, quoted in LibreChat-AI/agents#124 and
+//!   NousResearch/hermes-agent#69517; <https://docs.claude.com/en/api/messages> `content`).
+//! * **Anthropic `max_tokens` within the model's output limit** (issue 31 item 5): `400
+//!   max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens for
+//!   claude-3-haiku-20240307` (the models overview's "Max output" column,
+//!   <https://docs.claude.com/en/docs/about-claude/models/overview>; continuedev/continue#4225).
+//!   [`ANTHROPIC_MAX_OUTPUT`] holds the limits of the models the tests use.
+//! * **No `temperature` for reasoning models** (issue 31 item 8), OpenAI, both APIs: `400
+//!   Unsupported parameter: 'temperature' is not supported with this model.` for the o-series
+//!   and gpt-5 family (reasoning models guide,
+//!   <https://platform.openai.com/docs/guides/reasoning>; openai-python#2072,
+//!   OpenHands/software-agent-sdk#1837).
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -26,12 +60,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::mock_http::Flavor;
+use crate::mock_http::{Dialect, Flavor};
 
 /// What `body` (raw bytes `raw`, sent with `headers`, lowercase names) breaks of the rules
-/// above; empty when the request is fine.
+/// above for a mock of `flavor` playing `dialect`; empty when the request is fine.
 pub(crate) fn violations(
     flavor: Flavor,
+    dialect: Dialect,
     headers: &BTreeMap<String, String>,
     raw: &[u8],
     body: &Value,
@@ -52,14 +87,30 @@ pub(crate) fn violations(
         .map(Vec::as_slice)
         .unwrap_or_default();
     match flavor {
-        Flavor::OpenAi => openai_pairing(messages, &mut found),
+        Flavor::OpenAi => {
+            openai_pairing(messages, &mut found);
+            openai_content(dialect, messages, &mut found);
+            match dialect {
+                Dialect::OpenAi => {
+                    prompt_cache_key(body, &mut found);
+                    reasoning_temperature(body, &mut found);
+                }
+                Dialect::Gemini => gemini_fields(body, &mut found),
+                Dialect::Ollama => {}
+            }
+        }
         Flavor::Anthropic => {
             anthropic_pairing(messages, &mut found);
             anthropic_thinking(body, messages, &mut found);
             anthropic_breakpoints(body, &mut found);
+            anthropic_text_blocks(body, messages, &mut found);
+            anthropic_max_tokens(body, &mut found);
         }
         // No `messages`: its `input` items are checked by `mock_responses::violations`.
-        Flavor::Responses => {}
+        Flavor::Responses => {
+            prompt_cache_key(body, &mut found);
+            reasoning_temperature(body, &mut found);
+        }
     }
     found
 }
@@ -135,6 +186,100 @@ fn openai_pairing(messages: &[Value], found: &mut Vec<String>) {
         found.push(format!(
             "the conversation ends with the tool calls {open:?} unanswered"
         ));
+    }
+}
+
+/// Whether an OpenAI model name (after any `vendor/`) is a reasoning model's.
+fn is_reasoning_model(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+fn reasoning_temperature(body: &Value, found: &mut Vec<String>) {
+    if body.get("temperature").is_some() && is_reasoning_model(str_field(body, "model")) {
+        found.push(
+            "Unsupported parameter: 'temperature' is not supported with this model.".to_owned(),
+        );
+    }
+}
+
+/// OpenAI's cap on `prompt_cache_key`, in characters.
+const MAX_PROMPT_CACHE_KEY: usize = 64;
+
+fn prompt_cache_key(body: &Value, found: &mut Vec<String>) {
+    let Some(key) = body.get("prompt_cache_key") else {
+        return;
+    };
+    let n = key.as_str().map(|k| k.chars().count());
+    match n {
+        Some(n) if n <= MAX_PROMPT_CACHE_KEY => {}
+        Some(n) => found.push(format!(
+            "Invalid 'prompt_cache_key': string too long. Expected a string with maximum \
+             length {MAX_PROMPT_CACHE_KEY}, but got a string with length {n} instead. \
+             (code: string_above_max_length)"
+        )),
+        None => found.push(format!(
+            "Invalid type for 'prompt_cache_key': expected a string, but got {key}."
+        )),
+    }
+}
+
+/// The top-level request fields Gemini's OpenAI compatibility takes (its documentation's
+/// supported parameters; `extra_body` carries Google's own).
+pub(crate) const GEMINI_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "reasoning_effort",
+    "response_format",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "extra_body",
+];
+
+fn gemini_fields(body: &Value, found: &mut Vec<String>) {
+    for name in body.as_object().into_iter().flat_map(|o| o.keys()) {
+        if !GEMINI_FIELDS.contains(&name.as_str()) {
+            found.push(format!(
+                "Invalid JSON payload received. Unknown name \"{name}\": Cannot find field."
+            ));
+        }
+    }
+}
+
+/// Messages whose `content` the server refuses: null or absent (see the module doc; an
+/// OpenAI assistant message may leave it null when it has `tool_calls`, an Ollama one may
+/// not).
+fn openai_content(dialect: Dialect, messages: &[Value], found: &mut Vec<String>) {
+    for (i, m) in messages.iter().enumerate() {
+        let content = m.get("content").unwrap_or(&Value::Null);
+        if !content.is_null() {
+            continue;
+        }
+        let calls = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        match dialect {
+            Dialect::Ollama => found.push("invalid message content type: <nil>".to_owned()),
+            Dialect::OpenAi | Dialect::Gemini if str_field(m, "role") == "assistant" && calls => {}
+            Dialect::OpenAi | Dialect::Gemini => found.push(format!(
+                "Invalid value for 'content': expected a string, got null. \
+                 (param: messages.[{i}].content)"
+            )),
+        }
     }
 }
 
@@ -215,6 +360,56 @@ fn anthropic_pairing(messages: &[Value], found: &mut Vec<String>) {
     if !open.is_empty() {
         found.push(format!(
             "the conversation ends with the tool_use blocks {open:?} unanswered"
+        ));
+    }
+}
+
+fn anthropic_text_blocks(body: &Value, messages: &[Value], found: &mut Vec<String>) {
+    let system = body
+        .get("system")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let in_messages = messages.iter().flat_map(|m| blocks(m).iter());
+    for b in system.iter().chain(in_messages) {
+        if str_field(b, "type") != "text" {
+            continue;
+        }
+        let text = str_field(b, "text");
+        if text.is_empty() {
+            found.push("messages: text content blocks must be non-empty".to_owned());
+        } else if text.trim().is_empty() {
+            found.push("messages: text content blocks must contain non-whitespace text".to_owned());
+        }
+    }
+}
+
+/// Output limits of Anthropic models by name prefix (the models overview's "Max output").
+pub(crate) const ANTHROPIC_MAX_OUTPUT: &[(&str, u64)] = &[
+    ("claude-3-haiku", 4_096),
+    ("claude-3-5-haiku", 8_192),
+    ("claude-3-5-sonnet", 8_192),
+    ("claude-opus-4-1", 32_000),
+    ("claude-opus-4", 32_000),
+    ("claude-opus-4-5", 64_000),
+    ("claude-sonnet-4", 64_000),
+    ("claude-haiku-4-5", 64_000),
+];
+
+fn anthropic_max_tokens(body: &Value, found: &mut Vec<String>) {
+    let model = str_field(body, "model");
+    let limit = ANTHROPIC_MAX_OUTPUT
+        .iter()
+        .filter(|(prefix, _)| model.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, limit)| *limit);
+    let asked = body.get("max_tokens").and_then(Value::as_u64);
+    if let (Some(limit), Some(asked)) = (limit, asked)
+        && asked > limit
+    {
+        found.push(format!(
+            "max_tokens: {asked} > {limit}, which is the maximum allowed number of output \
+             tokens for {model}"
         ));
     }
 }
@@ -305,7 +500,106 @@ mod tests {
     use super::*;
 
     fn check(flavor: Flavor, body: &Value) -> Vec<String> {
-        violations(flavor, &BTreeMap::new(), body.to_string().as_bytes(), body)
+        check_as(flavor, Dialect::OpenAi, body)
+    }
+
+    fn check_as(flavor: Flavor, dialect: Dialect, body: &Value) -> Vec<String> {
+        violations(
+            flavor,
+            dialect,
+            &BTreeMap::new(),
+            body.to_string().as_bytes(),
+            body,
+        )
+    }
+
+    #[test]
+    fn openai_refuses_a_prompt_cache_key_over_64_and_gemini_refuses_it_at_all() {
+        let body = |key: &str| {
+            json!({"model": "m", "messages": [{"role": "user", "content": "u"}],
+                   "stream": true, "prompt_cache_key": key})
+        };
+        let fits = body(&"k".repeat(64));
+        let long = body(&"k".repeat(198));
+        for flavor in [Flavor::OpenAi, Flavor::Responses] {
+            assert_eq!(check(flavor, &fits), Vec::<String>::new());
+            let found = check(flavor, &long);
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert!(
+                found[0].starts_with("Invalid 'prompt_cache_key': string too long.")
+                    && found[0].contains("got a string with length 198"),
+                "{found:?}"
+            );
+        }
+        // Ollama ignores fields it does not use.
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &long),
+            Vec::<String>::new()
+        );
+        let found = check_as(Flavor::OpenAi, Dialect::Gemini, &fits);
+        assert_eq!(
+            found,
+            [
+                "Invalid JSON payload received. Unknown name \"prompt_cache_key\": Cannot find field."
+            ]
+        );
+        let mut without = fits.clone();
+        without.as_object_mut().unwrap().remove("prompt_cache_key");
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Gemini, &without),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn openai_refuses_temperature_for_reasoning_models() {
+        let body = |model: &str| json!({"model": model, "temperature": 0.2, "messages": []});
+        for flavor in [Flavor::OpenAi, Flavor::Responses] {
+            assert_eq!(
+                check(flavor, &body("gpt-5-mini")),
+                ["Unsupported parameter: 'temperature' is not supported with this model."]
+            );
+            assert_eq!(check(flavor, &body("openai/o3-mini")).len(), 1);
+            assert_eq!(check(flavor, &body("gpt-4.1")), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn openai_refuses_null_content_without_tool_calls_and_ollama_refuses_it_always() {
+        let call =
+            json!({"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        let with_calls = json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"}
+        ]});
+        let empty_turn = json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": null},
+            {"role": "user", "content": "continue"}
+        ]});
+        let absent = json!({"messages": [{"role": "user", "content": "u"}, {"role": "assistant"}]});
+        let mut as_strings = with_calls.clone();
+        as_strings["messages"][1]["content"] = json!("");
+        assert_eq!(check(Flavor::OpenAi, &with_calls), Vec::<String>::new());
+        let found = check(Flavor::OpenAi, &empty_turn);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("Invalid value for 'content': expected a string, got null."),
+            "{found:?}"
+        );
+        assert!(found[0].contains("messages.[1].content"), "{found:?}");
+        assert_eq!(check(Flavor::OpenAi, &absent).len(), 1);
+        let found = check_as(Flavor::OpenAi, Dialect::Ollama, &with_calls);
+        assert_eq!(found, vec!["invalid message content type: <nil>"]);
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &empty_turn).len(),
+            1
+        );
+        assert_eq!(
+            check_as(Flavor::OpenAi, Dialect::Ollama, &as_strings),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -381,12 +675,27 @@ mod tests {
             ("x-api-key", "sk-secret-1"),
         ] {
             let headers = BTreeMap::from([(name.to_owned(), value.to_owned())]);
-            let found = violations(Flavor::OpenAi, &headers, raw.as_bytes(), &body);
+            let found = violations(
+                Flavor::OpenAi,
+                Dialect::OpenAi,
+                &headers,
+                raw.as_bytes(),
+                &body,
+            );
             assert_eq!(found.len(), 1, "{found:?}");
             assert!(found[0].contains("API key"), "{found:?}");
         }
         let other = BTreeMap::from([("x-api-key".to_owned(), "sk-other".to_owned())]);
-        assert!(violations(Flavor::Anthropic, &other, raw.as_bytes(), &body).is_empty());
+        assert!(
+            violations(
+                Flavor::Anthropic,
+                Dialect::OpenAi,
+                &other,
+                raw.as_bytes(),
+                &body
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -441,6 +750,63 @@ mod tests {
         warm["temperature"] = json!(0.5);
         warm["max_tokens"] = json!(2048);
         assert_eq!(check(Flavor::Anthropic, &warm).len(), 2);
+    }
+
+    #[test]
+    fn anthropic_refuses_empty_and_whitespace_only_text_blocks() {
+        let body = |text: &str| {
+            json!({"system": [{"type": "text", "text": "s"}], "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": text},
+                    {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+                ]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]}
+            ]})
+        };
+        assert_eq!(
+            check(Flavor::Anthropic, &body("ok\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("\n\n")),
+            ["messages: text content blocks must contain non-whitespace text"]
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("")),
+            ["messages: text content blocks must be non-empty"]
+        );
+        let mut system = body("ok");
+        system["system"][0]["text"] = json!(" ");
+        assert_eq!(check(Flavor::Anthropic, &system).len(), 1);
+    }
+
+    #[test]
+    fn anthropic_refuses_max_tokens_above_the_models_limit() {
+        let body = |model: &str, max: u64| {
+            json!({"model": model, "max_tokens": max, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "go"}]}]})
+        };
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-3-haiku-20240307", 8192)),
+            [
+                "max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens \
+              for claude-3-haiku-20240307"
+            ]
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-3-haiku-20240307", 4096)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            check(Flavor::Anthropic, &body("claude-sonnet-4-5", 8192)),
+            Vec::<String>::new()
+        );
+        // A model the mock does not know is not refused.
+        assert_eq!(
+            check(Flavor::Anthropic, &body("mock-model", 1_000_000)),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

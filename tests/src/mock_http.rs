@@ -191,6 +191,23 @@ impl CapturedRequest {
     }
 }
 
+/// Which server a Chat Completions mock plays: the API's own rules differ by server
+/// (`mock_checks.rs` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// OpenAI itself (and every mock of the other wire formats).
+    #[default]
+    OpenAi,
+    /// Ollama's `/v1` (OpenAI compatibility): refuses `content: null` on any message.
+    Ollama,
+    /// Gemini's OpenAI compatibility (`/v1beta/openai`): refuses fields it does not know,
+    /// with Google's error shape.
+    Gemini,
+}
+
+/// The Chat Completions path of Gemini's OpenAI compatibility.
+pub(crate) const GEMINI_CHAT_COMPLETIONS_PATH: &str = "/v1beta/openai/chat/completions";
+
 /// Which wire format a [`MockServer`] speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flavor {
@@ -208,16 +225,17 @@ impl Flavor {
         }
     }
 
-    fn endpoint(self) -> &'static str {
+    fn endpoint(self, dialect: Dialect) -> &'static str {
         match self {
+            Flavor::OpenAi if dialect == Dialect::Gemini => GEMINI_CHAT_COMPLETIONS_PATH,
             Flavor::OpenAi => crate::mock_openai::CHAT_COMPLETIONS_PATH,
             Flavor::Anthropic => crate::mock_anthropic::MESSAGES_PATH,
             Flavor::Responses => crate::mock_responses::RESPONSES_PATH,
         }
     }
 
-    fn not_found_body(self, method: &Method, path: &str) -> Value {
-        let endpoint = self.endpoint();
+    fn not_found_body(self, dialect: Dialect, method: &Method, path: &str) -> Value {
+        let endpoint = self.endpoint(dialect);
         let message = format!("mock: unknown endpoint {method} {path} (only POST {endpoint})");
         match self {
             Flavor::OpenAi | Flavor::Responses => {
@@ -227,8 +245,21 @@ impl Flavor {
         }
     }
 
-    fn bad_request_body(self, message: &str) -> Value {
+    fn bad_request_body(self, dialect: Dialect, message: &str) -> Value {
         match self {
+            // Google's error, in a JSON array, as its OpenAI compatibility answers a field it
+            // does not know (quoted in google-gemini issues and the review's finding 2).
+            Flavor::OpenAi if dialect == Dialect::Gemini => serde_json::json!([{
+                "error": {
+                    "code": 400,
+                    "message": message,
+                    "status": "INVALID_ARGUMENT",
+                    "details": [{
+                        "@type": "type.googleapis.com/google.rpc.BadRequest",
+                        "fieldViolations": [{"description": message}]
+                    }]
+                }
+            }]),
             Flavor::OpenAi | Flavor::Responses => {
                 crate::MockOpenAi::error_body(message, "invalid_request_error")
             }
@@ -341,6 +372,7 @@ struct MockState {
 
 struct Inner {
     flavor: Flavor,
+    dialect: Dialect,
     state: Mutex<MockState>,
 }
 
@@ -361,8 +393,14 @@ pub struct MockServer {
 
 impl MockServer {
     pub(crate) fn start(flavor: Flavor) -> anyhow::Result<MockServer> {
+        Self::start_as(flavor, Dialect::OpenAi)
+    }
+
+    /// Starts a mock of `flavor` that plays the server `dialect` (its endpoint and rules).
+    pub(crate) fn start_as(flavor: Flavor, dialect: Dialect) -> anyhow::Result<MockServer> {
         let inner = Arc::new(Inner {
             flavor,
+            dialect,
             state: Mutex::default(),
         });
         let app = Router::new()
@@ -375,6 +413,11 @@ impl MockServer {
     /// The socket address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
+    }
+
+    /// The server this mock plays.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.dialect
     }
 
     /// Queues an arbitrary [`MockResponse`] (extra headers, delay, cut /
@@ -519,7 +562,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         Err(e) => {
             return json_response(
                 StatusCode::BAD_REQUEST,
-                &flavor.bad_request_body(&format!("mock: cannot read body: {e}")),
+                &flavor.bad_request_body(inner.dialect, &format!("mock: cannot read body: {e}")),
             );
         }
     };
@@ -529,9 +572,10 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
-    let is_endpoint = method == Method::POST && path == flavor.endpoint();
+    let dialect = inner.dialect;
+    let is_endpoint = method == Method::POST && path == flavor.endpoint(dialect);
     let mut broken = if is_endpoint {
-        let mut broken = crate::mock_checks::violations(flavor, &headers, &bytes, &body);
+        let mut broken = crate::mock_checks::violations(flavor, dialect, &headers, &bytes, &body);
         let check = inner.lock().check.clone();
         broken.extend(check.map(|c| c(&body)).unwrap_or_default());
         broken
@@ -590,7 +634,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     if !is_endpoint {
         return json_response(
             StatusCode::NOT_FOUND,
-            &flavor.not_found_body(&method, &path),
+            &flavor.not_found_body(dialect, &method, &path),
         );
     }
     if !broken.is_empty() {
@@ -598,7 +642,10 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             "mock: the real API would refuse this: {}",
             broken.join("; ")
         );
-        return json_response(StatusCode::BAD_REQUEST, &flavor.bad_request_body(&reason));
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &flavor.bad_request_body(dialect, &reason),
+        );
     }
     let Some(resp) = scripted else {
         return json_response(StatusCode::INTERNAL_SERVER_ERROR, &flavor.exhausted_body());

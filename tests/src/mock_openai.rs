@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::mock_http::{
-    Flavor, MockResponse, MockServer, Transcript, fragments, sse_data, text_pieces,
+    Dialect, Flavor, MockResponse, MockServer, Transcript, fragments, sse_data, text_pieces,
 };
 
 /// The endpoint the mock scripts.
@@ -54,10 +54,28 @@ impl std::ops::Deref for MockOpenAi {
 }
 
 impl MockOpenAi {
-    /// Starts the server on `127.0.0.1:<free port>`.
+    /// Starts the server on `127.0.0.1:<free port>`, playing OpenAI itself.
     pub fn start() -> anyhow::Result<MockOpenAi> {
+        Self::start_as(Dialect::OpenAi)
+    }
+
+    /// Starts the server playing Ollama's `/v1`: it refuses `content: null` on any message,
+    /// even one with `tool_calls` (see `mock_checks.rs`).
+    pub fn start_ollama() -> anyhow::Result<MockOpenAi> {
+        Self::start_as(Dialect::Ollama)
+    }
+
+    /// Starts the server playing Gemini's OpenAI compatibility: served under
+    /// `/v1beta/openai` (its [`MockOpenAi::base_url`] ends so), refusing request fields it
+    /// does not know with Google's error shape (see `mock_checks.rs`).
+    pub fn start_gemini() -> anyhow::Result<MockOpenAi> {
+        Self::start_as(Dialect::Gemini)
+    }
+
+    /// Starts the server playing `dialect`.
+    pub fn start_as(dialect: Dialect) -> anyhow::Result<MockOpenAi> {
         Ok(MockOpenAi {
-            server: MockServer::start(Flavor::OpenAi)?,
+            server: MockServer::start_as(Flavor::OpenAi, dialect)?,
             quirks: None,
         })
     }
@@ -115,9 +133,14 @@ impl MockOpenAi {
         )
     }
 
-    /// `http://127.0.0.1:<port>/v1` (an OpenAI-compatible base URL).
+    /// `http://127.0.0.1:<port>/v1` (an OpenAI-compatible base URL);
+    /// `http://127.0.0.1:<port>/v1beta/openai` for [`MockOpenAi::start_gemini`].
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.server.addr())
+        let root = match self.server.dialect() {
+            Dialect::Gemini => "v1beta/openai",
+            Dialect::OpenAi | Dialect::Ollama => "v1",
+        };
+        format!("http://{}/{root}", self.server.addr())
     }
 
     /// Queues `text_reply(text)`.
@@ -142,6 +165,17 @@ impl MockOpenAi {
             }),
             "stop",
             completion_tokens,
+        )
+    }
+
+    /// A `chat.completion` body cut by the output limit (`finish_reason: "length"`) with
+    /// `text` as its content: `""` is what OpenAI answers when a reasoning model spent the
+    /// whole budget on reasoning.
+    pub fn length_reply(text: &str) -> Value {
+        completion(
+            json!({"role": "assistant", "content": text, "refusal": null}),
+            "length",
+            text.split_whitespace().count().max(1),
         )
     }
 

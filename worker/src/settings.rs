@@ -259,9 +259,24 @@ pub(crate) struct ProviderSection {
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` instead of
     /// `max_tokens` and no `temperature` (OpenAI only; default `o1`, `o3`, `o4`, `gpt-5`).
     pub(crate) reasoning_models: Option<Vec<String>>,
-    /// Send the run id as `prompt_cache_key` (OpenAI only; default true; turn off for an
-    /// OpenAI-compatible server that rejects unknown fields).
+    /// Send the run's `prompt_cache_key` (both OpenAI sections; default: unless the base URL
+    /// is Gemini's OpenAI compatibility; turn off for another server that rejects unknown
+    /// fields).
     pub(crate) prompt_cache_key: Option<bool>,
+    /// The `content` of an assistant message with tool calls and no text (OpenAI only):
+    /// `"null"` (the default, what OpenAI documents) or `"empty_string"` (Ollama, which
+    /// refuses `null`).
+    pub(crate) tool_call_content: Option<ToolCallContent>,
+}
+
+/// `[openai] tool_call_content`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ToolCallContent {
+    /// `"content": null`.
+    Null,
+    /// `"content": ""`.
+    EmptyString,
 }
 
 impl std::fmt::Debug for ProviderSection {
@@ -278,6 +293,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("version", &self.version)
             .field("reasoning_models", &self.reasoning_models)
             .field("prompt_cache_key", &self.prompt_cache_key)
+            .field("tool_call_content", &self.tool_call_content)
             .finish()
     }
 }
@@ -486,7 +502,15 @@ impl Settings {
                 .reasoning_models
                 .clone()
                 .unwrap_or_else(baton_activities::llm::openai::default_reasoning_models),
-            openai_prompt_cache_key: self.openai.prompt_cache_key.unwrap_or(true),
+            openai_prompt_cache_key: self.openai.prompt_cache_key,
+            openai_tool_call_content: match self.openai.tool_call_content {
+                Some(ToolCallContent::EmptyString) => {
+                    baton_activities::llm::openai::ToolCallContent::EmptyString
+                }
+                Some(ToolCallContent::Null) | None => {
+                    baton_activities::llm::openai::ToolCallContent::Null
+                }
+            },
             anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
             anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
             anthropic_version: self
@@ -498,6 +522,7 @@ impl Settings {
             openai_responses_base_url: self.openai_responses.base_url(&OPENAI_RESPONSES),
             openai_responses_api_key: self.openai_responses.api_key(&OPENAI_RESPONSES),
             openai_responses_stream: self.openai_responses.stream.unwrap_or(true),
+            openai_responses_prompt_cache_key: self.openai_responses.prompt_cache_key,
             budgets: self
                 .provider_sections()
                 .into_iter()
@@ -644,9 +669,18 @@ mod env_tests {
             mine.providers().openai_reasoning_models,
             ["o3", "my-deployment"]
         );
-        assert!(read("").providers().openai_prompt_cache_key);
+        assert_eq!(read("").providers().openai_prompt_cache_key, None);
         let off = read("[openai]\nprompt_cache_key = false\n");
-        assert!(!off.providers().openai_prompt_cache_key);
+        assert_eq!(off.providers().openai_prompt_cache_key, Some(false));
+        let on = read("[openai_responses]\nprompt_cache_key = true\n");
+        assert_eq!(on.providers().openai_responses_prompt_cache_key, Some(true));
+        use baton_activities::llm::openai::ToolCallContent as Content;
+        assert_eq!(read("").providers().openai_tool_call_content, Content::Null);
+        let ollama = read("[openai]\ntool_call_content = \"empty_string\"\n");
+        assert_eq!(
+            ollama.providers().openai_tool_call_content,
+            Content::EmptyString
+        );
     }
 
     #[test]

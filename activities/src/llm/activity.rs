@@ -12,7 +12,7 @@ use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::{info, warn};
 
 use super::{
-    LlmError, ModelTable, Provider, RetryBudget, anthropic, compact,
+    LlmError, ModelTable, Provider, RetryBudget, anthropic, cache_key, compact, estimate,
     live::{Live, LiveSink, STREAM_BEAT},
     openai, responses, scripted,
 };
@@ -40,9 +40,13 @@ pub struct ProviderSettings {
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` and no
     /// `temperature` (default [`openai::DEFAULT_REASONING_MODELS`]).
     pub openai_reasoning_models: Vec<String>,
-    /// Whether to send the run's `prompt_cache_key` (default true; off for servers that
-    /// reject unknown fields).
-    pub openai_prompt_cache_key: bool,
+    /// Whether to send the run's `prompt_cache_key` (None: unless the base URL is Gemini's,
+    /// [`cache_key::endpoint_takes_prompt_cache_key`]; false for other servers that reject
+    /// unknown fields).
+    pub openai_prompt_cache_key: Option<bool>,
+    /// The `content` of a text-less assistant message with tool calls (default `null`; `""`
+    /// for Ollama).
+    pub openai_tool_call_content: openai::ToolCallContent,
     /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
     pub anthropic_base_url: String,
     /// Its API key (`x-api-key`); without one the header is not sent.
@@ -57,6 +61,9 @@ pub struct ProviderSettings {
     pub openai_responses_api_key: Option<String>,
     /// Whether to stream Responses (default true).
     pub openai_responses_stream: bool,
+    /// Whether to send the run's `prompt_cache_key` to the Responses API (None: unless the
+    /// base URL is Gemini's).
+    pub openai_responses_prompt_cache_key: Option<bool>,
     /// Request timeout and retry budget by provider name (`openai`, `anthropic`, ...); a
     /// provider without an entry gets [`RetryBudget::default`].
     pub budgets: BTreeMap<String, RetryBudget>,
@@ -78,6 +85,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("openai_stream", &self.openai_stream)
             .field("openai_reasoning_models", &self.openai_reasoning_models)
             .field("openai_prompt_cache_key", &self.openai_prompt_cache_key)
+            .field("openai_tool_call_content", &self.openai_tool_call_content)
             .field("anthropic_base_url", &self.anthropic_base_url)
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
@@ -88,6 +96,10 @@ impl std::fmt::Debug for ProviderSettings {
                 &key(&self.openai_responses_api_key),
             )
             .field("openai_responses_stream", &self.openai_responses_stream)
+            .field(
+                "openai_responses_prompt_cache_key",
+                &self.openai_responses_prompt_cache_key,
+            )
             .field("budgets", &self.budgets)
             .finish()
     }
@@ -100,7 +112,8 @@ impl Default for ProviderSettings {
             openai_api_key: None,
             openai_stream: true,
             openai_reasoning_models: openai::default_reasoning_models(),
-            openai_prompt_cache_key: true,
+            openai_prompt_cache_key: None,
+            openai_tool_call_content: openai::ToolCallContent::Null,
             anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
@@ -108,6 +121,7 @@ impl Default for ProviderSettings {
             openai_responses_base_url: responses::DEFAULT_BASE_URL.to_owned(),
             openai_responses_api_key: None,
             openai_responses_stream: true,
+            openai_responses_prompt_cache_key: None,
             budgets: BTreeMap::new(),
         }
     }
@@ -131,7 +145,10 @@ impl Providers {
         )?
         .streaming(settings.openai_stream)
         .reasoning_models(settings.openai_reasoning_models.clone())
-        .prompt_cache_key(settings.openai_prompt_cache_key);
+        .prompt_cache_key(settings.openai_prompt_cache_key.unwrap_or_else(|| {
+            cache_key::endpoint_takes_prompt_cache_key(&settings.openai_base_url)
+        }))
+        .tool_call_content(settings.openai_tool_call_content);
         let anthropic = anthropic::Anthropic::new(
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),
@@ -144,7 +161,14 @@ impl Providers {
             settings.openai_responses_api_key.clone(),
             settings.budget(responses::PROVIDER).request_timeout,
         )?
-        .streaming(settings.openai_responses_stream);
+        .streaming(settings.openai_responses_stream)
+        .prompt_cache_key(
+            settings
+                .openai_responses_prompt_cache_key
+                .unwrap_or_else(|| {
+                    cache_key::endpoint_takes_prompt_cache_key(&settings.openai_responses_base_url)
+                }),
+        );
         Ok(Self::empty()
             .with(openai)
             .with(anthropic)
@@ -290,8 +314,8 @@ impl LlmService {
         let info = ctx.info();
         let run_id = info.workflow_id.clone().unwrap_or_default();
         // Stable over the run (continue-as-new keeps the workflow id): the providers' prompt
-        // cache routing key.
-        request.cache_key.clone_from(&run_id);
+        // cache routing key, within OpenAI's 64 characters.
+        request.cache_key = cache_key::prompt_cache_key(&run_id);
         let attempt = info.attempt;
         let provider = request
             .model
@@ -311,15 +335,19 @@ impl LlmService {
             changes,
             move |so_far: &Live| so_far.progress(attempt),
         );
-        let resolved = self
+        let mut resolved = self
             .conversations
             .resolve(request)
             .await
             .map_err(|e| store_failure(e, attempt))?;
+        if let Some(model) = resolved.request.model.as_mut() {
+            self.models.clamp_output_limit(model);
+        }
         let call = self.providers.generate_live(&resolved.request, &live);
         match until_cancelled(&ctx, call).await? {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
+                estimate::fill_unreported_usage(&resolved.request, &mut response);
                 self.models
                     .annotate(resolved.request.model.as_ref(), &mut response);
                 self.conversations
@@ -378,9 +406,13 @@ impl LlmService {
             // A scripted model has no one to summarize with: keep an extract instead.
             return Ok(compact::extract(&request));
         }
-        let llm_request = compact::summary_request(&request);
+        let mut llm_request = compact::summary_request(&request);
+        if let Some(model) = llm_request.model.as_mut() {
+            self.models.clamp_output_limit(model);
+        }
         match until_cancelled(&ctx, self.providers.generate(&llm_request)).await? {
             Ok(mut response) => {
+                estimate::fill_unreported_usage(&llm_request, &mut response);
                 self.models
                     .annotate(llm_request.model.as_ref(), &mut response);
                 Ok(compact::response(response))

@@ -34,6 +34,8 @@ pub fn summary_request(request: &CompactRequest) -> LlmRequest {
             })),
         }],
         tools: Vec::new(),
+        // A unique prompt, never sent again: no cache breakpoints.
+        one_off: true,
         ..Default::default()
     }
 }

@@ -333,11 +333,24 @@ pub fn classify(
     let overloaded = detail.kind.as_deref() == Some("overloaded_error");
     let quota =
         [detail.code.as_deref(), detail.kind.as_deref()].contains(&Some("insufficient_quota"));
+    // OpenAI's "Request too large for <model> ... on tokens per min (TPM): Limit 30000,
+    // Requested 36278": one request over the per-minute limit, refused however long one waits
+    // (Aider-AI/aider#1880: "you will always get this error"). Not a rate limit to ride out.
+    let too_large = status == 429 && message.to_ascii_lowercase().contains("request too large");
     match status {
         429 if quota => LlmError::Rejected {
             provider,
             status,
             message,
+        },
+        429 if too_large => LlmError::Rejected {
+            provider,
+            status,
+            message: format!(
+                "{message} (one request larger than the per-minute token limit: retrying cannot \
+                 help; lower --max-output-tokens, let the run compact sooner with a smaller \
+                 --context-window, or raise the organization's rate limit)"
+            ),
         },
         429 => LlmError::RateLimited {
             provider,

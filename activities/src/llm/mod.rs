@@ -3,6 +3,8 @@
 //! - [`activity`]: the `llm_generate` and `compact_context` activities ([`LlmService`]) and
 //!   the [`Providers`] they dispatch to, built from [`ProviderSettings`].
 //! - [`provider`]: the [`Provider`] trait every backend implements.
+//! - [`cache_key`]: the run's `prompt_cache_key` (within OpenAI's 64 characters) and which
+//!   endpoints take it.
 //! - `transport`: what the HTTP providers share: the request sent, HTTP failures classified,
 //!   the event stream read until the wire format's end-of-stream rule completes it.
 //! - [`openai`]: OpenAI-compatible Chat Completions (`request.rs` builds the body,
@@ -15,16 +17,22 @@
 //! - [`sse`]: the Server-Sent Events parser the streaming providers share.
 //! - [`live`]: what a stream has received so far, beaten as heartbeat details for `baton watch`.
 //! - [`compact`]: the `compact_context` activity's prompt and parsing.
+//! - [`estimate`]: the usage of a call whose server reported none, estimated from the text
+//!   and marked (`Usage.estimated_calls`).
 //! - [`error`]: the failure taxonomy and its mapping to Temporal failures.
 //! - [`retry`]: a provider's request timeout and retry budget ([`RetryBudget`]): the last
 //!   attempt, the delay before the next one.
 
 pub mod activity;
 pub mod anthropic;
+pub mod cache_key;
 pub mod compact;
 #[cfg(test)]
 mod conformance;
+#[cfg(test)]
+mod cost_tests;
 pub mod error;
+pub mod estimate;
 pub mod live;
 pub mod models;
 pub mod openai;

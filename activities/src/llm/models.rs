@@ -4,8 +4,11 @@
 //!
 //! [`ModelTable::defaults`] ships the figures below; worker settings (`[models."<name>"]`,
 //! [`ModelSettings`]) override single fields of a known model or add models. A model is found
-//! by its exact name, then by the longest known name it extends with `-...` (dated snapshots
-//! such as `gpt-4o-2024-08-06` or `claude-sonnet-4-5-20250929`).
+//! by its exact name, then by a known name it extends with a snapshot suffix only: a date
+//! (`gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`) or `-latest`. Any other suffix names
+//! another model (`claude-opus-4-6` is not `claude-opus-4`, `gpt-5.1-codex-mini` is not
+//! `gpt-5.1-codex`: other prices), which the table does not know: its cost is 0 ("unknown
+//! price") until `[models."<name>"]` gives it.
 //!
 //! Cost of one call ([`ModelInfo::cost_usd`]), prices in USD per million tokens:
 //! `(input - cache_read - cache_write) x input + cache_read x cached + cache_write x write +
@@ -154,6 +157,16 @@ const SHIPPED: &[Row] = &[
     ("gpt-5-pro", 400_000, 272_000, 15.0, 15.0, 15.0, 120.0),
     ("gpt-5.1", 400_000, 128_000, 1.25, 0.125, 1.25, 10.0),
     ("gpt-5.1-codex", 400_000, 128_000, 1.25, 0.125, 1.25, 10.0),
+    // benbencodes/llm-prices (v0.1.41), as the review of issue 31 cites it.
+    (
+        "gpt-5.1-codex-mini",
+        400_000,
+        128_000,
+        0.25,
+        0.025,
+        0.25,
+        2.0,
+    ),
     ("gpt-4.1", 1_047_576, 32_768, 2.0, 0.5, 2.0, 8.0),
     ("gpt-4.1-mini", 1_047_576, 32_768, 0.4, 0.1, 0.4, 1.6),
     ("gpt-4.1-nano", 1_047_576, 32_768, 0.1, 0.025, 0.1, 0.4),
@@ -176,6 +189,20 @@ const SHIPPED: &[Row] = &[
     ("claude-3-5-haiku", 200_000, 8_192, 0.8, 0.08, 1.0, 4.0),
     ("claude-3-haiku", 200_000, 4_096, 0.25, 0.03, 0.3, 1.25),
 ];
+
+/// Whether `rest` (what follows a known model name) names a snapshot of that model, not
+/// another model: `-YYYY-MM-DD` (OpenAI), `-YYYYMMDD` (Anthropic) or `-latest`.
+fn is_snapshot_suffix(rest: &str) -> bool {
+    let Some(rest) = rest.strip_prefix('-') else {
+        return false;
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    let dashed = {
+        let parts: Vec<&str> = rest.split('-').collect();
+        parts.len() == 3 && digits(parts[0], 4) && digits(parts[1], 2) && digits(parts[2], 2)
+    };
+    rest == "latest" || digits(rest, 8) || dashed
+}
 
 /// Anthropic bills 1-hour cache writes at 2x the input price, 5-minute ones at 1.25x: the
 /// table's write price is the 5-minute one, so a `1h` run's writes cost 2 / 1.25 times it.
@@ -232,9 +259,11 @@ impl ModelTable {
         Ok(self)
     }
 
-    /// The model `name` is: its own row, else the longest known name it extends with a `-`
-    /// (`gpt-4o-2024-08-06` -> `gpt-4o`; `gpt-4o-mini` stays `gpt-4o-mini`). `None` for a model
-    /// the table does not know (its cost is then 0 and its window the run's own).
+    /// The model `name` is: its own row, else the known name it extends with a snapshot
+    /// suffix ([`is_snapshot_suffix`]: `gpt-4o-2024-08-06` -> `gpt-4o`,
+    /// `claude-3-7-sonnet-latest` -> `claude-3-7-sonnet`; `claude-opus-4-6` is not
+    /// `claude-opus-4`). `None` for a model the table does not know (its cost is then 0,
+    /// "unknown price", and its window the run's own).
     pub fn lookup(&self, name: &str) -> Option<ModelInfo> {
         if let Some(info) = self.by_name.get(name) {
             return Some(*info);
@@ -243,10 +272,40 @@ impl ModelTable {
             .iter()
             .filter(|(known, _)| {
                 name.strip_prefix(known.as_str())
-                    .is_some_and(|rest| rest.starts_with('-'))
+                    .is_some_and(is_snapshot_suffix)
             })
             .max_by_key(|(known, _)| known.len())
             .map(|(_, info)| *info)
+    }
+
+    /// Keeps an Anthropic request's `max_tokens` within the model's output limit (issue 31
+    /// item 5): the API refuses more ("max_tokens: 8192 > 4096, which is the maximum allowed
+    /// number of output tokens for claude-3-haiku-20240307"). An unset limit becomes what the
+    /// provider would send (its default, budget + default with thinking) clamped to the
+    /// table's `max_output_tokens`; a set one is clamped too. Nothing changes for a model the
+    /// table does not know, or another provider (OpenAI's APIs take no limit as the model's
+    /// own). The default is not raised to the model's limit: a larger `max_tokens` would count
+    /// against Anthropic's window (prompt + `max_tokens`) before compaction starts.
+    pub fn clamp_output_limit(&self, model: &mut ModelConfig) {
+        if model.provider != crate::llm::anthropic::PROVIDER {
+            return;
+        }
+        let Some(limit) = self
+            .lookup(&model.model)
+            .map(|m| m.max_output_tokens)
+            .filter(|l| *l > 0)
+        else {
+            return;
+        };
+        let default = crate::llm::anthropic::DEFAULT_MAX_TOKENS;
+        let wanted = match (model.max_output_tokens, model.thinking_budget_tokens) {
+            (0, 0) => default,
+            (0, budget) => budget.saturating_add(default),
+            (n, _) => n,
+        };
+        if wanted > limit {
+            model.max_output_tokens = limit;
+        }
     }
 
     /// Fills in what the table knows of the run's `model` on a provider's `response`: the
@@ -279,6 +338,40 @@ mod tests {
     /// Rounded to a thousandth of a cent.
     fn rounded(usd: f64) -> i64 {
         (usd * 100_000.0).round() as i64
+    }
+
+    #[test]
+    fn anthropic_output_limits_come_from_the_table() {
+        let t = ModelTable::defaults();
+        let clamped = |model: &str, max: u32, budget: u32| {
+            let mut m = ModelConfig {
+                provider: "anthropic".into(),
+                model: model.into(),
+                max_output_tokens: max,
+                thinking_budget_tokens: budget,
+                ..Default::default()
+            };
+            t.clamp_output_limit(&mut m);
+            m.max_output_tokens
+        };
+        // claude-3-haiku takes 4,096: the 8,192 default would be refused on every call.
+        assert_eq!(clamped("claude-3-haiku-20240307", 0, 0), 4_096);
+        assert_eq!(clamped("claude-3-haiku-20240307", 10_000, 0), 4_096);
+        // Within the limit: unchanged (0 = the provider's default).
+        assert_eq!(clamped("claude-sonnet-4-5", 0, 0), 0);
+        assert_eq!(clamped("claude-sonnet-4-5", 20_000, 0), 20_000);
+        // Thinking: budget + default over opus-4-1's 32,000 is clamped to it.
+        assert_eq!(clamped("claude-opus-4-1", 0, 30_000), 32_000);
+        assert_eq!(clamped("unknown-model", 100_000, 0), 100_000);
+        // Other providers are left alone.
+        let mut openai = ModelConfig {
+            provider: "openai".into(),
+            model: "gpt-4o".into(),
+            max_output_tokens: 100_000,
+            ..Default::default()
+        };
+        t.clamp_output_limit(&mut openai);
+        assert_eq!(openai.max_output_tokens, 100_000);
     }
 
     #[test]

@@ -115,4 +115,4 @@ pub(crate) fn tool_schema(tool: &baton_proto::ToolDefinition) -> serde_json::Val
 
 /// The `reasoning_effort` values OpenAI's APIs take (`ModelConfig.reasoning_effort`), for
 /// Chat Completions and Responses alike.
-pub const REASONING_EFFORTS: &[&str] = &["minimal", "low", "medium", "high"];
+pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];

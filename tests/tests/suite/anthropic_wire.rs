@@ -141,3 +141,82 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
     );
     assert!(llm.violations().is_empty());
 }
+
+/// Issue 31 item 7: Claude often writes "\n\n" before a tool call. The strict mock refuses a
+/// whitespace-only text block as the Messages API does; the run's later requests leave it
+/// out, so the tool loop finishes.
+#[test]
+fn a_whitespace_only_text_before_a_tool_call_is_not_sent_back() {
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let queue = unique("anthropic-ws");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-ws-test"),
+        ],
+    );
+    llm.push(MockAnthropic::tool_use_reply_with_text(
+        Some("\n\n"),
+        &[("toolu_1", "list_files", "{}")],
+    ));
+    llm.push_text("Nothing here.");
+    let run = unique("run-anthropic-ws");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "anthropic", "--no-approval"],
+        "Look around.",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Nothing here.", "{r}");
+    assert_eq!(llm.take_violations(), Vec::<String>::new());
+    let second = &llm.requests()[1];
+    assert_eq!(
+        second.body["messages"][1]["content"][0]["type"], "tool_use",
+        "{}",
+        second.body
+    );
+}
+
+/// Issue 31 item 5: claude-3-haiku's output limit is 4,096 tokens; the provider's default
+/// `max_tokens` (8,192) is refused on every call (the strict mock says so as the API does).
+/// The worker takes the limit from its model table.
+#[test]
+fn max_tokens_stays_within_the_models_output_limit() {
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let queue = unique("anthropic-max");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-max-test"),
+        ],
+    );
+    llm.push_text("Small model, small answer.");
+    let run = unique("run-anthropic-max");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-3-haiku-20240307",
+            "--no-approval",
+        ],
+        "Say hi.",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "Small model, small answer.", "{r}");
+    assert_eq!(llm.take_violations(), Vec::<String>::new());
+    assert_eq!(llm.requests()[0].body["max_tokens"], 4096);
+}

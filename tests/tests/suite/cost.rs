@@ -204,3 +204,64 @@ fn max_cost_ends_a_run_as_budget_exceeded() {
         cents(cost)
     );
 }
+
+/// `reply` without its `usage` (what llama.cpp-style servers and some proxies answer).
+fn without_usage(mut reply: Value) -> Value {
+    reply.as_object_mut().unwrap().remove("usage");
+    reply
+}
+
+/// Issue 31 item 11: a server that reports no usage. The run's usage is estimated from the
+/// text, never 0 tokens, and says how many calls were estimated (`estimated_calls`); a token
+/// budget still ends the run (it would never trip on 0 tokens).
+#[test]
+fn usage_a_server_does_not_send_is_estimated_marked_and_budgets_hold() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("no-usage");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let calls = MockOpenAi::tool_calls_reply(&[("call_1", "list_files", "{}")]);
+    llm.push(without_usage(calls.clone()));
+    llm.push(without_usage(MockOpenAi::text_reply("Nothing here.")));
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-no-usage"),
+        &["--provider", "openai", "--no-approval"],
+        "look",
+    );
+    let done = result(&server, &run, 0);
+    let usage = &done["usage"];
+    assert_eq!(usage["estimated_calls"], 2, "{done}");
+    let input = usage["input_tokens"].as_u64().unwrap();
+    let output = usage["output_tokens"].as_u64().unwrap();
+    // The system prompt alone is a few KB: hundreds of tokens at ~4 bytes a token.
+    assert!(input > 200 && output > 0, "{done}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), input + output);
+    // Both requests streamed and asked for usage in the stream.
+    for req in llm.requests() {
+        assert_eq!(req.body["stream_options"]["include_usage"], true);
+    }
+
+    // The same server under a token budget: the estimate of the first call trips it.
+    llm.push(without_usage(calls));
+    llm.push(without_usage(MockOpenAi::text_reply("never sent")));
+    let run = submit(
+        &server,
+        &queue,
+        &unique("run-no-usage-budget"),
+        &[
+            "--provider",
+            "openai",
+            "--no-approval",
+            "--max-tokens",
+            "100",
+        ],
+        "look",
+    );
+    let ended = result(&server, &run, 1);
+    assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
+    assert_eq!(ended["usage"]["estimated_calls"], 1, "{ended}");
+    assert_eq!(llm.pending(), 1, "the second call was never made");
+}

@@ -32,9 +32,23 @@ fn run_openai(
     prompt: &str,
     code: i32,
 ) -> (String, Value) {
+    run_openai_with(server, llm, &[], extra, prompt, code)
+}
+
+/// [`run_openai`] on a worker with the extra environment `env`.
+fn run_openai_with(
+    server: &DevServer,
+    llm: &MockOpenAi,
+    env: &[(&str, &str)],
+    extra: &[&str],
+    prompt: &str,
+    code: i32,
+) -> (String, Value) {
     let queue = unique("openai-wire");
     let base = llm.base_url();
-    let _w = worker(server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    let mut vars = vec![("OPENAI_BASE_URL", base.as_str())];
+    vars.extend_from_slice(env);
+    let _w = worker(server, &queue, &vars);
     let mut args = vec!["--provider", "openai", "--no-approval"];
     args.extend_from_slice(extra);
     let run = submit(server, &queue, &unique("run-openai-wire"), &args, prompt);
@@ -196,5 +210,156 @@ fn a_refusal_ends_the_run_as_content_filtered_with_the_refusal_text() {
     assert!(
         text.contains("I'm sorry, I cannot assist with that request."),
         "the refusal is in the run's transcript"
+    );
+}
+
+/// Issue 31 item 1: a reasoning model that spends its whole output budget twice (`length`,
+/// no text), then calls a tool and answers. Every request the worker sends after those turns
+/// is one the strict OpenAI mock and the Ollama-style mock take (OpenAI refuses an assistant
+/// `content: null` without `tool_calls`, Ollama refuses `null` content on any message).
+#[test]
+fn a_run_that_hits_length_twice_then_finishes_is_accepted_by_openai_and_ollama() {
+    let server = DevServer::start().unwrap();
+    for (name, llm, env) in [
+        ("openai", MockOpenAi::start().unwrap(), vec![]),
+        (
+            "ollama",
+            MockOpenAi::start_ollama().unwrap(),
+            vec![("BATON_OPENAI__TOOL_CALL_CONTENT", "empty_string")],
+        ),
+    ] {
+        llm.push(MockOpenAi::length_reply(""));
+        llm.push(MockOpenAi::length_reply(""));
+        llm.push_tool_calls(&[("call_1", "list_files", "{}")]);
+        llm.push_text("Nothing here.");
+        let (_, r) = run_openai_with(&server, &llm, &env, &["--model", "gpt-5-mini"], "look", 0);
+        assert_eq!(r["answer"], "Nothing here.", "{name}: {r}");
+        assert_eq!(llm.take_violations(), Vec::<String>::new(), "{name}");
+        let reqs = llm.requests();
+        assert_eq!(reqs.len(), 4, "{name}");
+        let last = reqs[3].messages();
+        // The two empty turns are left out: the task, two continuation prompts, the call and
+        // its result.
+        let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "user", "user", "assistant", "tool"],
+            "{name}"
+        );
+        let expected = if name == "ollama" {
+            json!("")
+        } else {
+            Value::Null
+        };
+        assert_eq!(last[4]["content"], expected, "{name}");
+    }
+}
+
+/// A run id of exactly 200 characters (OpenAI caps `prompt_cache_key` at 64).
+fn long_run_id(name: &str) -> String {
+    let mut id = format!("{}-", unique(name));
+    while id.len() < 200 {
+        id.push('x');
+    }
+    id.truncate(200);
+    id
+}
+
+/// The `prompt_cache_key`s of `requests`, in order (None where a request has none).
+fn cache_keys(requests: &[CapturedRequest]) -> Vec<Option<String>> {
+    requests
+        .iter()
+        .map(|q| q.body["prompt_cache_key"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Issue 31 item 3: a 200-character `--id` whose run spawns a subagent (`<id>.sub-1`).
+/// Every Chat Completions and Responses request carries a key of at most 64 characters (the
+/// strict mocks refuse a longer one as OpenAI does), the parent's the same on both its
+/// turns, the child's its own; Gemini's endpoint (which refuses fields it does not know)
+/// gets none, unless the worker's setting insists, and then Gemini's refusal ends the run.
+#[test]
+fn a_long_run_id_gives_a_cache_key_within_64_and_gemini_gets_none() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README"), "the project\n").unwrap();
+    let workspace = dir.path().to_str().unwrap().to_owned();
+    let spawn = json!({"task": "look around"}).to_string();
+    let run_long = |provider: &str, base: &str, name: &str| {
+        let queue = unique(name);
+        let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base)]);
+        let run = long_run_id(name);
+        let args = [
+            "--provider",
+            provider,
+            "--subagents",
+            "--no-approval",
+            "--workspace-from",
+            workspace.as_str(),
+        ];
+        submit(&server, &queue, &run, &args, "split the work");
+        result(&server, &run, 0)
+    };
+
+    let chat = MockOpenAi::start().unwrap();
+    chat.push_tool_calls(&[("call_s", "spawn_agent", &spawn)]);
+    chat.push_text("The child looked.");
+    chat.push_text("Parent done.");
+    let r = run_long("openai", &chat.base_url(), "long-chat");
+    assert_eq!(r["answer"], "Parent done.", "{r}");
+
+    let responses = MockResponses::start().unwrap();
+    responses.push(MockResponses::tool_calls_reply(
+        "Spawn one.",
+        &[("call_s", "spawn_agent", &spawn)],
+    ));
+    responses.push(MockResponses::text_reply("Looked.", "The child looked."));
+    responses.push(MockResponses::text_reply("Done.", "Parent done."));
+    let r = run_long("openai-responses", &responses.base_url(), "long-resp");
+    assert_eq!(r["answer"], "Parent done.", "{r}");
+
+    for (api, requests) in [
+        ("chat", chat.requests()),
+        ("responses", responses.requests()),
+    ] {
+        let keys = cache_keys(&requests);
+        assert_eq!(keys.len(), 3, "{api}: {keys:?}");
+        for key in &keys {
+            let key = key.as_deref().unwrap_or_else(|| panic!("{api}: no key"));
+            assert!(key.chars().count() <= 64, "{api}: {key}");
+        }
+        // Parent, child, parent: the parent's key is stable across its turns.
+        assert_eq!(keys[0], keys[2], "{api}");
+        assert_ne!(keys[0], keys[1], "{api}: the child has its own key");
+    }
+    assert_eq!(chat.take_violations(), Vec::<String>::new());
+    assert_eq!(responses.take_violations(), Vec::<String>::new());
+
+    // Gemini's OpenAI compatibility (recognised by its `/v1beta/openai` base URL).
+    let gemini = MockOpenAi::start_gemini().unwrap();
+    gemini.push_text("Hello from Gemini.");
+    let (_, r) = run_openai(&server, &gemini, &["--model", "gemini-2.5-flash"], "hi", 0);
+    assert_eq!(r["answer"], "Hello from Gemini.", "{r}");
+    assert_eq!(cache_keys(&gemini.requests()), [None]);
+    // A worker that insists sends it, and the mock refuses it as Gemini does.
+    gemini.push_text("never sent");
+    let (_, r) = run_openai_with(
+        &server,
+        &gemini,
+        &[("BATON_OPENAI__PROMPT_CACHE_KEY", "true")],
+        &["--model", "gemini-2.5-flash"],
+        "hi",
+        1,
+    );
+    assert_eq!(r["reason"], "provider_error", "{r}");
+    let refused = gemini.take_violations();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("Unknown name \"prompt_cache_key\": Cannot find field."),
+        "{refused:?}"
+    );
+    assert!(
+        r["detail"].as_str().unwrap().contains("INVALID_ARGUMENT"),
+        "Google's error shape reaches the run's detail: {r}"
     );
 }

@@ -108,3 +108,30 @@ async fn an_absurd_budget_stops_the_worker_naming_the_key() {
         assert!(log.contains(says), "{env:?}: {log}");
     }
 }
+
+/// Issue 31 item 10: OpenAI's 429 "Request too large ... on tokens per min" refuses one
+/// request that is over the per-minute limit, however long one waits. It ends the run at once
+/// with the reason, instead of 8 attempts over minutes.
+#[test]
+fn a_request_too_large_for_the_rate_limit_is_not_retried() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    let queue = unique("too-large");
+    let _w = budget_worker(&server, &llm, &queue, &[]);
+    let body = serde_json::json!({"error": {
+        "message": "Request too large for gpt-4o in organization org-mock on tokens per min \
+                    (TPM): Limit 30000, Requested 36278. The input or output tokens must be \
+                    reduced in order to run successfully.",
+        "type": "tokens", "param": null, "code": "rate_limit_exceeded"}});
+    llm.push_response(MockResponse::error(429, body).header("retry-after", "1"));
+    llm.push_text("a retry was made");
+    let (run, r) = run_openai(&server, &queue, "run-too-large", 1);
+    assert_eq!(r["reason"], "provider_error", "{r}");
+    let detail = r["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Requested 36278") && detail.contains("retrying cannot help"),
+        "{r}"
+    );
+    assert_eq!(llm_attempts(&server, &run), vec![1]);
+    assert_eq!(llm.pending(), 1, "no second attempt");
+}

@@ -574,6 +574,7 @@ fn add_usage(total: &mut Usage, u: &Usage) {
         .cache_write_tokens
         .saturating_add(u.cache_write_tokens);
     total.reasoning_tokens = total.reasoning_tokens.saturating_add(u.reasoning_tokens);
+    total.estimated_calls = total.estimated_calls.saturating_add(u.estimated_calls);
     if u.cost_usd.is_finite() && u.cost_usd > 0.0 {
         total.cost_usd += u.cost_usd;
     }

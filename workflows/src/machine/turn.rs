@@ -33,6 +33,7 @@ impl RunState {
             context,
             turn: self.turn,
             cache_key: String::new(),
+            one_off: false,
         }
     }
 

@@ -78,7 +78,10 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
     for entry in &request.conversation {
         match &entry.kind {
             Some(item::Kind::User(u)) => {
-                let blocks = if u.text.is_empty() {
+                // The API refuses whitespace-only text blocks ("text content blocks must
+                // contain non-whitespace text"), and once one is stored every later request
+                // would carry it: such text is left out.
+                let blocks = if u.text.trim().is_empty() {
                     Vec::new()
                 } else {
                     vec![json!({"type": "text", "text": u.text})]
@@ -87,7 +90,7 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             }
             Some(item::Kind::Assistant(a)) => {
                 let mut blocks = Vec::with_capacity(a.tool_calls.len() + 1);
-                if !a.text.is_empty() {
+                if !a.text.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": a.text}));
                 }
                 for call in &a.tool_calls {
@@ -105,7 +108,7 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             }
             Some(item::Kind::ToolResult(r)) => {
                 let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id});
-                if !r.content.is_empty() {
+                if !r.content.trim().is_empty() {
                     block["content"] = json!(r.content);
                 }
                 if r.is_error {
@@ -156,7 +159,11 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             }
         }
     }
-    add_breakpoints(&mut body, &options.cache_control);
+    // A one-off prompt (compaction's summary) is never read back from the cache: writing it
+    // would cost 1.25x (or 2x for 1 h) its input price for nothing.
+    if !request.one_off {
+        add_breakpoints(&mut body, &options.cache_control);
+    }
     if stream {
         body["stream"] = json!(true);
     }

@@ -183,6 +183,45 @@ fn request_body_defaults_and_tool_results_first() {
 }
 
 #[test]
+fn whitespace_only_text_is_never_sent() {
+    // Issue 31 item 7: the API refuses a text block of only whitespace; a model's "\n\n"
+    // before a tool call, stored with the turn, would otherwise fail every later request.
+    let req = LlmRequest {
+        conversation: vec![
+            user("go"),
+            assistant("\n\n", &[("t1", "shell", "{}")]),
+            result("t1", " \n", false),
+            assistant("  ", &[]),
+            user("\t"),
+            assistant("done", &[]),
+        ],
+        ..Default::default()
+    };
+    let body = request_body_for(&req, false).unwrap();
+    let texts: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "text")
+        .map(|b| &b["text"])
+        .collect();
+    assert_eq!(texts, [&json!("go"), &json!("done")]);
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "t1", "name": "shell", "input": {}}])
+    );
+    assert_eq!(body["messages"][2]["content"][0].get("content"), None);
+    let roles: Vec<&Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["role"])
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+}
+
+#[test]
 fn parses_a_message() {
     let body = r#"{
         "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",

@@ -193,3 +193,25 @@ async fn streamed_cache_usage_is_read_and_counted_in_the_input() {
     assert_eq!(r.usage, Some(usage(2009, 12, 1800, 188)));
     assert_eq!(r.message.unwrap().text, "Done.");
 }
+
+#[test]
+fn a_compaction_request_carries_no_cache_breakpoint() {
+    // Issue 31 item 9: the summary prompt is unique and never read back, so writing it to the
+    // cache (1.25x input for 5 min, 2x for 1 h) would only cost.
+    let request = crate::llm::compact::summary_request(&baton_proto::CompactRequest {
+        task: "fix the bug".into(),
+        items: vec![user("a long transcript")],
+        model: Some(ModelConfig {
+            provider: "anthropic".into(),
+            cache_ttl: "1h".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let body = super::request_body_for(&request, true).unwrap();
+    assert!(!body.to_string().contains("cache_control"), "{body}");
+    // A turn of the run still gets its breakpoints.
+    let turn = turn_request(2, &ViewSpec::default());
+    let body = super::request_body_for(&turn, true).unwrap();
+    assert!(body.to_string().contains("cache_control"), "{body}");
+}

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 pub use request::{
     DEFAULT_REASONING_MODELS, KIND_EXTRA_CONTENT, KIND_REASONING_CONTENT, REASONING_EFFORTS,
-    default_reasoning_models, is_reasoning_model, reasoning_effort, request_body, request_body_for,
-    request_body_with,
+    ToolCallContent, default_reasoning_models, is_reasoning_model, reasoning_effort, request_body,
+    request_body_for, request_body_with,
 };
 pub use response::parse_response;
 
@@ -73,14 +73,22 @@ impl OpenAi {
         self.wire_mut().prompt_cache_key = send;
         self
     }
+
+    /// What a text-less assistant message with tool calls carries as `content` (default
+    /// `null`; `""` for Ollama, which refuses `null`).
+    pub fn tool_call_content(mut self, content: ToolCallContent) -> Self {
+        self.wire_mut().tool_call_content = content;
+        self
+    }
 }
 
 /// The Chat Completions wire format: the key as a bearer token; the reasoning models' names;
-/// whether `prompt_cache_key` is sent.
+/// whether `prompt_cache_key` is sent; the content of a text-less tool-call message.
 #[derive(Clone, Debug)]
 pub struct ChatCompletions {
     reasoning_models: Vec<String>,
     prompt_cache_key: bool,
+    tool_call_content: ToolCallContent,
 }
 
 impl Default for ChatCompletions {
@@ -88,6 +96,7 @@ impl Default for ChatCompletions {
         Self {
             reasoning_models: default_reasoning_models(),
             prompt_cache_key: true,
+            tool_call_content: ToolCallContent::Null,
         }
     }
 }
@@ -114,6 +123,7 @@ impl WireFormat for ChatCompletions {
         let options = request::BodyOptions {
             reasoning_models: &self.reasoning_models,
             prompt_cache_key: self.prompt_cache_key,
+            tool_call_content: self.tool_call_content,
         };
         request::build_body(request, stream, &options)
     }

@@ -32,6 +32,21 @@ pub(super) struct BodyOptions<'a> {
     /// Whether to send `prompt_cache_key` (worker `[openai] prompt_cache_key`, default on;
     /// off for OpenAI-compatible servers that reject unknown fields).
     pub(super) prompt_cache_key: bool,
+    /// The `content` of an assistant message that has tool calls and no text.
+    pub(super) tool_call_content: ToolCallContent,
+}
+
+/// What a text-less assistant message with tool calls carries as `content` (worker `[openai]
+/// tool_call_content`): OpenAI documents `null` ("required unless `tool_calls` is
+/// specified"); Ollama's `/v1` refuses `null` on any message ("invalid message content type:
+/// <nil>") and takes `""`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ToolCallContent {
+    /// `"content": null` (OpenAI, vLLM, llama.cpp, Gemini, DeepSeek).
+    #[default]
+    Null,
+    /// `"content": ""` (Ollama).
+    EmptyString,
 }
 
 /// The run's `reasoning_effort`, if it set one: `Err` (a configuration error naming the
@@ -92,17 +107,26 @@ pub fn request_body_with(request: &LlmRequest, stream: bool, reasoning_models: &
     let options = BodyOptions {
         reasoning_models,
         prompt_cache_key: true,
+        tool_call_content: ToolCallContent::Null,
     };
     build_body(request, stream, &options)
 }
 
-/// The assistant message of a turn: text (or `null`), its tool calls (each with the
-/// `extra_content` it came with) and the `reasoning_content` it came with.
-fn assistant_message(a: &AssistantMessage) -> Value {
-    let mut m = json!({
-        "role": "assistant",
-        "content": if a.text.is_empty() { Value::Null } else { Value::String(a.text.clone()) },
-    });
+/// The assistant message of a turn: text (or, with tool calls and no text, what
+/// `empty` says), its tool calls (each with the `extra_content` it came with) and the
+/// `reasoning_content` it came with. None for a turn with neither text nor tool calls (what a
+/// `length` stop that produced no text leaves): no server takes it (OpenAI refuses
+/// `content: null` without `tool_calls`), and it tells the model nothing.
+fn assistant_message(a: &AssistantMessage, empty: ToolCallContent) -> Option<Value> {
+    if a.text.is_empty() && a.tool_calls.is_empty() {
+        return None;
+    }
+    let content = match (a.text.is_empty(), empty) {
+        (false, _) => Value::String(a.text.clone()),
+        (true, ToolCallContent::Null) => Value::Null,
+        (true, ToolCallContent::EmptyString) => Value::String(String::new()),
+    };
+    let mut m = json!({"role": "assistant", "content": content});
     let parts: Vec<_> = reasoning_parts_for(PROVIDER, a).collect();
     // The value as it arrived (a JSON string; an object): DeepSeek and Gemini compare it.
     let value = |kind: &str, call_id: &str| {
@@ -136,7 +160,7 @@ fn assistant_message(a: &AssistantMessage) -> Value {
             })
             .collect();
     }
-    m
+    Some(m)
 }
 
 /// The body of `request` under `options`; see [`request_body_with`].
@@ -150,7 +174,9 @@ pub(super) fn build_body(request: &LlmRequest, stream: bool, options: &BodyOptio
     for entry in &request.conversation {
         match &entry.kind {
             Some(item::Kind::User(u)) => messages.push(json!({"role": "user", "content": u.text})),
-            Some(item::Kind::Assistant(a)) => messages.push(assistant_message(a)),
+            Some(item::Kind::Assistant(a)) => {
+                messages.extend(assistant_message(a, options.tool_call_content));
+            }
             Some(item::Kind::ToolResult(r)) => {
                 let content = if r.is_error {
                     format!("ERROR: {}", r.content)

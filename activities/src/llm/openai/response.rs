@@ -69,9 +69,15 @@ struct ChatFunction {
 
 /// Chat Completions `usage`: `prompt_tokens` counts every prompt token (the cached ones in
 /// `prompt_tokens_details.cached_tokens` included), `completion_tokens` the reasoning ones in
-/// `completion_tokens_details.reasoning_tokens` included: baton's convention already.
+/// `completion_tokens_details.reasoning_tokens` included: baton's convention already. Two
+/// servers differ (issue 31 item 9): Gemini's `completion_tokens` leaves its thinking tokens
+/// out while `total_tokens` counts them (its thoughts bill as output), so output is
+/// `total - prompt` when that is more; DeepSeek reports cache hits as
+/// `prompt_cache_hit_tokens` (part of `prompt_tokens`), not in `prompt_tokens_details`.
 #[derive(Deserialize, Clone, Copy)]
 struct ChatUsage {
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u32>,
     #[serde(default)]
     prompt_tokens: Option<u32>,
     #[serde(default)]
@@ -99,19 +105,26 @@ struct CompletionTokensDetails {
 impl ChatUsage {
     fn to_usage(self) -> Usage {
         let input = self.prompt_tokens.unwrap_or(0);
-        let output = self.completion_tokens.unwrap_or(0);
+        let total = self
+            .total_tokens
+            .filter(|t| *t > 0)
+            .unwrap_or(input + self.completion_tokens.unwrap_or(0));
+        // Gemini: thinking tokens are in the total, not in completion_tokens.
+        let output = self
+            .completion_tokens
+            .unwrap_or(0)
+            .max(total.saturating_sub(input));
         Usage {
             input_tokens: input,
             output_tokens: output,
-            total_tokens: self
-                .total_tokens
-                .filter(|t| *t > 0)
-                .unwrap_or(input + output),
+            total_tokens: total.max(input.saturating_add(output)),
             llm_calls: 0,
             cache_read_tokens: self
                 .prompt_tokens_details
                 .and_then(|d| d.cached_tokens)
-                .unwrap_or(0),
+                .or(self.prompt_cache_hit_tokens)
+                .unwrap_or(0)
+                .min(input),
             reasoning_tokens: self
                 .completion_tokens_details
                 .and_then(|d| d.reasoning_tokens)

@@ -484,6 +484,17 @@ fn classifies_errors() {
         classify(429, &h, quota),
         LlmError::Rejected { status: 429, .. }
     ));
+    // Issue 31 item 10: a request over the per-minute token limit is refused on every retry.
+    let too_large = r#"{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 36278. The input or output tokens must be reduced in order to run successfully.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+    let err = classify(429, &h, too_large);
+    assert!(!err.is_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("Requested 36278")
+            && err.to_string().contains("retrying cannot help"),
+        "{err}"
+    );
+    let ordinary = r#"{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    assert!(classify(429, &h, ordinary).is_retryable());
     assert!(matches!(
         classify(500, &h, "<html>oops</html>"),
         LlmError::Unavailable { status: 500, .. }

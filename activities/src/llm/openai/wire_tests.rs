@@ -133,7 +133,7 @@ async fn reasoning_effort_is_sent_and_an_unknown_one_is_refused_before_sending()
     assert!(matches!(err, LlmError::Config(_)), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("\"extreme\"") && text.contains("minimal, low, medium, high"),
+        text.contains("\"extreme\"") && text.contains("none, minimal, low, medium, high, xhigh"),
         "{text}"
     );
 }
@@ -328,4 +328,66 @@ async fn a_refusal_is_the_answer_with_finish_content_filter() {
         assert_eq!(m.finish_reason, FinishReason::ContentFilter as i32);
         assert_eq!(answer.usage.unwrap().input_tokens, 81);
     }
+}
+
+/// An assistant item of `text` with the given tool calls (no reasoning).
+fn assistant_turn(text: &str, calls: &[&str]) -> Item {
+    Item {
+        kind: Some(item::Kind::Assistant(AssistantMessage {
+            text: text.into(),
+            tool_calls: calls
+                .iter()
+                .map(|id| baton_proto::ToolCall {
+                    id: (*id).into(),
+                    name: "get_date".into(),
+                    arguments: "{}".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })),
+    }
+}
+
+#[test]
+fn an_empty_assistant_turn_is_left_out_and_a_tool_call_turn_has_the_content_the_server_takes() {
+    // Issue 31 item 1: after a `length` stop with no text the turn has neither text nor tool
+    // calls; OpenAI refuses it as `content: null`, Ollama refuses `null` even with calls.
+    let mut r = request("", "");
+    r.conversation.extend([
+        assistant_turn("", &[]),
+        user("continue"),
+        assistant_turn("", &["c1"]),
+        tool_result("c1"),
+        assistant_turn("partial", &[]),
+        user("continue"),
+    ]);
+    let body = ChatCompletions::default().body(&r, true);
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user"
+        ]
+    );
+    assert_eq!(body["messages"][3]["content"], Value::Null);
+    assert_eq!(body["messages"][5]["content"], json!("partial"));
+    let ollama = ChatCompletions {
+        tool_call_content: ToolCallContent::EmptyString,
+        ..Default::default()
+    };
+    let body = ollama.body(&r, true);
+    assert_eq!(body["messages"][3]["content"], json!(""));
+    assert!(body["messages"][3]["tool_calls"].is_array());
 }

@@ -52,13 +52,36 @@ impl OpenAiResponses {
         api_key: Option<String>,
         request_timeout: Duration,
     ) -> Result<Self, LlmError> {
-        Self::with_wire(Responses, base_url, "/responses", api_key, request_timeout)
+        Self::with_wire(
+            Responses::default(),
+            base_url,
+            "/responses",
+            api_key,
+            request_timeout,
+        )
+    }
+
+    /// Whether to send the run's `prompt_cache_key` (default true; worker
+    /// `[openai_responses] prompt_cache_key`).
+    pub fn prompt_cache_key(mut self, send: bool) -> Self {
+        self.wire_mut().prompt_cache_key = send;
+        self
     }
 }
 
-/// The Responses wire format: the key as a bearer token.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Responses;
+/// The Responses wire format: the key as a bearer token; whether `prompt_cache_key` is sent.
+#[derive(Clone, Copy, Debug)]
+pub struct Responses {
+    prompt_cache_key: bool,
+}
+
+impl Default for Responses {
+    fn default() -> Self {
+        Self {
+            prompt_cache_key: true,
+        }
+    }
+}
 
 impl WireFormat for Responses {
     const PROVIDER: &'static str = PROVIDER;
@@ -74,6 +97,12 @@ impl WireFormat for Responses {
     }
 
     fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        request_body_for(request, stream)
+        let mut body = request_body_for(request, stream);
+        if !self.prompt_cache_key
+            && let Some(fields) = body.as_object_mut()
+        {
+            fields.remove("prompt_cache_key");
+        }
+        body
     }
 }

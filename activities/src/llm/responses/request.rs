@@ -143,7 +143,13 @@ pub fn request_body_for(request: &LlmRequest, stream: bool) -> Value {
     if !model.reasoning_effort.is_empty() {
         body["reasoning"] = json!({"effort": model.reasoning_effort});
     }
-    if let Some(t) = model.temperature {
+    // Reasoning models refuse it: "Unsupported parameter: 'temperature' is not supported
+    // with this model" (the same model-name rule as Chat Completions' default list).
+    let reasoning = crate::llm::openai::is_reasoning_model(
+        &name,
+        &crate::llm::openai::default_reasoning_models(),
+    );
+    if let Some(t) = model.temperature.filter(|_| !reasoning) {
         body["temperature"] = json!(t);
     }
     if !request.cache_key.is_empty() {

@@ -119,7 +119,7 @@ fn expected_body(stream: bool) -> Value {
         }],
         "max_output_tokens": 2048,
         "reasoning": {"effort": "low"},
-        "temperature": 0.5,
+        // gpt-5 is a reasoning model: the run's temperature is not sent (issue 31 item 8).
         "prompt_cache_key": "run-42",
         "store": false,
         "include": ["reasoning.encrypted_content"],
@@ -174,7 +174,8 @@ async fn an_unknown_reasoning_effort_is_refused_before_sending() {
     assert!(!err.is_retryable());
     let message = err.to_string();
     assert!(
-        message.contains("'extreme'") && message.contains("minimal, low, medium, high"),
+        message.contains("'extreme'")
+            && message.contains("none, minimal, low, medium, high, xhigh"),
         "{message}"
     );
     for effort in REASONING_EFFORTS {
@@ -503,4 +504,20 @@ fn debug_never_prints_the_key() {
     let shown = format!("{:?}", provider("http://127.0.0.1:1"));
     assert!(!shown.contains("sk-test"), "{shown}");
     assert!(shown.contains("/v1/responses"), "{shown}");
+}
+
+#[test]
+fn temperature_goes_only_to_models_that_take_it() {
+    // Issue 31 item 8: reasoning models answer 400 "Unsupported parameter: 'temperature'".
+    let mut request = sample_request();
+    for (model, sent) in [
+        ("gpt-5", false),
+        ("gpt-5.1-codex-mini", false),
+        ("o4-mini", false),
+        ("gpt-4.1", true),
+    ] {
+        request.model.as_mut().unwrap().model = model.into();
+        let body = request_body_for(&request, true);
+        assert_eq!(body.get("temperature").is_some(), sent, "{model}");
+    }
 }

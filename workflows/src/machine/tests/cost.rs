@@ -58,6 +58,7 @@ fn usage_sums_cache_reasoning_tokens_and_cost() {
             cache_write_tokens: 200,
             reasoning_tokens: 128,
             cost_usd: 0.375,
+            estimated_calls: 0,
         }
     );
 }
