@@ -246,8 +246,10 @@ pub(crate) struct ProviderSection {
     pub(crate) api_key: Option<String>,
     /// Stream responses over SSE (default true).
     pub(crate) stream: Option<bool>,
-    /// Timeout of one HTTP request, in seconds (default 600, for long reasoning calls).
+    /// Timeout of one HTTP request, a whole stream included, in seconds (default 1800).
     pub(crate) request_timeout_secs: Option<u64>,
+    /// Longest silence of a stream before it is cut and retried, in seconds (default 300).
+    pub(crate) stream_idle_secs: Option<u64>,
     /// Attempts of one model call before the run ends with `provider_error` (default 8).
     pub(crate) max_attempts: Option<u32>,
     /// Wait before the first retry, in seconds; it doubles with each attempt (default 1).
@@ -287,6 +289,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .field("stream", &self.stream)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("stream_idle_secs", &self.stream_idle_secs)
             .field("max_attempts", &self.max_attempts)
             .field("backoff_initial_secs", &self.backoff_initial_secs)
             .field("backoff_max_secs", &self.backoff_max_secs)
@@ -353,6 +356,7 @@ impl ProviderSection {
             max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
             backoff_initial: secs(self.backoff_initial_secs, d.backoff_initial),
             backoff_max: secs(self.backoff_max_secs, d.backoff_max),
+            stream_idle: secs(self.stream_idle_secs, d.stream_idle),
         }
     }
 }
@@ -759,8 +763,11 @@ output_usd_per_mtok = 0.25
         assert_eq!(defaults.budget("openai"), RetryBudget::default());
         assert_eq!(
             RetryBudget::default().request_timeout,
-            Duration::from_secs(600)
+            Duration::from_secs(1800)
         );
+        assert_eq!(RetryBudget::default().stream_idle, Duration::from_secs(300));
+        let idle = read("[openai]\nstream_idle_secs = 60\n").providers();
+        assert_eq!(idle.budget("openai").stream_idle, Duration::from_secs(60));
         let s = read(
             "[openai]\nmax_attempts = 2\nbackoff_initial_secs = 3\n\
              [anthropic]\nrequest_timeout_secs = 1800\nbackoff_max_secs = 300\n",

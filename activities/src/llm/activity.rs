@@ -143,6 +143,7 @@ impl Providers {
             settings.openai_api_key.clone(),
             settings.budget(openai::PROVIDER).request_timeout,
         )?
+        .stream_idle_timeout(settings.budget(openai::PROVIDER).stream_idle)
         .streaming(settings.openai_stream)
         .reasoning_models(settings.openai_reasoning_models.clone())
         .prompt_cache_key(settings.openai_prompt_cache_key.unwrap_or_else(|| {
@@ -155,12 +156,14 @@ impl Providers {
             settings.anthropic_version.clone(),
             settings.budget(anthropic::PROVIDER).request_timeout,
         )?
+        .stream_idle_timeout(settings.budget(anthropic::PROVIDER).stream_idle)
         .streaming(settings.anthropic_stream);
         let responses = responses::OpenAiResponses::new(
             settings.openai_responses_base_url.clone(),
             settings.openai_responses_api_key.clone(),
             settings.budget(responses::PROVIDER).request_timeout,
         )?
+        .stream_idle_timeout(settings.budget(responses::PROVIDER).stream_idle)
         .streaming(settings.openai_responses_stream)
         .prompt_cache_key(
             settings

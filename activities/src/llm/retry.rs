@@ -8,8 +8,14 @@ use std::time::Duration;
 use baton_workflows::workflow::{LLM_MAX_ATTEMPTS, LLM_START_TO_CLOSE};
 use thiserror::Error;
 
-/// Default timeout of one HTTP request (long reasoning calls take minutes).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default timeout of one HTTP request, a whole streamed answer included: generous (a
+/// 64K-token answer at 50 tokens/s takes 21 min), since a stalled stream is cut by
+/// [`DEFAULT_STREAM_IDLE`] long before it (issue 31 item 10).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Default longest silence of a stream between two events (keep-alive comments count): a
+/// stream that stalls is cut after this, while one that keeps sending may run up to the
+/// request timeout.
+pub const DEFAULT_STREAM_IDLE: Duration = Duration::from_secs(300);
 /// Default attempts of one model call.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 /// Default wait before the first retry.
@@ -35,6 +41,8 @@ pub struct RetryBudget {
     pub backoff_initial: Duration,
     /// Cap of the doubling wait.
     pub backoff_max: Duration,
+    /// Longest silence of a stream between two reads before it is cut (retryable).
+    pub stream_idle: Duration,
 }
 
 impl Default for RetryBudget {
@@ -44,6 +52,7 @@ impl Default for RetryBudget {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             backoff_initial: DEFAULT_BACKOFF_INITIAL,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            stream_idle: DEFAULT_STREAM_IDLE,
         }
     }
 }
@@ -121,6 +130,13 @@ impl RetryBudget {
                     secs(LLM_START_TO_CLOSE),
                     secs(ATTEMPT_MARGIN)
                 ),
+            ));
+        }
+        if self.stream_idle.is_zero() || self.stream_idle > longest_request {
+            return Err(out(
+                "stream_idle_secs",
+                secs(self.stream_idle),
+                format!("between 1 and {}", secs(longest_request)),
             ));
         }
         if self.max_attempts == 0 || self.max_attempts > LLM_MAX_ATTEMPTS {

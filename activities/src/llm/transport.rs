@@ -99,6 +99,8 @@ pub struct HttpProvider<W> {
     url: String,
     api_key: Option<String>,
     stream: bool,
+    /// The longest wait for the next event of a stream (issue 31 item 10).
+    stream_idle: Duration,
     http: reqwest::Client,
     wire: W,
 }
@@ -109,6 +111,7 @@ impl<W: std::fmt::Debug> std::fmt::Debug for HttpProvider<W> {
             .field("url", &self.url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
             .field("stream", &self.stream)
+            .field("stream_idle", &self.stream_idle)
             .field("wire", &self.wire)
             .finish()
     }
@@ -128,6 +131,7 @@ impl<W> HttpProvider<W> {
             url: format!("{}{path}", base_url.into().trim_end_matches('/')),
             api_key: api_key.filter(|k| !k.is_empty()),
             stream: true,
+            stream_idle: crate::llm::retry::DEFAULT_STREAM_IDLE,
             http: http_client(request_timeout)?,
             wire,
         })
@@ -136,6 +140,14 @@ impl<W> HttpProvider<W> {
     /// Whether to stream (the default) or ask for one JSON body.
     pub fn streaming(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// The longest wait for the next event of a stream (default
+    /// [`crate::llm::retry::DEFAULT_STREAM_IDLE`]): a stream silent that long is cut (a
+    /// retryable transport error), however long the request may take in all.
+    pub fn stream_idle_timeout(mut self, idle: Duration) -> Self {
+        self.stream_idle = idle;
         self
     }
 
@@ -192,23 +204,47 @@ async fn call<W: WireFormat>(
         return Err(classify_http(W::PROVIDER, status.as_u16(), &headers, &text));
     }
     if provider.stream && is_event_stream(&response) {
-        return read_stream::<W>(response, url, live).await;
+        return read_stream::<W>(response, url, live, provider.stream_idle).await;
     }
     let text = response.text().await.map_err(transport)?;
     W::Response::parse_body(&text)
 }
 
 /// Consumes an event stream under the wire format's end-of-stream rule; a stream that ends or
-/// breaks before it is complete is a cut stream (a retryable transport error).
+/// breaks before it is complete, or sends nothing (not even a keep-alive comment) for `idle`,
+/// is a cut stream (a retryable transport error).
 async fn read_stream<W: WireFormat>(
     response: reqwest::Response,
     url: &str,
     live: Option<&LiveSink>,
+    idle: Duration,
 ) -> Result<LlmResponse, LlmError> {
     let mut events = EventStream::new(Box::pin(response.bytes_stream()));
     let mut state = W::Response::default();
     loop {
-        let cause = match events.next_event().await {
+        // Waiting is cancel-safe (a chunk read is kept by the parser); bytes that arrived
+        // without making an event (keep-alive comments) count as life.
+        let mut seen = events.bytes_read();
+        let next = loop {
+            match tokio::time::timeout(idle, events.next_event()).await {
+                Ok(next) => break Some(next),
+                Err(_) if events.bytes_read() > seen => seen = events.bytes_read(),
+                Err(_) => break None,
+            }
+        };
+        let Some(next) = next else {
+            return Err(LlmError::Transport {
+                provider: W::PROVIDER.to_owned(),
+                url: url.to_owned(),
+                message: format!(
+                    "the stream sent nothing for {} s after {} bytes (stream idle timeout, \
+                     worker setting stream_idle_secs)",
+                    idle.as_secs(),
+                    events.bytes_read()
+                ),
+            });
+        };
+        let cause = match next {
             Ok(Some(event)) => {
                 let flow = state.on_event(&event)?;
                 if let Some(live) = live {

@@ -538,3 +538,69 @@ fn debug_never_prints_the_key() {
     assert!(!shown.contains("sk-secret"), "{shown}");
     assert!(shown.contains("<set>"), "{shown}");
 }
+
+/// A server that writes an event stream's `head`, then `pings` keep-alive comments 100 ms
+/// apart, then (when `tail` is set) the rest and closes; without `tail` it holds the
+/// connection open, silent, for 10 s.
+async fn stalling_server(head: String, pings: usize, tail: Option<String>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Headers, then the JSON body (its end: the request's last `}`).
+        while !request.ends_with(b"}") {
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        let headers =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        socket.write_all(headers.as_bytes()).await.unwrap();
+        socket.write_all(head.as_bytes()).await.unwrap();
+        for _ in 0..pings {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            socket.write_all(b": ping\n\n").await.unwrap();
+        }
+        match tail {
+            Some(tail) => socket.write_all(tail.as_bytes()).await.unwrap(),
+            None => tokio::time::sleep(std::time::Duration::from_secs(10)).await,
+        }
+    });
+    base
+}
+
+#[tokio::test]
+async fn a_stream_silent_longer_than_the_idle_timeout_is_cut_but_keep_alives_keep_it() {
+    // Issue 31 item 10: one total timeout cut long legitimate streams; a silent one is cut by
+    // the idle timeout instead, long before the total.
+    let events = transcript_events();
+    let idle = Duration::from_millis(300);
+    let base = stalling_server(events[..4].concat(), 0, None).await;
+    let started = std::time::Instant::now();
+    let err = provider(&base)
+        .stream_idle_timeout(idle)
+        .generate(&sample_request())
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("sent nothing for 0 s")
+            && err.to_string().contains("stream_idle_secs"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Keep-alive comments for 1 s (3x the idle timeout), then the rest: the answer arrives.
+    let base = stalling_server(events[..4].concat(), 10, Some(events[4..].concat())).await;
+    let response = provider(&base)
+        .stream_idle_timeout(idle)
+        .generate(&sample_request())
+        .await
+        .unwrap();
+    assert_eq!(response, expected_stream_response());
+}
