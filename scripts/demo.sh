@@ -46,7 +46,9 @@ else
 fi
 
 echo "== starting a worker (log: .baton/worker.log)"
-"$BIN/baton-worker" >.baton/worker.log 2>&1 &
+# The demo's worker serves the demo's run even when .baton/temporal.db remembers an older build
+# as the deployment's current one (a rebuilt checkout running the demo again).
+BATON_DEPLOYMENT__PROMOTE=always "$BIN/baton-worker" >.baton/worker.log 2>&1 &
 started_worker=$!
 for _ in $(seq 1 100); do grep -q "worker started" .baton/worker.log && break; sleep 0.1; done
 
