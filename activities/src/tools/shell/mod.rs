@@ -288,9 +288,9 @@ pub fn hide_env(names: impl IntoIterator<Item = String>) {
 /// The worker environment variables every tool command gets (issue 30: an allow-list, so that
 /// `DATABASE_URL`, `CI_JOB_JWT`, `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS` and whatever else
 /// a worker's environment holds do not reach model-chosen commands): the search path, locale
-/// and terminal, the user's names, and where common toolchains live. A name ending in `*` is a
+/// and terminal, the user's names, where common toolchains live, and CA bundles. A name ending in `*` is a
 /// prefix. The worker's `tool_env` setting adds names ([`pass_env`]).
-pub const PASSED_ENV: [&str; 22] = [
+pub const PASSED_ENV: [&str; 27] = [
     "PATH",
     "HOME",
     "USER",
@@ -313,6 +313,11 @@ pub const PASSED_ENV: [&str; 22] = [
     "NVM_DIR",
     "NODE_PATH",
     "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
 ];
 
 /// Names (or `PREFIX*`) the worker's settings add to [`PASSED_ENV`].
