@@ -157,7 +157,9 @@ pub async fn edit_file(ctx: &ToolContext, args: EditFileArgs) -> Outcome {
     }
     let (new_content, first_start) = replace(&content, &positions, old, &args.new_text);
     drop(content);
-    let bytes = new_content.clone().into_bytes();
+    // The snippet first, so the new content moves into the write without a copy.
+    let shown_region = snippet(&new_content, first_start, args.new_text.len());
+    let bytes = new_content.into_bytes();
     let written =
         tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes, &meta)).await;
     match written {
@@ -170,8 +172,7 @@ pub async fn edit_file(ctx: &ToolContext, args: EditFileArgs) -> Outcome {
     let plural = if count == 1 { "" } else { "s" };
     let which = if count == 1 { "" } else { " (the first shown)" };
     Outcome::ok(format!(
-        "replaced {count} occurrence{plural} in {shown}{which}:\n{}",
-        snippet(&new_content, first_start, args.new_text.len())
+        "replaced {count} occurrence{plural} in {shown}{which}:\n{shown_region}"
     ))
 }
 

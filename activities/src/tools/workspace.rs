@@ -21,8 +21,8 @@ pub struct Confined {
 
 /// [`resolve`]s `rel` and opens the workspace for it. The error is a message for the model.
 pub fn confine(workspace: &Path, rel: &str) -> Result<Confined, String> {
-    let resolved = resolve(workspace, rel)?;
     let root = canonical_root(workspace)?;
+    let resolved = resolve_in(&root, rel)?;
     let inner = resolved
         .strip_prefix(&root)
         .map_err(|_| format!("path '{rel}' is outside the workspace"))?
@@ -83,7 +83,12 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// The result is absolute, starts with the canonicalized workspace and does not need to exist
 /// (so it serves for writing too). The error is a message for the model.
 pub fn resolve(workspace: &Path, rel: &str) -> Result<PathBuf, String> {
-    let root = canonical_root(workspace)?;
+    resolve_in(&canonical_root(workspace)?, rel)
+}
+
+/// [`resolve`] in the already canonical workspace `root`.
+fn resolve_in(root: &Path, rel: &str) -> Result<PathBuf, String> {
+    let root = root.to_path_buf();
     let outside = || {
         format!("path '{rel}' is outside the workspace; use a path relative to the workspace root")
     };
