@@ -331,5 +331,53 @@ fn clear_nonblock(file: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// For tests of code that must hold against a changing tree (here and in the activities).
+#[doc(hidden)]
+pub mod testing {
+    use std::{
+        path::Path,
+        sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        },
+        thread::JoinHandle,
+    };
+
+    use nix::fcntl::{RenameFlags, renameat2};
+
+    /// A thread exchanging the entries `a` and `b` of a directory
+    /// (`renameat2(RENAME_EXCHANGE)`) as fast as it can, until [`Racer::stop`].
+    pub struct Racer {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<u64>,
+    }
+
+    impl Racer {
+        /// Starts swapping `dir/a` and `dir/b`.
+        pub fn start(dir: &Path, a: &'static str, b: &'static str) -> std::io::Result<Self> {
+            let stop = Arc::new(AtomicBool::new(false));
+            let root = std::fs::File::open(dir)?;
+            let flag = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !flag.load(Ordering::Relaxed) {
+                    if renameat2(&root, a, &root, b, RenameFlags::RENAME_EXCHANGE).is_err() {
+                        break;
+                    }
+                    swaps += 1;
+                }
+                swaps
+            });
+            Ok(Self { stop, thread })
+        }
+
+        /// Stops the thread; how many swaps it made.
+        pub fn stop(self) -> u64 {
+            self.stop.store(true, Ordering::Relaxed);
+            self.thread.join().unwrap_or(0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,7 @@
-use std::{
-    os::unix::fs::symlink,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::os::unix::fs::symlink;
 
+use super::testing::Racer;
 use super::*;
-use nix::fcntl::{RenameFlags, renameat2};
 use tempfile::TempDir;
 
 fn tree() -> (TempDir, TempDir) {
@@ -105,26 +99,7 @@ fn create_dirs_makes_real_directories_and_keeps_existing_ones() {
 fn a_directory_swapped_for_a_link_meanwhile_leads_nowhere_outside() {
     let (ws, outside) = tree();
     std::fs::write(ws.path().join("d/secret"), "inside").unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let racer = {
-        let stop = stop.clone();
-        let dir = Beneath::open(ws.path()).unwrap();
-        std::thread::spawn(move || {
-            let mut swaps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                renameat2(
-                    dir.as_fd(),
-                    "d",
-                    dir.as_fd(),
-                    "e",
-                    RenameFlags::RENAME_EXCHANGE,
-                )
-                .unwrap();
-                swaps += 1;
-            }
-            swaps
-        })
-    };
+    let racer = Racer::start(ws.path(), "d", "e").unwrap();
     let root = Beneath::open(ws.path()).unwrap();
     let (mut written, mut read) = (0, 0);
     for i in 0..2000 {
@@ -146,8 +121,7 @@ fn a_directory_swapped_for_a_link_meanwhile_leads_nowhere_outside() {
             read += 1;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let swaps = racer.join().unwrap();
+    let swaps = racer.stop();
     let escaped: Vec<_> = std::fs::read_dir(outside.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -380,30 +380,13 @@ mod tests {
     /// (`renameat2(RENAME_EXCHANGE)`), no snapshot takes in a file from outside.
     #[tokio::test]
     async fn a_directory_swapped_for_a_link_meanwhile_brings_nothing_outside_into_a_snapshot() {
-        use nix::fcntl::{RenameFlags, renameat2};
-        use std::sync::{
-            Arc,
-            atomic::{AtomicBool, Ordering},
-        };
         let ws = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         write(ws.path(), "d/inside.txt", "inside\n");
         std::fs::write(outside.path().join("inside.txt"), "OUTSIDE-MARKER\n").unwrap();
         std::fs::write(outside.path().join("secret"), "OUTSIDE-MARKER\n").unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.path().join("e")).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let racer = {
-            let stop = stop.clone();
-            let root = std::fs::File::open(ws.path()).unwrap();
-            std::thread::spawn(move || {
-                let mut swaps = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    renameat2(&root, "d", &root, "e", RenameFlags::RENAME_EXCHANGE).unwrap();
-                    swaps += 1;
-                }
-                swaps
-            })
-        };
+        let racer = crate::beneath::testing::Racer::start(ws.path(), "d", "e").unwrap();
         let store = MemStore::default();
         let mut taken = 0;
         for _ in 0..300 {
@@ -411,8 +394,7 @@ mod tests {
                 taken += 1;
             }
         }
-        stop.store(true, Ordering::Relaxed);
-        assert!(racer.join().unwrap() > 100);
+        assert!(racer.stop() > 100);
         assert!(taken > 0);
         let marker = BlobId::of(b"OUTSIDE-MARKER\n");
         assert!(

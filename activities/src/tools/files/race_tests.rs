@@ -1,16 +1,10 @@
 //! Issue 30: the worker's file tools against a process that swaps a workspace directory with a
 //! link to a directory outside (`renameat2(RENAME_EXCHANGE)`) while they run.
 
-use std::{
-    os::unix::fs::symlink,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-};
+use std::os::unix::fs::symlink;
 
+use baton_store::beneath::testing::Racer;
 use baton_workflows::tools::{EDIT_FILE, READ_FILE, SEARCH_FILES, WRITE_FILE};
-use nix::fcntl::{RenameFlags, renameat2};
 use tempfile::TempDir;
 
 use super::tests::run;
@@ -28,19 +22,7 @@ async fn two_thousand_calls_beside_a_racer_touch_nothing_outside() {
     std::fs::write(outside.path().join("edit.txt"), "v0\n").unwrap();
     symlink(outside.path(), ws.path().join("e")).unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let racer = {
-        let stop = stop.clone();
-        let root = std::fs::File::open(ws.path()).unwrap();
-        std::thread::spawn(move || {
-            let mut swaps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                renameat2(&root, "d", &root, "e", RenameFlags::RENAME_EXCHANGE).unwrap();
-                swaps += 1;
-            }
-            swaps
-        })
-    };
+    let racer = Racer::start(ws.path(), "d", "e").unwrap();
     let mut done = [0usize; 4];
     for i in 0..2000 {
         let path = format!("d/new-{i}.txt");
@@ -70,8 +52,7 @@ async fn two_thousand_calls_beside_a_racer_touch_nothing_outside() {
             done[i % 4] += 1;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let swaps = racer.join().unwrap();
+    let swaps = racer.stop();
 
     let mut names: Vec<_> = std::fs::read_dir(outside.path())
         .unwrap()
