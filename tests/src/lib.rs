@@ -71,6 +71,7 @@ mod mock_checks;
 mod mock_http;
 mod mock_openai;
 mod mock_responses;
+mod mock_window;
 pub mod moto;
 pub mod net_targets;
 mod process;

@@ -48,6 +48,8 @@
 //!   and gpt-5 family (reasoning models guide,
 //!   <https://platform.openai.com/docs/guides/reasoning>; openai-python#2072,
 //!   OpenHands/software-agent-sdk#1837).
+//! * **Prompts within the model's input capacity** (issue 31 item 2): gpt-5's 272K input
+//!   cap, Anthropic's prompt + `max_tokens` within 200K; see `mock_window.rs`.
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
 //!   worker's own key would send it to the provider in clear and into the history.
@@ -112,6 +114,7 @@ pub(crate) fn violations(
             reasoning_temperature(body, &mut found);
         }
     }
+    crate::mock_window::window(flavor, body, &mut found);
     found
 }
 

@@ -368,6 +368,9 @@ struct MockState {
     /// Bill successful answers as OpenAI's automatic prompt caching does (None: the fixed
     /// usage of the scripted bodies).
     prompt_cache: Option<crate::mock_openai::PromptCache>,
+    /// Report each Anthropic answer's `usage.input_tokens` as the request's size
+    /// (`mock_window::prompt_tokens`) instead of the scripted figure.
+    bill_prompt_size: bool,
 }
 
 struct Inner {
@@ -440,6 +443,13 @@ impl MockServer {
     /// would for each request (see `mock_openai::PromptCache`; OpenAI flavor only).
     pub fn enable_prompt_caching(&self) {
         self.inner.lock().prompt_cache = Some(Default::default());
+    }
+
+    /// From now on, successful Anthropic answers report the request's size as their
+    /// `usage.input_tokens` (~4 bytes of the request JSON a token), so a client's context
+    /// estimate follows what it sends.
+    pub fn bill_prompt_size(&self) {
+        self.inner.lock().bill_prompt_size = true;
     }
 
     /// The usage objects sent since [`MockServer::enable_prompt_caching`], in order.
@@ -624,6 +634,14 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             && resp.body.get("choices").is_some()
         {
             cache.bill(&request_body, &mut resp.body);
+        }
+        if let (Some(resp), true, Flavor::Anthropic) =
+            (scripted.as_mut(), st.bill_prompt_size, flavor)
+            && (200..300).contains(&resp.status)
+            && resp.body.get("usage").is_some()
+        {
+            resp.body["usage"]["input_tokens"] =
+                serde_json::json!(crate::mock_window::prompt_tokens(flavor, &request_body));
         }
         if !st.count_only {
             st.requests.push(captured);

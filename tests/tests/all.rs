@@ -10,6 +10,7 @@ mod suite {
     mod anthropic_wire;
     mod approvals;
     mod cli;
+    mod context_capacity;
     mod cost;
     mod failover;
     mod fleet;

@@ -319,11 +319,22 @@ pub fn classify(
         "prompt too long",
         "input is too long",
         "too many input tokens",
+        // OpenAI gpt-5: "Input tokens exceed the configured limit of 272,000 tokens."
+        "input tokens exceed",
+        // Gemini: "The input token count (1200293) exceeds the maximum number of tokens
+        // allowed (1048576)." (google-gemini/gemini-cli#6678)
+        "input token count",
+        // SiliconFlow-style servers: "... has exceeded max_prompt_tokens"
+        "max_prompt_tokens",
+        // llama.cpp's server: "the request exceeds the available context size, try
+        // increasing it" (type `exceed_context_size_error`)
+        "context size",
     ]
     .iter()
     .any(|p| lower.contains(p));
     let context_overflow = status == 413
         || detail.code.as_deref() == Some("context_length_exceeded")
+        || detail.kind.as_deref() == Some("exceed_context_size_error")
         || (status == 400 && says_too_long);
     let provider = provider.to_owned();
     let message = detail.message;
@@ -648,6 +659,31 @@ mod tests {
             let e = classify("p", status, None, d("no"));
             assert!(matches!(e, LlmError::Rejected { .. }), "{status}");
             assert!(!e.is_retryable());
+        }
+        // The overflow messages of the real servers (issue 31 item 2), as their error bodies
+        // carry them.
+        for body in [
+            // OpenAI gpt-5 (input cap under the window)
+            r#"{"error":{"message":"Input tokens exceed the configured limit of 272,000 tokens. Your messages resulted in 280123 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":null}}"#,
+            // OpenAI Chat Completions (window)
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            // Anthropic (prompt + max_tokens)
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, decrease input length or `max_tokens` and try again"}}"#,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208917 tokens > 200000 maximum"}}"#,
+            // Gemini
+            r#"[{"error":{"code":400,"message":"The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}]"#,
+            // vLLM
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+            // llama.cpp server
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#,
+        ] {
+            assert!(
+                matches!(
+                    classify("p", 400, None, ErrorDetail::from_body(body)),
+                    LlmError::ContextOverflow { .. }
+                ),
+                "{body}"
+            );
         }
         // A context message on a non-400 status is not an overflow (e.g. a 500 mentioning it).
         assert!(classify("p", 500, None, d("context window service down")).is_retryable());

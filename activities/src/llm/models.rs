@@ -27,6 +27,10 @@ pub struct ModelInfo {
     pub context_window: u32,
     /// Most output tokens one call may produce; 0 = unknown.
     pub max_output_tokens: u32,
+    /// Most prompt tokens one request may carry, when the provider caps the input below the
+    /// window (gpt-5: a 400K window, `Input tokens exceed the configured limit of 272,000
+    /// tokens`); 0 = only the window limits it.
+    pub max_input_tokens: u32,
     /// Uncached prompt tokens.
     pub input_usd_per_mtok: f64,
     /// Prompt tokens read from the provider's prompt cache.
@@ -75,6 +79,9 @@ impl ModelInfo {
         if let Some(v) = with.max_output_tokens {
             self.max_output_tokens = v;
         }
+        if let Some(v) = with.max_input_tokens {
+            self.max_input_tokens = v;
+        }
         set(&mut self.input_usd_per_mtok, with.input_usd_per_mtok);
         set(
             &mut self.cached_input_usd_per_mtok,
@@ -99,6 +106,8 @@ pub struct ModelSettings {
     pub context_window: Option<u32>,
     /// Output limit in tokens.
     pub max_output_tokens: Option<u32>,
+    /// Input cap in tokens, when the provider caps prompts below the window (0: none).
+    pub max_input_tokens: Option<u32>,
     /// USD per million uncached prompt tokens.
     pub input_usd_per_mtok: Option<f64>,
     /// USD per million prompt tokens read from the cache.
@@ -190,6 +199,21 @@ const SHIPPED: &[Row] = &[
     ("claude-3-haiku", 200_000, 4_096, 0.25, 0.03, 0.3, 1.25),
 ];
 
+/// Prompt caps below the window. OpenAI's gpt-5 family takes 400K tokens of prompt and
+/// output together but refuses prompts over 272K (`Input tokens exceed the configured limit
+/// of 272,000 tokens`: the window minus the 128K output limit; openai/codex pins 272,000 for
+/// these models); gpt-5-pro, with a 272K output limit, by the same rule 128K (not confirmed).
+const INPUT_CAPS: &[(&str, u32)] = &[
+    ("gpt-5", 272_000),
+    ("gpt-5-mini", 272_000),
+    ("gpt-5-nano", 272_000),
+    ("gpt-5-codex", 272_000),
+    ("gpt-5-pro", 128_000),
+    ("gpt-5.1", 272_000),
+    ("gpt-5.1-codex", 272_000),
+    ("gpt-5.1-codex-mini", 272_000),
+];
+
 /// Whether `rest` (what follows a known model name) names a snapshot of that model, not
 /// another model: `-YYYY-MM-DD` (OpenAI), `-YYYYMMDD` (Anthropic) or `-latest`.
 fn is_snapshot_suffix(rest: &str) -> bool {
@@ -214,9 +238,14 @@ impl ModelTable {
         let by_name = SHIPPED
             .iter()
             .map(|&(name, window, max_out, input, cached, write, output)| {
+                let max_input_tokens = INPUT_CAPS
+                    .iter()
+                    .find(|(capped, _)| *capped == name)
+                    .map_or(0, |(_, cap)| *cap);
                 let info = ModelInfo {
                     context_window: window,
                     max_output_tokens: max_out,
+                    max_input_tokens,
                     input_usd_per_mtok: input,
                     cached_input_usd_per_mtok: cached,
                     cache_write_usd_per_mtok: write,
@@ -308,14 +337,45 @@ impl ModelTable {
         }
     }
 
+    /// The most prompt tokens a request for `model` may carry (issue 31 item 2; 0 =
+    /// unknown): the input cap if the provider has one, and never more than the window less
+    /// the output the request reserves, since the APIs count prompt + requested output
+    /// against the window (Anthropic: `input length and max_tokens exceed context limit:
+    /// 178959 + 64000 > 200000`; Chat Completions: `you requested N tokens (A in the messages,
+    /// B in the completion)`). The window is the run's `context_window` when it set one, else
+    /// the table's; Anthropic always reserves the `max_tokens` it sends (a default when the
+    /// run sets none), other providers only the run's `max_output_tokens`.
+    pub fn prompt_capacity(&self, model: &ModelConfig) -> u32 {
+        let info = self.lookup(&model.model).unwrap_or_default();
+        let window = match model.context_window {
+            0 => info.context_window,
+            set => set,
+        };
+        if window == 0 {
+            return 0;
+        }
+        let reserved = if model.provider == crate::llm::anthropic::PROVIDER {
+            crate::llm::anthropic::thinking::thinking_for(model)
+                .map_or(model.max_output_tokens, |t| t.max_tokens)
+        } else {
+            model.max_output_tokens
+        };
+        let input = match info.max_input_tokens {
+            0 => window,
+            cap => cap.min(window),
+        };
+        input.min(window.saturating_sub(reserved))
+    }
+
     /// Fills in what the table knows of the run's `model` on a provider's `response`: the
-    /// usage's `cost_usd` (left 0 for a model without a price) and `context_window` (0 =
-    /// unknown). With `cache_ttl = "1h"` cache writes cost [`ONE_HOUR_WRITE_FACTOR`] times
-    /// the (5-minute) write price.
+    /// usage's `cost_usd` (left 0 for a model without a price), `context_window` (0 =
+    /// unknown) and `prompt_capacity` ([`ModelTable::prompt_capacity`]). With `cache_ttl =
+    /// "1h"` cache writes cost [`ONE_HOUR_WRITE_FACTOR`] times the (5-minute) write price.
     pub fn annotate(&self, model: Option<&ModelConfig>, response: &mut LlmResponse) {
         let Some(config) = model else {
             return;
         };
+        response.prompt_capacity = self.prompt_capacity(config);
         let Some(mut info) = self.lookup(&config.model) else {
             return;
         };
@@ -338,6 +398,76 @@ mod tests {
     /// Rounded to a thousandth of a cent.
     fn rounded(usd: f64) -> i64 {
         (usd * 100_000.0).round() as i64
+    }
+
+    #[test]
+    fn prompt_capacity_is_the_input_cap_and_the_window_less_reserved_output() {
+        let t = ModelTable::defaults();
+        let capacity = |provider: &str, model: &str, window: u32, max: u32, budget: u32| {
+            t.prompt_capacity(&ModelConfig {
+                provider: provider.into(),
+                model: model.into(),
+                context_window: window,
+                max_output_tokens: max,
+                thinking_budget_tokens: budget,
+                ..Default::default()
+            })
+        };
+        // gpt-5: a 400K window, prompts capped at 272K (snapshots too).
+        assert_eq!(capacity("openai", "gpt-5", 0, 0, 0), 272_000);
+        assert_eq!(
+            capacity("openai-responses", "gpt-5.1-codex-mini", 0, 0, 0),
+            272_000
+        );
+        assert_eq!(capacity("openai", "gpt-5-2025-08-07", 0, 0, 0), 272_000);
+        // The window less a requested output, when that is smaller.
+        assert_eq!(capacity("openai", "gpt-5", 0, 200_000, 0), 200_000);
+        assert_eq!(capacity("openai", "gpt-4o", 0, 0, 0), 128_000);
+        assert_eq!(capacity("openai", "gpt-4o", 0, 16_000, 0), 112_000);
+        // Anthropic counts the max_tokens it is sent: the default, the run's, budget + default.
+        assert_eq!(
+            capacity("anthropic", "claude-sonnet-4-5", 0, 0, 0),
+            200_000 - 8_192
+        );
+        assert_eq!(
+            capacity("anthropic", "claude-sonnet-4-5", 0, 32_000, 0),
+            168_000
+        );
+        assert_eq!(
+            capacity("anthropic", "claude-sonnet-4-5", 0, 0, 10_000),
+            200_000 - 10_000 - 8_192
+        );
+        // The run's own window wins over the table's, the cap still holds.
+        assert_eq!(capacity("openai", "gpt-5", 100_000, 0, 0), 100_000);
+        assert_eq!(
+            capacity("openai", "my-local-model", 32_768, 4_096, 0),
+            28_672
+        );
+        // Nothing known: 0.
+        assert_eq!(capacity("openai", "my-local-model", 0, 0, 0), 0);
+        // A worker's `[models]` entry sets a cap.
+        let capped = t
+            .with_settings(&BTreeMap::from([(
+                "my-local-model".to_owned(),
+                ModelSettings {
+                    context_window: Some(64_000),
+                    max_input_tokens: Some(50_000),
+                    ..Default::default()
+                },
+            )]))
+            .unwrap();
+        let m = ModelConfig {
+            provider: "openai".into(),
+            model: "my-local-model".into(),
+            ..Default::default()
+        };
+        assert_eq!(capped.prompt_capacity(&m), 50_000);
+        let mut response = LlmResponse::default();
+        capped.annotate(Some(&m), &mut response);
+        assert_eq!(
+            (response.context_window, response.prompt_capacity),
+            (64_000, 50_000)
+        );
     }
 
     #[test]

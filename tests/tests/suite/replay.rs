@@ -31,7 +31,7 @@ use temporalio_client::{
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
-const RECORD_AS: &str = "approval-run-v10.json";
+const RECORD_AS: &str = "approval-run-v11.json";
 /// Prefix of the files `record_budget_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_BUDGET_AS: &str = "budget-run";
 /// Prefix of the files `record_mcp_history` writes (`<prefix>-segment-<n>.json`).

@@ -89,45 +89,69 @@ impl RunState {
         estimate.min(u64::from(u32::MAX)) as u32
     }
 
-    /// The token count above which the context is compacted (`None`: window unknown): the
-    /// run's `ModelConfig.context_window`, else the one the worker's model table reported.
+    /// The token count above which the context is compacted (`None`: capacity unknown): the
+    /// prompt capacity the worker reported for the latest reply (input cap, window less the
+    /// reserved output), else the run's `ModelConfig.context_window`, else the window of the
+    /// worker's model table; less a buffer, and never above an estimate the provider refused.
     pub fn compaction_threshold(&self) -> Option<u32> {
-        let window = self
-            .spec
-            .model
-            .as_ref()
-            .map(|m| m.context_window)
-            .filter(|w| *w > 0)
+        let capacity = Some(self.prompt_capacity)
+            .filter(|c| *c > 0)
+            .or(self
+                .spec
+                .model
+                .as_ref()
+                .map(|m| m.context_window)
+                .filter(|w| *w > 0))
             .unwrap_or(self.model_context_window);
-        if window == 0 {
-            return None;
+        if capacity == 0 {
+            return self.refused_at;
         }
-        let buffer = COMPACTION_BUFFER_TOKENS.min(window / 4);
-        Some(window - buffer)
+        let buffer = COMPACTION_BUFFER_TOKENS.min(capacity / 4);
+        let threshold = capacity - buffer;
+        Some(self.refused_at.map_or(threshold, |r| r.min(threshold)))
+    }
+
+    /// Whether an overflow that eliding could not fix may be answered by a compaction: runs
+    /// since patch `compact-on-overflow-v1`, once per turn, not after a failed compaction this
+    /// turn, and only with older turns left to summarize.
+    pub(super) fn may_compact_on_overflow(&self) -> bool {
+        self.compact_on_overflow
+            && !self.overflow_compacted
+            && self.compaction_failed_turn != Some(self.turn)
+            && self.compaction_cut().is_some()
     }
 
     /// Before an LLM call: when the estimate passes the threshold, elide old tool outputs,
-    /// then, if still over, ask for a summary of the older turns.
+    /// then, if still over, ask for a summary of the older turns. After an overflow
+    /// (`compact_now`) the summary is asked for whatever the estimate says.
     pub(super) fn context_hygiene(&mut self, now_ms: i64) -> Option<Step> {
-        let limit = self.compaction_threshold()?;
-        let before = self.estimate_tokens();
-        if before <= limit {
-            return None;
-        }
-        let (count, _) = self.elide_old_tool_outputs();
-        let after = self.estimate_tokens();
-        if count > 0 {
-            self.note(
-                now_ms,
-                &format!(
-                    "compaction: removed {count} old tool outputs from the model's view \
-                     (~{before} -> ~{after} tokens)"
-                ),
-            );
-        }
-        if after <= limit || self.compaction_failed_turn == Some(self.turn) {
-            return None;
-        }
+        let after = if std::mem::take(&mut self.compact_now) {
+            if self.compaction_failed_turn == Some(self.turn) {
+                return None;
+            }
+            self.estimate_tokens()
+        } else {
+            let limit = self.compaction_threshold()?;
+            let before = self.estimate_tokens();
+            if before <= limit {
+                return None;
+            }
+            let (count, _) = self.elide_old_tool_outputs();
+            let after = self.estimate_tokens();
+            if count > 0 {
+                self.note(
+                    now_ms,
+                    &format!(
+                        "compaction: removed {count} old tool outputs from the model's view \
+                         (~{before} -> ~{after} tokens)"
+                    ),
+                );
+            }
+            if after <= limit || self.compaction_failed_turn == Some(self.turn) {
+                return None;
+            }
+            after
+        };
         let upto = self.compaction_cut()?;
         self.phase = Phase::Compacting {
             upto,

@@ -358,6 +358,25 @@ pub struct RunState {
     /// submitted.
     #[serde(default)]
     pub model_context_window: u32,
+    /// The most prompt tokens a request may carry as the worker computed it for the latest
+    /// reply (`LlmResponse.prompt_capacity`: input cap, window less reserved output; 0 =
+    /// unknown): compaction uses it before either window.
+    #[serde(default)]
+    pub prompt_capacity: u32,
+    /// Answer a context overflow that eliding cannot fix by compacting (patch
+    /// `compact-on-overflow-v1`; older histories end the run there).
+    #[serde(default)]
+    pub compact_on_overflow: bool,
+    /// The current turn's overflow asked for a compaction (once per turn).
+    #[serde(default)]
+    pub overflow_compacted: bool,
+    /// The next context check compacts whatever the estimate says (set by an overflow).
+    #[serde(default)]
+    pub compact_now: bool,
+    /// An estimate the provider refused as too long: 9/10 of the estimate at the overflow,
+    /// so later turns compact before they get there again.
+    #[serde(default)]
+    pub refused_at: Option<u32>,
     /// The spec's MCP servers were listed (their tools are in `tools`): never again in this
     /// run, later segments included.
     #[serde(default)]
@@ -469,6 +488,11 @@ impl RunState {
             base_limits: None,
             outputs: Outputs::default(),
             model_context_window: 0,
+            prompt_capacity: 0,
+            compact_on_overflow: false,
+            overflow_compacted: false,
+            compact_now: false,
+            refused_at: None,
             mcp_listed: false,
             subagents_started: 0,
         }

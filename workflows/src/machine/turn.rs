@@ -155,8 +155,12 @@ impl RunState {
         if response.context_window > 0 {
             self.model_context_window = response.context_window;
         }
+        if response.prompt_capacity > 0 {
+            self.prompt_capacity = response.prompt_capacity;
+        }
         self.turn += 1;
         self.overflow_retried = false;
+        self.overflow_compacted = false;
         if let Some(u) = &response.usage {
             add_usage(&mut self.usage, u);
             let tokens = u.input_tokens.saturating_add(u.output_tokens);
@@ -231,7 +235,9 @@ impl RunState {
 
     /// The LLM activity failed for good (retries exhausted or a non-retryable error). A context
     /// overflow is answered once per turn by eliding old tool outputs from the model's view and
-    /// retrying; a second overflow (or nothing left to elide) ends the run.
+    /// retrying; when that frees nothing, by a compaction (runs since patch
+    /// `compact-on-overflow-v1`, once per turn, and the estimate the provider refused lowers
+    /// the threshold for later turns); when neither is left, the run ends.
     pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
         if !matches!(self.phase, Phase::Thinking) {
             self.ignored(now_ms, "model failure", "thinking");
@@ -243,14 +249,16 @@ impl RunState {
                 self.finish(now_ms, TerminationReason::InternalError, detail)
             }
             LlmFailure::ContextOverflow => {
+                if self.compact_on_overflow {
+                    let refused = self.estimate_tokens().saturating_mul(9) / 10;
+                    self.refused_at = Some(self.refused_at.map_or(refused, |r| r.min(refused)));
+                }
                 let (count, bytes) = if self.overflow_retried {
                     (0, 0)
                 } else {
                     self.elide_old_tool_outputs()
                 };
-                if count == 0 {
-                    self.finish(now_ms, TerminationReason::ContextOverflow, detail);
-                } else {
+                if count > 0 {
                     self.overflow_retried = true;
                     self.note(
                         now_ms,
@@ -259,6 +267,16 @@ impl RunState {
                              from the model's view; retrying the turn"
                         ),
                     );
+                } else if self.may_compact_on_overflow() {
+                    self.overflow_compacted = true;
+                    self.compact_now = true;
+                    self.note(
+                        now_ms,
+                        "context overflow: nothing left to remove from the model's view; \
+                         summarizing the older turns, then retrying the turn",
+                    );
+                } else {
+                    self.finish(now_ms, TerminationReason::ContextOverflow, detail);
                 }
             }
         }

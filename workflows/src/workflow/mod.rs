@@ -43,7 +43,8 @@ use self::{
     deadline::{OnDeadline, within_deadline},
     options::{instructions_options, llm_options, step_token},
     patches::{
-        PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS, PATCH_RUN_OUTPUTS, PATCH_STRICT_SHELL_RULES,
+        PATCH_COMPACT_ON_OVERFLOW, PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS,
+        PATCH_RUN_OUTPUTS, PATCH_STRICT_SHELL_RULES,
     },
 };
 pub use self::{
@@ -120,6 +121,9 @@ impl AgentRun {
         }
         if ctx.patched(PATCH_STRICT_SHELL_RULES) {
             ctx.state_mut(|s| s.run.strict_rules = true);
+        }
+        if ctx.patched(PATCH_COMPACT_ON_OVERFLOW) {
+            ctx.state_mut(|s| s.run.compact_on_overflow = true);
         }
         if ctx.patched(PATCH_RUN_OUTPUTS) {
             ctx.state_mut(|s| s.run.outputs.collect = true);

@@ -66,6 +66,12 @@ pub const PATCH_RUN_OUTPUTS: &str = "run-outputs-v1";
 /// runs again as a regular activity. `RunSpec.remote_read_tools` opts out.
 pub const PATCH_LOCAL_READS: &str = "local-read-tools-v1";
 
+/// A context overflow that eliding old tool outputs cannot fix is answered by a compaction
+/// (`compact_context`) and a retry of the turn, and the refused estimate lowers the
+/// compaction threshold (issue 31 item 2); histories before it end the run
+/// `context_overflow` there. Checked once per execution, at its start.
+pub const PATCH_COMPACT_ON_OVERFLOW: &str = "compact-on-overflow-v1";
+
 /// Name of the marker events a patch records in history (`MarkerRecorded`; the patch id is in
 /// the details), for tools that read histories.
 pub const PATCH_MARKER_NAME: &str = temporalio_common::protos::constants::PATCH_MARKER_NAME;
@@ -96,7 +102,7 @@ pub struct Patch {
 }
 
 /// Every marker the workflow has ever checked, oldest first.
-pub const REGISTRY: [Patch; 10] = [
+pub const REGISTRY: [Patch; 11] = [
     Patch {
         id: PATCH_READ_INSTRUCTIONS,
         changed: "a read_instructions activity before the first turn (AGENTS.md in the prompt)",
@@ -155,6 +161,12 @@ pub const REGISTRY: [Patch; 10] = [
         id: PATCH_LOCAL_READS,
         changed: "read-only tool batches as local activities by default (a slow read falls back)",
         covered_by: &["approval-run-v10.json"],
+        stage: Stage::Active,
+    },
+    Patch {
+        id: PATCH_COMPACT_ON_OVERFLOW,
+        changed: "an overflow that eliding cannot fix compacts and retries the turn",
+        covered_by: &["approval-run-v11.json"],
         stage: Stage::Active,
     },
 ];

@@ -220,3 +220,127 @@ fn a_failed_compaction_is_not_retried_in_the_same_turn() {
     s.on_compaction_failed("provider down", T0);
     assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
 }
+
+#[test]
+fn the_reported_prompt_capacity_is_what_compaction_runs_against() {
+    // A gpt-5 run: the window is 400K but prompts are capped at 272K, which the worker
+    // reports as the prompt capacity.
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    expect_llm(&mut s);
+    let mut r = reply(
+        "",
+        vec![call("c0", "list_files", "{}")],
+        FinishReason::ToolCalls,
+    );
+    r.context_window = 400_000;
+    r.prompt_capacity = 272_000;
+    s.on_llm_response(r, T0);
+    assert_eq!(
+        s.compaction_threshold(),
+        Some(272_000 - COMPACTION_BUFFER_TOKENS)
+    );
+    // A reply without one (an older worker) keeps the last one.
+    expect_tools(&mut s);
+    s.on_tool_results(vec![ok_result("x")], T0);
+    expect_llm(&mut s);
+    let mut r = reply(
+        "",
+        vec![call("c1", "list_files", "{}")],
+        FinishReason::ToolCalls,
+    );
+    r.context_window = 400_000;
+    s.on_llm_response(r, T0);
+    assert_eq!(
+        s.compaction_threshold(),
+        Some(272_000 - COMPACTION_BUFFER_TOKENS)
+    );
+}
+
+/// A run of five turns with long assistant texts and small outputs: nothing to elide, and
+/// the window is too large for the threshold to ask for a compaction.
+fn long_texts(compact_on_overflow: bool) -> RunState {
+    let mut s = RunState::new("run-1", windowed(1_000_000), T0).unwrap();
+    s.compact_on_overflow = compact_on_overflow;
+    let long_text = "z".repeat(6_000);
+    for i in 0..5 {
+        turn_with_output(&mut s, i, &long_text, "small");
+    }
+    s
+}
+
+#[test]
+fn an_overflow_that_eliding_cannot_fix_is_compacted_and_the_turn_retried() {
+    let mut s = long_texts(true);
+    expect_llm(&mut s);
+    let estimate = s.estimate_tokens();
+    s.on_llm_failure(
+        LlmFailure::ContextOverflow,
+        "input tokens exceed".into(),
+        T0,
+    );
+    // Not the end: a compaction, then the same turn again with the summary.
+    let step = s.next_step(T0);
+    let Step::Compact(req) = step else {
+        panic!("expected a compaction, got {step:?}");
+    };
+    assert!(req.upto > req.from);
+    assert!(
+        s.events.iter().any(|e| matches!(&e.kind,
+            Some(baton_proto::run_event::Kind::Note(n)) if n.starts_with("context overflow: nothing left"))),
+        "{:?}",
+        s.events
+    );
+    s.on_compacted(
+        baton_proto::CompactResponse {
+            summary: "Read f0..f2.".into(),
+            usage: None,
+        },
+        T0,
+    );
+    let req = expect_llm(&mut s);
+    assert!(
+        matches!(&req.conversation[1].kind, Some(item::Kind::User(u)) if u.text.contains("Read f0..f2.")),
+        "{:?}",
+        req.conversation[1]
+    );
+    // The refused estimate bounds the threshold from now on.
+    assert_eq!(s.compaction_threshold(), Some(estimate * 9 / 10));
+    // A second overflow in the same turn ends the run: one compaction per turn.
+    s.on_llm_failure(
+        LlmFailure::ContextOverflow,
+        "input tokens exceed".into(),
+        T0,
+    );
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContextOverflow
+    );
+}
+
+#[test]
+fn before_the_patch_an_overflow_with_nothing_to_elide_ends_the_run() {
+    let mut s = long_texts(false);
+    expect_llm(&mut s);
+    s.on_llm_failure(
+        LlmFailure::ContextOverflow,
+        "input tokens exceed".into(),
+        T0,
+    );
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContextOverflow
+    );
+    assert_eq!(s.refused_at, None);
+}
+
+#[test]
+fn an_overflow_with_nothing_to_summarize_ends_the_run() {
+    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
+    s.compact_on_overflow = true;
+    expect_llm(&mut s);
+    s.on_llm_failure(LlmFailure::ContextOverflow, "too long".into(), T0);
+    assert_eq!(
+        expect_finish(&mut s).reason(),
+        TerminationReason::ContextOverflow
+    );
+}
