@@ -104,6 +104,42 @@ impl MockResponses {
         response(output, 10 * calls.len().max(1))
     }
 
+    /// An output `message` item with `text`.
+    pub fn message_item(text: &str) -> Value {
+        json!({
+            "type": "message",
+            "id": format!("msg_{}", uuid::Uuid::new_v4().simple()),
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        })
+    }
+
+    /// An output `function_call` item.
+    pub fn function_call_item(call_id: &str, name: &str, arguments: &str) -> Value {
+        json!({
+            "type": "function_call",
+            "id": format!("fc_{}", uuid::Uuid::new_v4().simple()),
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        })
+    }
+
+    /// A completed `response` with these output items, in this order.
+    pub fn reply(output: Vec<Value>) -> Value {
+        response(output, 10)
+    }
+
+    /// An `incomplete` response (out of output tokens) with these output items.
+    pub fn incomplete_reply(output: Vec<Value>) -> Value {
+        let mut r = response(output, 10);
+        r["status"] = json!("incomplete");
+        r["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        r
+    }
+
     /// An OpenAI-style error body.
     pub fn error_body(message: &str, error_type: &str, code: Option<&str>) -> Value {
         json!({"error": {"message": message, "type": error_type, "param": null, "code": code}})
@@ -146,27 +182,66 @@ pub(crate) fn is_response(body: &Value) -> bool {
     body.get("object").and_then(Value::as_str) == Some("response")
 }
 
+/// What followed an issued reasoning item: its type, and for a message its text (what the
+/// mock compares a replayed follower with); `null` when the reasoning item came last.
+fn follower_of(item: Option<&Value>) -> Value {
+    match item {
+        None => Value::Null,
+        Some(item) if item["type"] == "message" => json!({
+            "type": "message",
+            "text": message_text(item),
+        }),
+        Some(item) => json!({"type": item["type"]}),
+    }
+}
+
+/// The text of a message item (its `output_text` parts, joined).
+fn message_text(item: &Value) -> String {
+    item["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|part| part["text"].as_str())
+        .collect()
+}
+
 /// Remembers the reasoning items of a reply the mock is about to send, by their
-/// `encrypted_content`.
+/// `encrypted_content`: `{"item": <the item>, "follower": <follower_of>}`.
 pub(crate) fn issue(body: &Value, issued: &mut BTreeMap<String, Value>) {
     if !is_response(body) {
         return;
     }
-    for item in body["output"].as_array().into_iter().flatten() {
+    let output = body["output"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (at, item) in output.iter().enumerate() {
         if item["type"] == "reasoning"
             && let Some(content) = item["encrypted_content"].as_str()
         {
-            issued.insert(content.to_owned(), item.clone());
+            issued.insert(
+                content.to_owned(),
+                json!({"item": item, "follower": follower_of(output.get(at + 1))}),
+            );
         }
     }
 }
 
 /// What the real API would refuse in a request's `input`: reasoning items it cannot verify
-/// (never `issued`, or altered), and tool outputs answering no earlier call.
+/// (never `issued`, or altered), reasoning items sent without the item that followed them
+/// when issued (`400 Item 'rs_..' of type 'reasoning' was provided without its required
+/// following item`, continuedev/continue#8933, vercel/ai#7099: reasoning and the item after
+/// it "must appear as consecutive pairs", openai/openai-dotnet#1050; the mock takes the
+/// follower's type, and a message's text, as the pair), and tool outputs answering no
+/// earlier call.
 pub(crate) fn violations(body: &Value, issued: &BTreeMap<String, Value>) -> Vec<String> {
     let mut found = Vec::new();
     let mut calls = BTreeSet::new();
-    for (at, item) in body["input"].as_array().into_iter().flatten().enumerate() {
+    let input = body["input"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (at, item) in input.iter().enumerate() {
         let id = item["id"].as_str().unwrap_or("?");
         match item["type"].as_str() {
             Some("reasoning") => match item["encrypted_content"].as_str() {
@@ -179,10 +254,23 @@ pub(crate) fn violations(body: &Value, issued: &BTreeMap<String, Value>) -> Vec<
                         "input[{at}]: the encrypted content of reasoning item {id} could not be \
                          verified (this server never issued it)"
                     )),
-                    Some(original) if original != item => found.push(format!(
-                        "input[{at}]: reasoning item {id} was altered: sent {item}, issued {original}"
+                    Some(original) if original["item"] != *item => found.push(format!(
+                        "input[{at}]: reasoning item {id} was altered: sent {item}, issued {}",
+                        original["item"]
                     )),
-                    Some(_) => {}
+                    Some(original) => {
+                        let wanted = &original["follower"];
+                        let next = input.get(at + 1);
+                        if wanted.is_null() || follower_of(next) != *wanted {
+                            found.push(format!(
+                                "Item '{id}' of type 'reasoning' was provided without its \
+                                 required following item (input[{at}] is followed by {}, \
+                                 issued before {wanted})",
+                                next.map_or("nothing".to_owned(), |n| follower_of(Some(n))
+                                    .to_string())
+                            ));
+                        }
+                    }
                 },
             },
             Some("function_call") => {
@@ -327,4 +415,50 @@ pub(crate) fn sse_transcript(body: &Value) -> Transcript {
     };
     push(&mut records, terminal, json!({"response": body}));
     Transcript { records, cut_at }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The input of a request that replays `items` after a user message.
+    fn input(items: &[&Value]) -> Value {
+        let mut all = vec![json!({"role": "user", "content": "go"})];
+        all.extend(items.iter().map(|v| (*v).clone()));
+        all.push(json!({"role": "user", "content": "next"}));
+        json!({"input": all})
+    }
+
+    #[test]
+    fn a_reasoning_item_must_come_back_before_the_item_that_followed_it() {
+        let rs1 = MockResponses::reasoning_item("one");
+        let rs2 = MockResponses::reasoning_item("two");
+        let (m1, m2) = (
+            MockResponses::message_item("First. "),
+            MockResponses::message_item("Second."),
+        );
+        let mut issued = BTreeMap::new();
+        issue(
+            &MockResponses::reply(vec![rs1.clone(), m1.clone(), rs2.clone(), m2.clone()]),
+            &mut issued,
+        );
+        // As issued: fine.
+        assert!(violations(&input(&[&rs1, &m1, &rs2, &m2]), &issued).is_empty());
+        // The two messages merged: rs1's follower is not its own, rs2 has none.
+        let merged = MockResponses::message_item("First. Second.");
+        let found = violations(&input(&[&rs1, &merged, &rs2]), &issued);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].contains("without its required following item"),
+            "{found:?}"
+        );
+        // A reasoning-only answer replayed: nothing follows it.
+        let rs3 = MockResponses::reasoning_item("three");
+        issue(
+            &MockResponses::incomplete_reply(vec![rs3.clone()]),
+            &mut issued,
+        );
+        let found = violations(&input(&[&rs3]), &issued);
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
 }

@@ -202,3 +202,55 @@ fn a_429_with_an_http_date_retry_after_is_retried_no_earlier_than_that_date() {
     let gap = reqs[1].received_at - reqs[0].received_at;
     assert!(gap >= Duration::from_secs(2), "retried after {gap:?}");
 }
+
+/// Issue 31 item 4: an answer of two messages, each after its own reasoning item, then a
+/// reasoning-only `incomplete` answer. The mock refuses a reasoning item sent without the
+/// item that followed it; every later request keeps the pairs as issued and leaves the
+/// follower-less reasoning out, so the run finishes.
+#[test]
+fn reasoning_items_go_back_paired_with_the_items_that_followed_them() {
+    let server = DevServer::start().unwrap();
+    let llm = MockResponses::start().unwrap();
+    let queue = unique("responses-pairs");
+    let _w = responses_worker(&server, &llm, &queue);
+    let (rs1, rs2, rs3) = (
+        MockResponses::reasoning_item("Plan."),
+        MockResponses::reasoning_item("Then list."),
+        MockResponses::reasoning_item("Out of tokens while thinking."),
+    );
+    llm.push(MockResponses::reply(vec![
+        rs1.clone(),
+        MockResponses::message_item("I will look around. "),
+        rs2.clone(),
+        MockResponses::message_item("Listing now."),
+        MockResponses::function_call_item("call_1", "list_files", "{}"),
+    ]));
+    llm.push(MockResponses::incomplete_reply(vec![rs3.clone()]));
+    llm.push(MockResponses::text_reply(
+        "Done.",
+        "The workspace is empty.",
+    ));
+    let run = unique("run-responses-pairs");
+    submit(
+        &server,
+        &queue,
+        &run,
+        &["--provider", "openai-responses", "--no-approval"],
+        "Describe the workspace.",
+    );
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "The workspace is empty.", "{r}");
+    assert_eq!(llm.take_violations(), Vec::<String>::new());
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    // The first answer's items, in their order, in both later requests; rs3 in neither.
+    for req in &reqs[1..] {
+        let input = req.body["input"].as_array().unwrap();
+        let at = input.iter().position(|i| i == &rs1).unwrap();
+        assert_eq!(input[at + 1]["content"][0]["text"], "I will look around. ");
+        assert_eq!(input[at + 2], rs2);
+        assert_eq!(input[at + 3]["content"][0]["text"], "Listing now.");
+        assert_eq!(input[at + 4]["call_id"], "call_1");
+        assert!(!input.contains(&rs3), "{input:?}");
+    }
+}

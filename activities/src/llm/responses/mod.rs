@@ -40,6 +40,9 @@ pub const DEFAULT_MODEL: &str = "gpt-5-mini";
 pub const PROVIDER: &str = "openai-responses";
 /// `ReasoningPart.kind` of an encrypted reasoning item.
 pub const REASONING_KIND: &str = "reasoning";
+/// `ReasoningPart.kind` of an output `message` item kept beside reasoning items, so the
+/// items replay in their order (several message items are one text in baton's message).
+pub const MESSAGE_KIND: &str = "message";
 
 /// A configured Responses API endpoint.
 pub type OpenAiResponses = HttpProvider<Responses>;

@@ -3,10 +3,10 @@
 //! the `reasoning` items of earlier turns replayed unchanged at their places), the system
 //! prompt as `instructions`, tool schemas as flat `function` tools.
 
-use baton_proto::{AssistantMessage, LlmRequest, item};
+use baton_proto::{AssistantMessage, LlmRequest, ReasoningPart, item};
 use serde_json::{Value, json};
 
-use super::{DEFAULT_MODEL, PROVIDER};
+use super::{DEFAULT_MODEL, MESSAGE_KIND, PROVIDER};
 use crate::llm::{
     LlmError,
     provider::{reasoning_parts_for, replayed_arguments_text, tool_schema},
@@ -32,52 +32,105 @@ pub fn check_request(request: &LlmRequest) -> Result<(), LlmError> {
     )))
 }
 
-/// The input items of one assistant message: its text as an output `message`, its tool
-/// calls as `function_call` items, and its reasoning items (of this provider) at their
-/// positions among those.
+/// The input items of one assistant message, in the order the API gave them: its text as
+/// an output `message` (or, when kept, each message item as it came: [`MESSAGE_KIND`]
+/// parts), its tool calls as `function_call` items, and its reasoning items (of this
+/// provider) at their positions among those. A reasoning item is sent only with the item
+/// that followed it and with its `encrypted_content` (with `store: false` the API cannot
+/// look up any other): one left last (a reasoning-only `incomplete` answer) or without its
+/// content is dropped, as the API would refuse the request ("provided without its required
+/// following item", "Item with id 'rs_..' not found").
 fn assistant_items(a: &AssistantMessage, input: &mut Vec<Value>) {
-    let mut blocks = Vec::with_capacity(a.tool_calls.len() + 1);
-    if !a.text.is_empty() {
-        blocks.push(json!({
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": a.text}],
-        }));
-    }
-    for call in &a.tool_calls {
-        blocks.push(json!({
+    let (mut messages, mut reasoning): (Vec<&ReasoningPart>, Vec<&ReasoningPart>) =
+        reasoning_parts_for(PROVIDER, a).partition(|p| p.kind == MESSAGE_KIND);
+    messages.sort_by_key(|p| p.position);
+    reasoning.sort_by_key(|p| p.position);
+    let calls = a.tool_calls.iter().map(|call| {
+        json!({
             "type": "function_call",
             "call_id": call.id,
             "name": call.name,
             // Invalid arguments go back as `{}` (the tool result says they were invalid).
             "arguments": replayed_arguments_text(&call.arguments),
-        }));
+        })
+    });
+    let mut blocks = Vec::with_capacity(a.tool_calls.len() + messages.len().max(1));
+    if messages.is_empty() {
+        if !a.text.is_empty() {
+            blocks.push(json!({
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": a.text}],
+            }));
+        }
+        blocks.extend(calls);
+    } else {
+        // Each message item at its index among the items, the calls in order around them.
+        let mut messages = messages
+            .into_iter()
+            .filter_map(|p| Some((p.position as usize, parsed(&p.data)?)))
+            .peekable();
+        let mut calls = calls.peekable();
+        loop {
+            let at = blocks.len();
+            let next = match (messages.peek(), calls.peek()) {
+                (None, None) => break,
+                (Some((position, _)), Some(_)) if *position > at => calls.next(),
+                (Some(_), _) => messages.next().map(|(_, m)| m),
+                (None, Some(_)) => calls.next(),
+            };
+            blocks.extend(next);
+        }
     }
-    let mut parts = reasoning_parts_for(PROVIDER, a).peekable();
+    let mut reasoning = reasoning.into_iter().peekable();
     for (at, block) in blocks.into_iter().enumerate() {
-        while let Some(part) = parts.next_if(|p| p.position as usize <= at) {
-            push_reasoning(&part.data, input);
+        while let Some(part) = reasoning.next_if(|p| p.position as usize <= at) {
+            if let Some(item) = replayable(&part.data) {
+                input.push(item);
+            }
         }
         input.push(block);
     }
-    // Parts after every block (or at positions past the end) come last, in order.
-    for part in parts {
-        push_reasoning(&part.data, input);
+    // Parts after every block: no follower, not sent.
+    for part in reasoning {
+        tracing::debug!(
+            provider = PROVIDER,
+            position = part.position,
+            "a reasoning item with no item after it is not sent back"
+        );
     }
 }
 
-/// A stored reasoning item, as the same JSON value it arrived as. One that is not JSON (it
-/// cannot be: it was stored from the provider's answer) is dropped with a warning rather
-/// than failing every later turn.
-fn push_reasoning(data: &str, input: &mut Vec<Value>) {
-    match serde_json::from_str::<Value>(data) {
-        Ok(item) => input.push(item),
-        Err(e) => tracing::warn!(
+/// A stored part's JSON. One that is not JSON (it cannot be: it was stored from the
+/// provider's answer) is dropped with a warning rather than failing every later turn.
+fn parsed(data: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(data)
+        .inspect_err(|e| {
+            tracing::warn!(
+                provider = PROVIDER,
+                error = %e,
+                "a stored output item is not JSON; it is not sent back"
+            )
+        })
+        .ok()
+}
+
+/// A stored reasoning item as the same JSON value it arrived as, if it can be sent back:
+/// with `store: false` only an item carrying its `encrypted_content` can.
+fn replayable(data: &str) -> Option<Value> {
+    let item = parsed(data)?;
+    let encrypted = item
+        .get("encrypted_content")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty());
+    if !encrypted {
+        tracing::warn!(
             provider = PROVIDER,
-            error = %e,
-            "a stored reasoning item is not JSON; it is not sent back"
-        ),
+            "a reasoning item without encrypted_content is not sent back (store=false)"
+        );
+        return None;
     }
+    Some(item)
 }
 
 /// The Responses request body, streaming or not.

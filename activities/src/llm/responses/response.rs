@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use baton_proto::{FinishReason, LlmResponse, ReasoningPart, ToolCall, Usage};
 use serde::Deserialize;
-use serde_json::{Value, value::RawValue};
+use serde_json::{Value, json, value::RawValue};
 
-use super::{PROVIDER, REASONING_KIND};
+use super::{MESSAGE_KIND, PROVIDER, REASONING_KIND};
 use crate::llm::{
     LlmError,
     error::{ErrorDetail, classify, snippet},
@@ -166,44 +166,72 @@ fn finish_reason(ending: &Ending, refused: bool, has_tool_calls: bool) -> Finish
 }
 
 /// The message of a list of output items (`(item, its JSON text)`, in output order).
+///
+/// baton keeps one text (all message items' text) and the tool calls. When the output has
+/// reasoning items, each is kept as a [`ReasoningPart`] at its place among the other items
+/// (`position` = how many message items with text and function calls came before it), and
+/// each message item with text is kept too ([`MESSAGE_KIND`], at its index among those
+/// items), so the request can replay the items in their order, each reasoning item before
+/// the item that followed it: the API refuses a reasoning item without its follower.
 fn assemble(items: Vec<(OutputItem, String)>, ending: &Ending) -> LlmResponse {
     let mut text = String::new();
     let mut summaries: Vec<String> = Vec::new();
     let mut tool_calls = Vec::new();
     let mut parts = Vec::new();
+    let mut messages = Vec::new();
     let mut refused = false;
-    // Content blocks before a reasoning item: baton keeps one text (all message items'
-    // text, sent back as one message) and the tool calls.
-    let mut has_text_block = false;
+    // Message items with text and function calls so far.
+    let mut blocks = 0usize;
+    let position = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     for (item, raw) in items {
         match item {
             OutputItem::Message { content } => {
+                let mut own = String::new();
                 for part in content {
                     match part {
-                        ContentPart::OutputText { text: t } => text.push_str(&t),
+                        ContentPart::OutputText { text: t } => own.push_str(&t),
                         ContentPart::Refusal { refusal } => {
                             refused = true;
-                            text.push_str(&refusal);
+                            own.push_str(&refusal);
                         }
                         ContentPart::Other => {}
                     }
                 }
-                has_text_block |= !text.is_empty();
+                if own.is_empty() {
+                    continue;
+                }
+                messages.push(ReasoningPart {
+                    provider: PROVIDER.to_owned(),
+                    kind: MESSAGE_KIND.to_owned(),
+                    data: json!({
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": own}],
+                    })
+                    .to_string(),
+                    position: position(blocks),
+                    ..Default::default()
+                });
+                text.push_str(&own);
+                blocks += 1;
             }
             OutputItem::FunctionCall {
                 call_id,
                 name,
                 arguments,
-            } => tool_calls.push(ToolCall {
-                id: call_id,
-                name,
-                arguments: if arguments.trim().is_empty() {
-                    "{}".to_owned()
-                } else {
-                    arguments
-                },
-                ..Default::default()
-            }),
+            } => {
+                tool_calls.push(ToolCall {
+                    id: call_id,
+                    name,
+                    arguments: if arguments.trim().is_empty() {
+                        "{}".to_owned()
+                    } else {
+                        arguments
+                    },
+                    ..Default::default()
+                });
+                blocks += 1;
+            }
             OutputItem::Reasoning { summary } => {
                 summaries.extend(
                     summary
@@ -211,17 +239,20 @@ fn assemble(items: Vec<(OutputItem, String)>, ending: &Ending) -> LlmResponse {
                         .map(|s| s.text)
                         .filter(|s| !s.is_empty()),
                 );
-                let before = usize::from(has_text_block) + tool_calls.len();
                 parts.push(ReasoningPart {
                     provider: PROVIDER.to_owned(),
                     kind: REASONING_KIND.to_owned(),
                     data: raw,
-                    position: u32::try_from(before).unwrap_or(u32::MAX),
+                    position: position(blocks),
                     ..Default::default()
                 });
             }
             OutputItem::Other => {}
         }
+    }
+    // Without reasoning, the one text and the calls replay as they always did.
+    if !parts.is_empty() {
+        parts.extend(messages);
     }
     let finish = finish_reason(ending, refused, !tool_calls.is_empty());
     let mut response = assistant_response(

@@ -37,6 +37,22 @@ fn part(provider: &str, data: &str, position: u32) -> ReasoningPart {
     }
 }
 
+/// A message item kept beside reasoning items ([`super::MESSAGE_KIND`]).
+fn message_part(text: &str, position: u32) -> ReasoningPart {
+    ReasoningPart {
+        provider: PROVIDER.into(),
+        kind: super::MESSAGE_KIND.into(),
+        data: json!({
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        })
+        .to_string(),
+        position,
+        ..Default::default()
+    }
+}
+
 fn assistant(text: &str, calls: &[(&str, &str, &str)], parts: Vec<ReasoningPart>) -> Item {
     assistant_item(AssistantMessage {
         text: text.into(),
@@ -210,7 +226,10 @@ fn expected_tool_call_message() -> LlmResponse {
             }],
             finish_reason: FinishReason::ToolCalls as i32,
             text_stored: None,
-            reasoning_parts: vec![part(PROVIDER, &raw_output_item(TOOL_CALL_JSON, 0), 0)],
+            reasoning_parts: vec![
+                part(PROVIDER, &raw_output_item(TOOL_CALL_JSON, 0), 0),
+                message_part("Reading the file.", 0),
+            ],
         }),
         usage: Some(Usage {
             input_tokens: 1200,
@@ -240,7 +259,13 @@ fn incomplete_and_refused_responses() {
     let m = r.message.unwrap();
     assert_eq!(m.text, "The answer is");
     assert_eq!(m.finish_reason, FinishReason::Length as i32);
-    assert_eq!(m.reasoning_parts.len(), 1);
+    assert_eq!(
+        m.reasoning_parts
+            .iter()
+            .map(|p| p.kind.as_str())
+            .collect::<Vec<_>>(),
+        ["reasoning", "message"]
+    );
     assert_eq!(r.usage.map(|u| u.reasoning_tokens), Some(12));
     let r = parse_response(REFUSAL_JSON).unwrap();
     let m = r.message.unwrap();
@@ -266,11 +291,14 @@ fn expected_stream_message() -> LlmResponse {
             }],
             finish_reason: FinishReason::ToolCalls as i32,
             text_stored: None,
-            reasoning_parts: vec![part(
-                PROVIDER,
-                r#"{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Look for main."}],"encrypted_content":"gAAAAABstream1=="}"#,
-                0,
-            )],
+            reasoning_parts: vec![
+                part(
+                    PROVIDER,
+                    r#"{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"Look for main."}],"encrypted_content":"gAAAAABstream1=="}"#,
+                    0,
+                ),
+                message_part("Searching now.", 0),
+            ],
         }),
         usage: Some(Usage {
             input_tokens: 37,
@@ -520,4 +548,108 @@ fn temperature_goes_only_to_models_that_take_it() {
         let body = request_body_for(&request, true);
         assert_eq!(body.get("temperature").is_some(), sent, "{model}");
     }
+}
+
+/// The `input` items of the request that follows `output` (a whole response's output
+/// items), as (type, text or call id or encrypted content).
+fn replayed_after(output: Value) -> Vec<(String, String)> {
+    let body =
+        json!({"id": "resp_1", "object": "response", "status": "completed", "output": output});
+    let message = parse_response(&body.to_string()).unwrap().message.unwrap();
+    let request = LlmRequest {
+        conversation: vec![user("go"), assistant_item(message), user("next")],
+        ..sample_request()
+    };
+    request_body_for(&request, false)["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let kind = item["type"].as_str().unwrap_or("user").to_owned();
+            let what = match kind.as_str() {
+                "message" => item["content"][0]["text"].as_str().unwrap_or_default(),
+                "function_call" => item["call_id"].as_str().unwrap_or_default(),
+                "reasoning" => item["encrypted_content"].as_str().unwrap_or_default(),
+                _ => item["content"].as_str().unwrap_or_default(),
+            };
+            (kind, what.to_owned())
+        })
+        .collect()
+}
+
+fn reasoning_item(id: &str, encrypted: Option<&str>) -> Value {
+    let mut item = json!({"id": id, "type": "reasoning", "summary": []});
+    if let Some(e) = encrypted {
+        item["encrypted_content"] = json!(e);
+    }
+    item
+}
+
+fn message_item(text: &str) -> Value {
+    json!({"type": "message", "role": "assistant", "status": "completed",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn call_item(id: &str) -> Value {
+    json!({"type": "function_call", "call_id": id, "name": "list_files", "arguments": "{}"})
+}
+
+/// Issue 31 item 4: each reasoning item goes back right before the item that followed it,
+/// as the API requires ("Item 'rs_..' of type 'reasoning' was provided without its required
+/// following item").
+#[test]
+fn reasoning_items_replay_before_the_items_that_followed_them() {
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut all = vec![("user".to_owned(), "go".to_owned())];
+        all.extend(v.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        all.push(("user".to_owned(), "next".to_owned()));
+        all
+    };
+    // Two message items, each after its own reasoning: not merged into one.
+    assert_eq!(
+        replayed_after(json!([
+            reasoning_item("rs_1", Some("E1")),
+            message_item("First part. "),
+            reasoning_item("rs_2", Some("E2")),
+            message_item("Second part."),
+        ])),
+        pairs(&[
+            ("reasoning", "E1"),
+            ("message", "First part. "),
+            ("reasoning", "E2"),
+            ("message", "Second part."),
+        ])
+    );
+    // A call before a message, a reasoning item between: the order as issued.
+    assert_eq!(
+        replayed_after(json!([
+            reasoning_item("rs_1", Some("E1")),
+            call_item("call_a"),
+            reasoning_item("rs_2", Some("E2")),
+            message_item("Done listing."),
+            call_item("call_b"),
+        ])),
+        pairs(&[
+            ("reasoning", "E1"),
+            ("function_call", "call_a"),
+            ("reasoning", "E2"),
+            ("message", "Done listing."),
+            ("function_call", "call_b"),
+        ])
+    );
+    // A reasoning-only answer (`incomplete`, out of output tokens): nothing to pair it with.
+    assert_eq!(
+        replayed_after(json!([reasoning_item("rs_1", Some("E1"))])),
+        pairs(&[])
+    );
+    // A reasoning item left last, and one without its encrypted content (store=false cannot
+    // look it up): not sent.
+    assert_eq!(
+        replayed_after(json!([
+            reasoning_item("rs_1", None),
+            message_item("Answer."),
+            reasoning_item("rs_2", Some("E2")),
+        ])),
+        pairs(&[("message", "Answer.")])
+    );
 }
