@@ -451,22 +451,46 @@ fn anthropic_thinking(body: &Value, messages: &[Value], found: &mut Vec<String>)
     let Some(thinking) = body.get("thinking") else {
         return;
     };
-    if str_field(thinking, "type") != "enabled" {
-        return;
+    let model = str_field(body, "model");
+    let kind = str_field(thinking, "type");
+    // Adaptive thinking only (Anthropic's adaptive thinking page; AWS Bedrock "Adaptive
+    // thinking": "Manual extended thinking ... is not supported on these models and will
+    // return a 400 error"); older models do not know `adaptive`.
+    let adaptive_only = ["claude-opus-4-7", "claude-mythos"]
+        .iter()
+        .any(|p| model.starts_with(p));
+    let adaptive_ok = adaptive_only
+        || ["claude-opus-4-6", "claude-sonnet-4-6"]
+            .iter()
+            .any(|p| model.starts_with(p));
+    match kind {
+        "enabled" if adaptive_only => found.push(format!(
+            "thinking.type.enabled is not supported for {model}: use thinking.type.adaptive and \
+             output_config.effort to control thinking behavior"
+        )),
+        "adaptive" if !adaptive_ok && model.starts_with("claude-") => found.push(format!(
+            "thinking.type: adaptive thinking is not supported on {model}; use thinking.type \
+             enabled with budget_tokens"
+        )),
+        "enabled" | "adaptive" => {}
+        _ => return,
     }
-    let budget = thinking.get("budget_tokens").and_then(Value::as_u64);
-    let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
-    if budget.is_none_or(|b| b < 1024) {
-        found.push(
-            "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into(),
-        );
-    }
-    if let (Some(b), Some(m)) = (budget, max_tokens)
-        && m <= b
-    {
-        found.push(format!(
-            "`max_tokens` must be greater than `thinking.budget_tokens` ({m} <= {b})"
-        ));
+    if kind == "enabled" {
+        let budget = thinking.get("budget_tokens").and_then(Value::as_u64);
+        let max_tokens = body.get("max_tokens").and_then(Value::as_u64);
+        if budget.is_none_or(|b| b < 1024) {
+            found.push(
+                "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                    .into(),
+            );
+        }
+        if let (Some(b), Some(m)) = (budget, max_tokens)
+            && m <= b
+        {
+            found.push(format!(
+                "`max_tokens` must be greater than `thinking.budget_tokens` ({m} <= {b})"
+            ));
+        }
     }
     if body.get("temperature").is_some() {
         found.push(
@@ -474,11 +498,26 @@ fn anthropic_thinking(body: &Value, messages: &[Value], found: &mut Vec<String>)
                 .into(),
         );
     }
-    let last_tool_turn = messages.iter().enumerate().rev().find(|(_, m)| {
-        str_field(m, "role") == "assistant"
-            && blocks(m).iter().any(|b| str_field(b, "type") == "tool_use")
-    });
-    if let Some((i, m)) = last_tool_turn {
+    // The assistant turn the request continues (after the last user message that is not
+    // only tool results) starts with a thinking block: its first assistant message, not
+    // every one (without interleaved thinking the later calls of a tool loop have none).
+    let is_turn_start = |m: &Value| {
+        str_field(m, "role") == "user"
+            && match m.get("content") {
+                Some(Value::Array(b)) => b.iter().any(|b| str_field(b, "type") != "tool_result"),
+                _ => true,
+            }
+    };
+    let start = messages
+        .iter()
+        .rposition(is_turn_start)
+        .map_or(0, |i| i + 1);
+    let first_of_turn = messages
+        .iter()
+        .enumerate()
+        .skip(start)
+        .find(|(_, m)| str_field(m, "role") == "assistant");
+    if let Some((i, m)) = first_of_turn {
         let first = blocks(m)
             .first()
             .map(|b| str_field(b, "type"))
@@ -753,6 +792,61 @@ mod tests {
         warm["temperature"] = json!(0.5);
         warm["max_tokens"] = json!(2048);
         assert_eq!(check(Flavor::Anthropic, &warm).len(), 2);
+    }
+
+    /// Issue 31 item 6: only the first assistant message of the turn a request continues
+    /// must start with thinking (a compaction can leave one without); adaptive-only models
+    /// refuse budgeted thinking, older ones refuse adaptive.
+    #[test]
+    fn anthropic_thinking_rules_follow_the_turn_and_the_model() {
+        use crate::MockAnthropic;
+        let thinking = MockAnthropic::thinking_block("look first");
+        let call = |id: &str| json!({"type": "tool_use", "id": id, "name": "shell", "input": {}});
+        let answer = |id: &str| json!({"type": "tool_result", "tool_use_id": id});
+        let body = |first: Value, second: Value| {
+            json!({
+                "model": "claude-sonnet-4-5", "max_tokens": 3048,
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                    {"role": "assistant", "content": first},
+                    {"role": "user", "content": [answer("t1")]},
+                    {"role": "assistant", "content": second},
+                    {"role": "user", "content": [answer("t2")]},
+                ]
+            })
+        };
+        // A later call of the same turn without thinking: fine (no interleaving).
+        let ok = body(json!([thinking, call("t1")]), json!([call("t2")]));
+        assert_eq!(check(Flavor::Anthropic, &ok), Vec::<String>::new());
+        // After a compaction the turn starts at the summary: its first assistant message
+        // has no thinking block.
+        let mut compacted = ok.clone();
+        compacted["messages"][0]["content"] =
+            json!([{"type": "text", "text": "task"}, {"type": "text", "text": "summary"}]);
+        compacted["messages"][1]["content"] = json!([call("t1")]);
+        let found = check(Flavor::Anthropic, &compacted);
+        assert!(
+            found[0].starts_with("messages.1.content.0.type: Expected `thinking`"),
+            "{found:?}"
+        );
+        // Models and shapes.
+        let mut old_shape = ok.clone();
+        old_shape["model"] = json!("claude-opus-4-7");
+        let found = check(Flavor::Anthropic, &old_shape);
+        assert!(
+            found[0].contains("thinking.type.enabled is not supported"),
+            "{found:?}"
+        );
+        let mut adaptive = old_shape.clone();
+        adaptive["thinking"] = json!({"type": "adaptive"});
+        assert_eq!(check(Flavor::Anthropic, &adaptive), Vec::<String>::new());
+        adaptive["model"] = json!("claude-sonnet-4-5");
+        let found = check(Flavor::Anthropic, &adaptive);
+        assert!(
+            found[0].contains("adaptive thinking is not supported"),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -258,6 +258,12 @@ pub(crate) struct ProviderSection {
     pub(crate) backoff_max_secs: Option<u64>,
     /// `anthropic-version` header (Anthropic only; default `2023-06-01`).
     pub(crate) version: Option<String>,
+    /// More model-name prefixes that take adaptive thinking (Anthropic only; Opus 4.6/4.7
+    /// and Sonnet 4.6 always do).
+    pub(crate) adaptive_thinking_models: Option<Vec<String>>,
+    /// `anthropic-beta` values sent with every request (Anthropic only; interleaved thinking
+    /// is added by itself where a request needs it).
+    pub(crate) betas: Option<Vec<String>>,
     /// Model-name prefixes of reasoning models, sent `max_completion_tokens` instead of
     /// `max_tokens` and no `temperature` (OpenAI only; default `o1`, `o3`, `o4`, `gpt-5`).
     pub(crate) reasoning_models: Option<Vec<String>>,
@@ -294,6 +300,8 @@ impl std::fmt::Debug for ProviderSection {
             .field("backoff_initial_secs", &self.backoff_initial_secs)
             .field("backoff_max_secs", &self.backoff_max_secs)
             .field("version", &self.version)
+            .field("adaptive_thinking_models", &self.adaptive_thinking_models)
+            .field("betas", &self.betas)
             .field("reasoning_models", &self.reasoning_models)
             .field("prompt_cache_key", &self.prompt_cache_key)
             .field("tool_call_content", &self.tool_call_content)
@@ -523,6 +531,12 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(|| "2023-06-01".to_owned()),
             anthropic_stream: self.anthropic.stream.unwrap_or(true),
+            anthropic_adaptive_thinking_models: self
+                .anthropic
+                .adaptive_thinking_models
+                .clone()
+                .unwrap_or_default(),
+            anthropic_betas: self.anthropic.betas.clone().unwrap_or_default(),
             openai_responses_base_url: self.openai_responses.base_url(&OPENAI_RESPONSES),
             openai_responses_api_key: self.openai_responses.api_key(&OPENAI_RESPONSES),
             openai_responses_stream: self.openai_responses.stream.unwrap_or(true),

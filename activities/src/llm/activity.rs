@@ -55,6 +55,11 @@ pub struct ProviderSettings {
     pub anthropic_version: String,
     /// Whether to stream Messages (default true).
     pub anthropic_stream: bool,
+    /// More model-name prefixes that take adaptive thinking (beside
+    /// `anthropic::thinking::ADAPTIVE_THINKING_MODELS`).
+    pub anthropic_adaptive_thinking_models: Vec<String>,
+    /// `anthropic-beta` values sent with every Messages request.
+    pub anthropic_betas: Vec<String>,
     /// Base URL of the OpenAI Responses API (default `https://api.openai.com/v1`).
     pub openai_responses_base_url: String,
     /// Its API key (a bearer token), if it needs one.
@@ -90,6 +95,11 @@ impl std::fmt::Debug for ProviderSettings {
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("anthropic_version", &self.anthropic_version)
             .field("anthropic_stream", &self.anthropic_stream)
+            .field(
+                "anthropic_adaptive_thinking_models",
+                &self.anthropic_adaptive_thinking_models,
+            )
+            .field("anthropic_betas", &self.anthropic_betas)
             .field("openai_responses_base_url", &self.openai_responses_base_url)
             .field(
                 "openai_responses_api_key",
@@ -118,6 +128,8 @@ impl Default for ProviderSettings {
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
             anthropic_stream: true,
+            anthropic_adaptive_thinking_models: Vec::new(),
+            anthropic_betas: Vec::new(),
             openai_responses_base_url: responses::DEFAULT_BASE_URL.to_owned(),
             openai_responses_api_key: None,
             openai_responses_stream: true,
@@ -157,7 +169,9 @@ impl Providers {
             settings.budget(anthropic::PROVIDER).request_timeout,
         )?
         .stream_idle_timeout(settings.budget(anthropic::PROVIDER).stream_idle)
-        .streaming(settings.anthropic_stream);
+        .streaming(settings.anthropic_stream)
+        .adaptive_thinking_models(settings.anthropic_adaptive_thinking_models.clone())
+        .betas(settings.anthropic_betas.clone());
         let responses = responses::OpenAiResponses::new(
             settings.openai_responses_base_url.clone(),
             settings.openai_responses_api_key.clone(),

@@ -77,12 +77,13 @@ pub(crate) trait WireFormat: Send + Sync + std::fmt::Debug {
     /// The JSON request body, asking for a stream or not.
     fn body(&self, request: &LlmRequest, stream: bool) -> serde_json::Value;
 
-    /// Adds the provider's headers to a request: the key, when one is set, and any the API
-    /// requires. By default the key as a bearer token (OpenAI's APIs).
+    /// Adds the provider's headers to a request for `request`: the key, when one is set, and
+    /// any the API requires. By default the key as a bearer token (OpenAI's APIs).
     fn headers(
         &self,
         http: reqwest::RequestBuilder,
         api_key: Option<&str>,
+        _request: &LlmRequest,
     ) -> reqwest::RequestBuilder {
         match api_key {
             Some(key) => http.bearer_auth(key),
@@ -194,7 +195,9 @@ async fn call<W: WireFormat>(
         .http
         .post(url)
         .json(&provider.wire.body(request, provider.stream));
-    let http = provider.wire.headers(http, provider.api_key.as_deref());
+    let http = provider
+        .wire
+        .headers(http, provider.api_key.as_deref(), request);
     let transport = |e: reqwest::Error| LlmError::transport(W::PROVIDER, url, &e);
     let response = http.send().await.map_err(transport)?;
     let status = response.status();

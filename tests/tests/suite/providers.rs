@@ -277,7 +277,7 @@ fn an_auth_error_ends_the_run_at_once_without_retries() {
 }
 
 #[test]
-fn a_context_overflow_trims_old_tool_outputs_and_retries_once() {
+fn a_context_overflow_trims_old_tool_outputs_then_summarizes_and_retries() {
     let server = DevServer::start().unwrap();
     let llm = MockOpenAi::start().unwrap();
     let queue = unique("overflow");
@@ -322,14 +322,35 @@ fn a_context_overflow_trims_old_tool_outputs_and_retries_once() {
         "{watch}"
     );
 
-    // Overflowing again after the trim ends the run with context_overflow.
+    // Overflowing again after the trim summarizes the older turns and retries (issue 31);
+    // a third overflow in the same turn ends the run with context_overflow.
     for i in 0..3 {
         llm.push_tool_calls(&[(&format!("d{i}"), "shell", &big(i))]);
     }
     llm.push_error(400, overflow.clone());
+    llm.push_error(400, overflow.clone());
+    llm.push_text("SUMMARY: three shell calls printed x's.");
     llm.push_error(400, overflow);
-    let (_, r) = run_openai(&server, &queue, "run-overflow-2", 1);
+    let before = llm.requests().len();
+    let (run, r) = run_openai(&server, &queue, "run-overflow-2", 1);
     assert_eq!(r["reason"], "context_overflow");
+    let reqs = llm.requests();
+    assert_eq!(
+        reqs.len() - before,
+        7,
+        "three turns, two overflows, the summary, the last"
+    );
+    assert!(
+        reqs[before + 5].body.get("tools").is_none(),
+        "the summary request"
+    );
+    let last = serde_json::to_string(&reqs[before + 6].messages()).unwrap();
+    assert!(last.contains("SUMMARY: three shell calls"), "{last}");
+    let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
+    assert!(
+        watch.stdout.contains("summarizing the older turns"),
+        "{watch}"
+    );
 }
 
 #[test]

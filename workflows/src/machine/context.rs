@@ -94,6 +94,11 @@ impl RunState {
     /// reserved output), else the run's `ModelConfig.context_window`, else the window of the
     /// worker's model table; less a buffer, and never above an estimate the provider refused.
     pub fn compaction_threshold(&self) -> Option<u32> {
+        // Within the turn that overflowed, its own ladder (elide, summarize) answers it; the
+        // refused estimate bounds the later turns.
+        let refused_at = self
+            .refused_at
+            .filter(|_| !(self.overflow_retried || self.overflow_compacted));
         let capacity = Some(self.prompt_capacity)
             .filter(|c| *c > 0)
             .or(self
@@ -104,11 +109,11 @@ impl RunState {
                 .filter(|w| *w > 0))
             .unwrap_or(self.model_context_window);
         if capacity == 0 {
-            return self.refused_at;
+            return refused_at;
         }
         let buffer = COMPACTION_BUFFER_TOKENS.min(capacity / 4);
         let threshold = capacity - buffer;
-        Some(self.refused_at.map_or(threshold, |r| r.min(threshold)))
+        Some(refused_at.map_or(threshold, |r| r.min(threshold)))
     }
 
     /// Whether an overflow that eliding could not fix may be answered by a compaction: runs

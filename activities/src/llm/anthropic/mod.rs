@@ -33,6 +33,8 @@ use serde_json::Value;
 pub use request::request_body_for;
 pub use response::parse_response;
 
+use thinking::ThinkingRules;
+
 use super::{
     LlmError,
     transport::{HttpProvider, StreamEnd, WireFormat},
@@ -68,16 +70,45 @@ impl Anthropic {
             } else {
                 version
             },
+            rules: ThinkingRules::default(),
+            betas: Vec::new(),
         };
         Self::with_wire(wire, base_url, "/v1/messages", api_key, request_timeout)
     }
 }
 
+impl Anthropic {
+    /// More model-name prefixes that take adaptive thinking (worker setting `[anthropic]
+    /// adaptive_thinking_models`; [`thinking::ADAPTIVE_THINKING_MODELS`] always do).
+    pub fn adaptive_thinking_models(mut self, prefixes: Vec<String>) -> Self {
+        self.wire_mut().rules.adaptive = prefixes;
+        self
+    }
+
+    /// `anthropic-beta` values sent with every request (worker setting `[anthropic]
+    /// betas`), beside the ones a request needs (interleaved thinking).
+    pub fn betas(mut self, betas: Vec<String>) -> Self {
+        self.wire_mut().betas = betas;
+        self
+    }
+}
+
 /// The Messages wire format: the key as `x-api-key`, the API version as
-/// `anthropic-version`.
+/// `anthropic-version`, betas as one `anthropic-beta` (comma-separated).
 #[derive(Clone, Debug)]
 pub struct Messages {
     version: String,
+    rules: ThinkingRules,
+    betas: Vec<String>,
+}
+
+impl Messages {
+    fn options(&self, request: &LlmRequest) -> Result<request::Options, LlmError> {
+        request::Options::of(
+            request.model.as_ref().unwrap_or(&ModelConfig::default()),
+            &self.rules,
+        )
+    }
 }
 
 impl WireFormat for Messages {
@@ -91,20 +122,36 @@ impl WireFormat for Messages {
     /// The caching TTL and the thinking budget ([`request::Options::of`]), refused before
     /// anything is sent.
     fn check(&self, request: &LlmRequest) -> Result<(), LlmError> {
-        request::Options::of(request.model.as_ref().unwrap_or(&ModelConfig::default())).map(drop)
+        self.options(request).map(drop)
     }
 
     /// The body; [`check`](WireFormat::check) has refused a config the options cannot take,
     /// so the fallback (no caching, thinking off) is never sent.
     fn body(&self, request: &LlmRequest, stream: bool) -> Value {
-        match request::Options::of(request.model.as_ref().unwrap_or(&ModelConfig::default())) {
+        match self.options(request) {
             Ok(options) => request::body_with(request, stream, &options),
             Err(_) => request::body_with(request, stream, &request::Options::fallback()),
         }
     }
 
-    fn headers(&self, http: RequestBuilder, api_key: Option<&str>) -> RequestBuilder {
-        let http = http.header("anthropic-version", &self.version);
+    fn headers(
+        &self,
+        http: RequestBuilder,
+        api_key: Option<&str>,
+        request: &LlmRequest,
+    ) -> RequestBuilder {
+        let mut http = http.header("anthropic-version", &self.version);
+        let needed = self.options(request).ok().and_then(|o| o.thinking.beta);
+        let betas: Vec<&str> = self
+            .betas
+            .iter()
+            .map(String::as_str)
+            .chain(needed)
+            .filter(|b| !b.trim().is_empty())
+            .collect();
+        if !betas.is_empty() {
+            http = http.header("anthropic-beta", betas.join(","));
+        }
         match api_key {
             Some(key) => http.header("x-api-key", key),
             None => http,

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 use super::{
     DEFAULT_MODEL,
     cache::{add_breakpoints, cache_control},
-    thinking::{Thinking, thinking_for, with_thinking_blocks},
+    thinking::{
+        Thinking, ThinkingRules, thinking_with, turn_starts_with_thinking, with_thinking_blocks,
+    },
 };
 use crate::llm::{
     LlmError,
@@ -20,16 +22,16 @@ use crate::llm::{
 pub(super) struct Options {
     /// The `cache_control` of every breakpoint.
     cache_control: Value,
-    thinking: Thinking,
+    pub(super) thinking: Thinking,
 }
 
 impl Options {
     /// The options of `model`; a `cache_ttl` or thinking budget the API would refuse is a
     /// [`LlmError::Config`] saying what to set instead.
-    pub(super) fn of(model: &ModelConfig) -> Result<Self, LlmError> {
+    pub(super) fn of(model: &ModelConfig, rules: &ThinkingRules) -> Result<Self, LlmError> {
         Ok(Self {
             cache_control: cache_control(&model.cache_ttl)?,
-            thinking: thinking_for(model)?,
+            thinking: thinking_with(model, rules)?,
         })
     }
 
@@ -41,6 +43,8 @@ impl Options {
             thinking: Thinking {
                 max_tokens: super::DEFAULT_MAX_TOKENS,
                 param: None,
+                effort: None,
+                beta: None,
             },
         }
     }
@@ -66,7 +70,11 @@ fn push_message(
 /// [`LlmError::Config`] ([`Options::of`]).
 pub fn request_body_for(request: &LlmRequest, stream: bool) -> Result<Value, LlmError> {
     let model = request.model.clone().unwrap_or_default();
-    Ok(body_with(request, stream, &Options::of(&model)?))
+    Ok(body_with(
+        request,
+        stream,
+        &Options::of(&model, &ThinkingRules::default())?,
+    ))
 }
 
 /// The body under checked options. Thinking blocks of earlier turns go back only when
@@ -150,9 +158,25 @@ pub(super) fn body_with(request: &LlmRequest, stream: bool, options: &Options) -
             })
             .collect();
     }
+    let continues_thinking = turn_starts_with_thinking(
+        body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
+    );
     match &options.thinking.param {
         // The API refuses `temperature` with thinking on.
-        Some(thinking) => body["thinking"] = thinking.clone(),
+        Some(thinking) if continues_thinking => {
+            body["thinking"] = thinking.clone();
+            if let Some(effort) = &options.thinking.effort {
+                body["output_config"] = json!({"effort": effort});
+            }
+        }
+        Some(_) => tracing::info!(
+            model = %body["model"],
+            "the assistant turn this request continues does not start with a thinking block \
+             (after a compaction, or a call that did not think): thinking is off for this request"
+        ),
         None => {
             if let Some(t) = model.temperature {
                 body["temperature"] = json!(t);

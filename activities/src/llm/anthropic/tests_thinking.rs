@@ -35,6 +35,8 @@ fn thinking_model(budget: u32, max_output_tokens: u32) -> ModelConfig {
 fn the_thinking_parameter_and_max_tokens() {
     let mut req = sample_request();
     req.model = Some(thinking_model(2048, 0));
+    // A request that continues no turn (it ends with the user's words): thinking applies.
+    req.conversation.truncate(2);
     let body = request_body_for(&req, false).unwrap();
     assert_eq!(
         body["thinking"],
@@ -266,4 +268,116 @@ async fn context_window_exceeded_is_an_overflow_and_refusal_a_content_filter() {
     assert!(matches!(err, LlmError::ContextOverflow { .. }), "{err}");
     let m = streamed(&stream("refusal"), 64).await;
     assert_eq!(m.finish_reason, FinishReason::ContentFilter as i32);
+}
+
+fn model_named(name: &str, budget: u32, effort: &str) -> ModelConfig {
+    ModelConfig {
+        provider: "anthropic".into(),
+        model: name.into(),
+        thinking_budget_tokens: budget,
+        reasoning_effort: effort.into(),
+        ..Default::default()
+    }
+}
+
+/// Issue 31 item 6: Opus 4.7 takes only adaptive thinking (4.6 prefers it); budgeted
+/// thinking on Claude 4 asks for interleaved thinking.
+#[test]
+fn each_model_gets_its_thinking_shape() {
+    let mut req = sample_request();
+    req.model = Some(model_named("claude-opus-4-7", 4096, "medium"));
+    req.conversation.truncate(2);
+    let body = request_body_for(&req, false).unwrap();
+    assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(body["output_config"], json!({"effort": "medium"}));
+    assert_eq!(body["max_tokens"], json!(4096 + DEFAULT_MAX_TOKENS));
+    assert!(body.get("temperature").is_none());
+    let t =
+        super::thinking::thinking_for(&model_named("claude-opus-4-6-20260101", 2048, "")).unwrap();
+    assert_eq!(
+        (t.param, t.effort, t.beta),
+        (Some(json!({"type": "adaptive"})), None, None)
+    );
+    let err = super::thinking::thinking_for(&model_named("claude-opus-4-7", 2048, "minimal"))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("low, medium, high, max"), "{err}");
+    // A worker can name more adaptive models.
+    let rules = super::thinking::ThinkingRules {
+        adaptive: vec!["claude-opus-5".into()],
+    };
+    let t =
+        super::thinking::thinking_with(&model_named("claude-opus-5", 2048, ""), &rules).unwrap();
+    assert_eq!(t.param, Some(json!({"type": "adaptive"})));
+    // Budgeted on Claude 4: interleaved thinking; on 3.7: none; thinking off: none.
+    let beta = |name: &str, budget: u32| {
+        super::thinking::thinking_for(&model_named(name, budget, ""))
+            .unwrap()
+            .beta
+    };
+    assert_eq!(
+        beta("claude-sonnet-4-5", 2048),
+        Some(super::thinking::INTERLEAVED_THINKING_BETA)
+    );
+    assert_eq!(beta("claude-3-7-sonnet-latest", 2048), None);
+    assert_eq!(beta("claude-sonnet-4-5", 0), None);
+}
+
+#[tokio::test]
+async fn interleaved_thinking_and_configured_betas_go_in_one_header() {
+    let (base, server) = serve_once(Reply::json(200, TOOL_USE)).await;
+    let mut req = sample_request();
+    req.model = Some(model_named("claude-sonnet-4-5", 2048, ""));
+    provider(&base)
+        .betas(vec!["context-1m-2025-08-07".into()])
+        .generate(&req)
+        .await
+        .unwrap();
+    let seen = server.await.unwrap();
+    assert_eq!(
+        seen.headers.get("anthropic-beta").map(String::as_str),
+        Some("context-1m-2025-08-07,interleaved-thinking-2025-05-14")
+    );
+}
+
+/// Issue 31 item 6: after a compaction the turn the request continues starts at the
+/// summary; when its first assistant message has no thinking block (it was a later call of
+/// its turn), the API would refuse the request with thinking on, so it goes without.
+#[test]
+fn a_turn_that_does_not_start_with_thinking_is_sent_without_thinking() {
+    let call = |id: &str| baton_proto::ToolCall {
+        id: id.into(),
+        name: "list_files".into(),
+        arguments: "{}".into(),
+        ..Default::default()
+    };
+    let assistant = |id: &str, parts| Item {
+        kind: Some(item::Kind::Assistant(AssistantMessage {
+            tool_calls: vec![call(id)],
+            finish_reason: FinishReason::ToolCalls as i32,
+            reasoning_parts: parts,
+            ..Default::default()
+        })),
+    };
+    let thinking = part(
+        "thinking",
+        r#"{"type":"thinking","thinking":"look","signature":"sig"}"#,
+        0,
+    );
+    let request = |first_parts| LlmRequest {
+        model: Some(model_named("claude-sonnet-4-5", 2048, "")),
+        conversation: vec![
+            user("task"),
+            user("summary of the older turns"),
+            assistant("t1", first_parts),
+            result("t1", "a", false),
+            assistant("t2", vec![]),
+            result("t2", "b", false),
+        ],
+        ..sample_request()
+    };
+    let body = request_body_for(&request(vec![]), false).unwrap();
+    assert!(body.get("thinking").is_none(), "{body}");
+    let body = request_body_for(&request(vec![thinking]), false).unwrap();
+    assert_eq!(body["thinking"]["type"], "enabled");
 }

@@ -303,18 +303,32 @@ fn an_overflow_that_eliding_cannot_fix_is_compacted_and_the_turn_retried() {
         "{:?}",
         req.conversation[1]
     );
-    // The refused estimate bounds the threshold from now on.
-    assert_eq!(s.compaction_threshold(), Some(estimate * 9 / 10));
-    // A second overflow in the same turn ends the run: one compaction per turn.
-    s.on_llm_failure(
+    // Within the turn the refusal does not ask for more; a second overflow in the same turn
+    // ends the run: one compaction per turn.
+    assert_eq!(
+        s.compaction_threshold(),
+        Some(1_000_000 - COMPACTION_BUFFER_TOKENS)
+    );
+    let mut ended = s.clone();
+    ended.on_llm_failure(
         LlmFailure::ContextOverflow,
         "input tokens exceed".into(),
         T0,
     );
     assert_eq!(
-        expect_finish(&mut s).reason(),
+        expect_finish(&mut ended).reason(),
         TerminationReason::ContextOverflow
     );
+    // The retry is answered: the refused estimate bounds the threshold from now on.
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("k9", "list_files", "{}")],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    assert_eq!(s.compaction_threshold(), Some(estimate * 9 / 10));
 }
 
 #[test]
