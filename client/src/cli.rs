@@ -92,10 +92,13 @@ pub(crate) enum Exhausted {
     Ask,
 }
 
-/// `--reasoning-effort`: OpenAI's `reasoning_effort` / Responses `reasoning.effort`.
+/// `--reasoning-effort`: OpenAI's `reasoning_effort` / Responses `reasoning.effort`, and
+/// Anthropic adaptive thinking's `output_config.effort` (`low|medium|high|max`).
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum ReasoningEffort {
-    /// Very few reasoning tokens (gpt-5 models).
+    /// No reasoning (gpt-5.1 and later; gpt-5 refuses it).
+    None,
+    /// Very few reasoning tokens (gpt-5; gpt-5.1 and later refuse it).
     Minimal,
     /// Faster, cheaper answers.
     Low,
@@ -103,6 +106,10 @@ pub(crate) enum ReasoningEffort {
     Medium,
     /// More thorough reasoning.
     High,
+    /// The most reasoning (gpt-5.1-codex-max and later).
+    Xhigh,
+    /// Anthropic adaptive thinking's highest effort (Opus).
+    Max,
 }
 
 /// `--cache-ttl`: how long the provider keeps the run's cached prompt prefix.

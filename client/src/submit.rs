@@ -710,7 +710,7 @@ mod tests {
             ),
             (
                 &["--reasoning-effort", "extreme"][..],
-                "possible values: minimal, low, medium, high",
+                "possible values: none, minimal, low, medium, high, xhigh, max",
             ),
             (&["--cache-ttl", "10m"][..], "possible values: 5m, 1h"),
             (

@@ -116,3 +116,26 @@ pub(crate) fn tool_schema(tool: &baton_proto::ToolDefinition) -> serde_json::Val
 /// The `reasoning_effort` values OpenAI's APIs take (`ModelConfig.reasoning_effort`), for
 /// Chat Completions and Responses alike.
 pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+
+/// Why OpenAI's `model` refuses `effort` although the API lists it (issue 31 item 8), by the
+/// models' documented support: gpt-5.1 and later take `none` but no longer `minimal`; gpt-5
+/// (and its mini, nano, codex and pro) takes `minimal` but not `none`, nor `xhigh` (added
+/// with gpt-5.1-codex-max). `None`: sent as is (a model this does not know decides).
+pub(crate) fn effort_refused_by(model: &str, effort: &str) -> Option<String> {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let gpt_5_1_or_later = ["gpt-5.1", "gpt-5.2", "gpt-5.3", "gpt-5.4", "gpt-5.5"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    let gpt_5 = !gpt_5_1_or_later && (name == "gpt-5" || name.starts_with("gpt-5-"));
+    let takes = if gpt_5_1_or_later && effort == "minimal" {
+        "none, low, medium, high"
+    } else if gpt_5 && (effort == "none" || effort == "xhigh") {
+        "minimal, low, medium, high"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{name} does not take reasoning effort '{effort}' (it takes {takes}): pick one of \
+         those with submit --reasoning-effort, or leave it unset for the model's default"
+    ))
+}

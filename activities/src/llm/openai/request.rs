@@ -58,6 +58,9 @@ pub fn reasoning_effort(model: &ModelConfig) -> Result<Option<&str>, LlmError> {
         return Ok(None);
     }
     if REASONING_EFFORTS.contains(&effort) {
+        if let Some(why) = crate::llm::provider::effort_refused_by(&model.model, effort) {
+            return Err(LlmError::Config(why));
+        }
         return Ok(Some(effort));
     }
     Err(LlmError::Config(format!(

@@ -22,8 +22,20 @@ pub fn check_request(request: &LlmRequest) -> Result<(), LlmError> {
         .as_ref()
         .map(|m| m.reasoning_effort.as_str())
         .unwrap_or_default();
-    if effort.is_empty() || REASONING_EFFORTS.contains(&effort) {
+    if effort.is_empty() {
         return Ok(());
+    }
+    if REASONING_EFFORTS.contains(&effort) {
+        let model = request
+            .model
+            .as_ref()
+            .map(|m| m.model.as_str())
+            .filter(|m| !m.is_empty())
+            .unwrap_or(DEFAULT_MODEL);
+        return match crate::llm::provider::effort_refused_by(model, effort) {
+            Some(why) => Err(LlmError::Config(why)),
+            None => Ok(()),
+        };
     }
     Err(LlmError::Config(format!(
         "reasoning effort '{effort}' is not one the {PROVIDER} provider takes: use one of {} \

@@ -194,12 +194,29 @@ async fn an_unknown_reasoning_effort_is_refused_before_sending() {
             && message.contains("none, minimal, low, medium, high, xhigh"),
         "{message}"
     );
-    for effort in REASONING_EFFORTS {
-        if let Some(m) = request.model.as_mut() {
-            m.reasoning_effort = (*effort).into();
+    // Each listed effort goes to a model that takes it; gpt-5 takes `minimal` not `none`,
+    // gpt-5.1 `none` not `minimal` (issue 31 item 8).
+    let with = |model: &str, effort: &str| {
+        let mut r = request.clone();
+        if let Some(m) = r.model.as_mut() {
+            m.model = model.into();
+            m.reasoning_effort = effort.into();
         }
-        assert!(check_request(&request).is_ok(), "{effort}");
+        check_request(&r)
+    };
+    for effort in REASONING_EFFORTS {
+        assert!(with("o3", effort).is_ok(), "{effort}");
     }
+    assert!(with("gpt-5", "minimal").is_ok());
+    assert!(with("gpt-5.1", "none").is_ok());
+    let err = with("gpt-5.1-codex", "minimal").unwrap_err();
+    assert!(
+        err.to_string().contains("it takes none, low, medium, high"),
+        "{err}"
+    );
+    let err = with("gpt-5-mini-2025-08-07", "none").unwrap_err();
+    assert!(err.to_string().contains("it takes minimal, low"), "{err}");
+    assert!(with("gpt-5", "xhigh").is_err());
 }
 
 /// The JSON text of `output[index]` exactly as it is written in `fixture`.
