@@ -195,6 +195,34 @@ fn parallel_calls_sharing_an_index_are_split_by_id() {
     );
 }
 
+/// Issue 31 item 12: a server that changes the id in the middle of one call (no function
+/// name in the later fragments) still gives one call, under its first id.
+#[test]
+fn an_id_changing_within_one_call_does_not_split_it() {
+    let m = parse_stream(&[
+        calls_chunk(
+            json!([{"index": 0, "id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": "{\"pa"}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 0, "id": "chatcmpl-tool-x", "function": {"arguments": "th\":\"a\"}"}}]),
+            None,
+        ),
+        calls_chunk(
+            json!([{"index": 0, "id": "call_b", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}]),
+            None,
+        ),
+        calls_chunk(json!([]), Some("tool_calls")),
+    ]);
+    assert_eq!(
+        m.tool_calls,
+        vec![
+            call("call_a", "read_file", r#"{"path":"a"}"#),
+            call("call_b", "list_files", "{}"),
+        ]
+    );
+}
+
 fn model_request(model: &str) -> LlmRequest {
     LlmRequest {
         model: Some(ModelConfig {

@@ -373,17 +373,19 @@ pub(crate) struct StreamState {
 
 impl StreamState {
     /// The call a tool-call fragment belongs to. A fragment extends the last call of its
-    /// `index`, unless it carries an id other than that call's: servers that number every
-    /// parallel call `0` tell them apart by id only. Without an index (some servers omit it)
-    /// a new id starts a new call and other fragments extend the last one.
-    fn call_for(&mut self, index: Option<u32>, id: Option<&str>) -> &mut PartialCall {
+    /// `index`, unless it carries an id other than that call's and a function name (the
+    /// start of a call): servers that number every parallel call `0` tell them apart by id
+    /// only, and some change the id in the middle of one call (poolsideai/pool#9, vLLM's
+    /// harmony streaming), which without a name is still the same call. Without an index
+    /// (some servers omit it) the same rule applies to the last call.
+    fn call_for(&mut self, index: Option<u32>, id: Option<&str>, named: bool) -> &mut PartialCall {
         let last = match index {
             Some(index) => self.calls.iter().rposition(|c| c.index == index),
             None => self.calls.len().checked_sub(1),
         };
         let continues = last.filter(|&at| {
             let call = &self.calls[at];
-            id.is_none_or(|id| call.id.is_empty() || call.id == id)
+            !named || id.is_none_or(|id| call.id.is_empty() || call.id == id)
         });
         let at = match continues {
             Some(at) => at,
@@ -403,7 +405,12 @@ impl StreamState {
     fn on_tool_call_delta(&mut self, call: DeltaToolCall) {
         let id = call.id.filter(|id| !id.is_empty());
         let mut started = None;
-        let entry = self.call_for(call.index, id.as_deref());
+        let named = call
+            .function
+            .as_ref()
+            .and_then(|f| f.name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let entry = self.call_for(call.index, id.as_deref(), named);
         if let Some(id) = id
             && entry.id.is_empty()
         {
