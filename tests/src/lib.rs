@@ -65,6 +65,7 @@ mod git_server;
 mod github;
 mod history;
 mod http_thread;
+pub mod llama_server;
 mod mcp_servers;
 mod mock_anthropic;
 mod mock_checks;
@@ -91,6 +92,7 @@ pub use github::{ApiRequest, GitHubStandIn, PullRequest};
 pub use history::{
     CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
 };
+pub use llama_server::{Exchange, LlamaServer, RecordingProxy};
 pub use mcp_servers::{
     EverythingServer, MCP_SERVER_START_TIMEOUT, McpCounts, command_server_toml, count_methods,
     everything_entry, filesystem_entry, fs_server_command, fs_server_toml, http_server_toml,

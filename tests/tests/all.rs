@@ -19,6 +19,7 @@ mod suite {
     mod handoff;
     mod harness;
     mod history_budget;
+    mod llama_cpp;
     mod mcp;
     mod network;
     mod openai_wire;
