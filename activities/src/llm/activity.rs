@@ -357,6 +357,11 @@ impl LlmService {
             .resolve(request)
             .await
             .map_err(|e| store_failure(e, attempt))?;
+        let asked = resolved
+            .request
+            .model
+            .as_ref()
+            .map_or(0, |m| m.max_output_tokens);
         if let Some(model) = resolved.request.model.as_mut() {
             self.models.clamp_output_limit(model);
         }
@@ -365,6 +370,41 @@ impl LlmService {
             Ok(mut response) => {
                 info!(run_id, provider, attempt, "llm call finished");
                 estimate::fill_unreported_usage(&resolved.request, &mut response);
+                let raised = resolved
+                    .request
+                    .model
+                    .as_ref()
+                    .and_then(|m| self.models.raised_output_limit(m, asked, &response));
+                if let Some(raised) = raised {
+                    // Stopped at the default max_tokens: once more with the model's limit,
+                    // both calls billed (the first one's usage is added to the second's).
+                    info!(
+                        run_id,
+                        provider,
+                        attempt,
+                        raised,
+                        "max_tokens stop: asking again with a larger max_tokens"
+                    );
+                    let mut again = resolved.request.clone();
+                    if let Some(m) = again.model.as_mut() {
+                        m.max_output_tokens = raised;
+                    }
+                    let call = self.providers.generate_live(&again, &live);
+                    match until_cancelled(&ctx, call).await? {
+                        Ok(mut second) => {
+                            estimate::fill_unreported_usage(&again, &mut second);
+                            second.usage = Some(estimate::sum_usage(
+                                response.usage.take(),
+                                second.usage.take(),
+                            ));
+                            response = second;
+                            resolved.request = again;
+                        }
+                        Err(e) => {
+                            warn!(run_id, provider, attempt, cause = %e, "the call with a larger max_tokens failed; keeping the truncated answer");
+                        }
+                    }
+                }
                 self.models
                     .annotate(resolved.request.model.as_ref(), &mut response);
                 self.conversations

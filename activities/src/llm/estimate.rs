@@ -74,6 +74,23 @@ pub fn fill_unreported_usage(request: &LlmRequest, response: &mut LlmResponse) {
     });
 }
 
+/// The usage of two calls made for one answer (a call asked again with a larger
+/// `max_tokens`): every count added, so budgets and the bill see both.
+pub(crate) fn sum_usage(first: Option<Usage>, second: Option<Usage>) -> Usage {
+    let (a, b) = (first.unwrap_or_default(), second.unwrap_or_default());
+    Usage {
+        input_tokens: a.input_tokens.saturating_add(b.input_tokens),
+        output_tokens: a.output_tokens.saturating_add(b.output_tokens),
+        total_tokens: a.total_tokens.saturating_add(b.total_tokens),
+        llm_calls: a.llm_calls.saturating_add(b.llm_calls),
+        cache_read_tokens: a.cache_read_tokens.saturating_add(b.cache_read_tokens),
+        cache_write_tokens: a.cache_write_tokens.saturating_add(b.cache_write_tokens),
+        reasoning_tokens: a.reasoning_tokens.saturating_add(b.reasoning_tokens),
+        cost_usd: a.cost_usd + b.cost_usd,
+        estimated_calls: a.estimated_calls.saturating_add(b.estimated_calls),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,3 +143,4 @@ mod tests {
         );
     }
 }
+

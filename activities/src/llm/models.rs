@@ -367,6 +367,37 @@ impl ModelTable {
         input.min(window.saturating_sub(reserved))
     }
 
+    /// A larger `max_tokens` to ask again with after an Anthropic answer that stopped at
+    /// `max_tokens` (issue 31 item 5), before the stop counts as a truncation: the model's
+    /// output limit, within what the window leaves beside the prompt the answer reported.
+    /// `None` when the run set its own limit (`asked` > 0), the answer ended otherwise, the
+    /// table does not know the model, or nothing larger fits.
+    pub fn raised_output_limit(
+        &self,
+        model: &ModelConfig,
+        asked: u32,
+        response: &LlmResponse,
+    ) -> Option<u32> {
+        if model.provider != crate::llm::anthropic::PROVIDER || asked > 0 {
+            return None;
+        }
+        let stopped = response
+            .message
+            .as_ref()
+            .is_some_and(|m| m.finish_reason == baton_proto::FinishReason::Length as i32);
+        if !stopped {
+            return None;
+        }
+        let info = self.lookup(&model.model)?;
+        let sent = crate::llm::anthropic::thinking::thinking_for(model)
+            .ok()?
+            .max_tokens;
+        let prompt = response.usage.as_ref().map_or(0, |u| u.input_tokens);
+        let room = info.context_window.saturating_sub(prompt);
+        let raised = info.max_output_tokens.min(room);
+        (raised > sent).then_some(raised)
+    }
+
     /// Fills in what the table knows of the run's `model` on a provider's `response`: the
     /// usage's `cost_usd` (left 0 for a model without a price), `context_window` (0 =
     /// unknown) and `prompt_capacity` ([`ModelTable::prompt_capacity`]). With `cache_ttl =
@@ -393,6 +424,7 @@ impl ModelTable {
 mod tests {
     use super::*;
     use crate::llm::test_items::usage;
+    use baton_proto::FinishReason;
     use pretty_assertions::assert_eq;
 
     /// Rounded to a thousandth of a cent.
@@ -468,6 +500,48 @@ mod tests {
             (response.context_window, response.prompt_capacity),
             (64_000, 50_000)
         );
+    }
+
+    #[test]
+    fn a_max_tokens_stop_at_the_default_asks_again_with_the_models_limit() {
+        let t = ModelTable::defaults();
+        let model = |name: &str| ModelConfig {
+            provider: "anthropic".into(),
+            model: name.into(),
+            ..Default::default()
+        };
+        let stopped = |finish: FinishReason, input: u32| LlmResponse {
+            message: Some(baton_proto::AssistantMessage {
+                finish_reason: finish as i32,
+                ..Default::default()
+            }),
+            usage: Some(Usage {
+                input_tokens: input,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sonnet = model("claude-sonnet-4-5");
+        let length = stopped(FinishReason::Length, 1_000);
+        assert_eq!(t.raised_output_limit(&sonnet, 0, &length), Some(64_000));
+        // Within the window beside the prompt.
+        let long = stopped(FinishReason::Length, 150_000);
+        assert_eq!(t.raised_output_limit(&sonnet, 0, &long), Some(50_000));
+        // Not for a run that set its limit, another finish, a model at its limit already,
+        // an unknown model or another provider.
+        assert_eq!(t.raised_output_limit(&sonnet, 8_192, &length), None);
+        let stop = stopped(FinishReason::Stop, 1_000);
+        assert_eq!(t.raised_output_limit(&sonnet, 0, &stop), None);
+        let mut haiku = model("claude-3-haiku-20240307");
+        t.clamp_output_limit(&mut haiku);
+        assert_eq!(t.raised_output_limit(&haiku, 0, &length), None);
+        assert_eq!(
+            t.raised_output_limit(&model("claude-new"), 0, &length),
+            None
+        );
+        let mut openai = model("gpt-4o");
+        openai.provider = "openai".into();
+        assert_eq!(t.raised_output_limit(&openai, 0, &length), None);
     }
 
     #[test]

@@ -220,3 +220,61 @@ fn max_tokens_stays_within_the_models_output_limit() {
     assert_eq!(llm.take_violations(), Vec::<String>::new());
     assert_eq!(llm.requests()[0].body["max_tokens"], 4096);
 }
+
+/// Issue 31 item 5: an answer cut at the default `max_tokens` is asked again, in the same
+/// model call, with the model's output limit before it counts as a truncation; both calls
+/// are billed. A run that set `--max-output-tokens` keeps its limit.
+#[test]
+fn a_max_tokens_stop_is_asked_again_with_the_models_limit() {
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let queue = unique("anthropic-raise");
+    let base = llm.base_url();
+    let _w = worker(
+        &server,
+        &queue,
+        &[
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-raise-test"),
+        ],
+    );
+    let mut cut = MockAnthropic::text_reply("The long answer starts");
+    cut["stop_reason"] = json!("max_tokens");
+    llm.push(cut.clone());
+    llm.push_text("The long answer, whole this time.");
+    let run = unique("run-anthropic-raise");
+    let args = [
+        "--provider",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--no-approval",
+    ];
+    submit(&server, &queue, &run, &args, "Write a lot.");
+    let r = result(&server, &run, 0);
+    assert_eq!(r["answer"], "The long answer, whole this time.", "{r}");
+    assert_eq!(r["usage"]["llm_calls"], 1, "one model call of the run: {r}");
+    assert_eq!(r["turns"], 1, "{r}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].body["max_tokens"], 8192);
+    assert_eq!(reqs[1].body["max_tokens"], 64_000);
+    assert_eq!(reqs[0].body["messages"], reqs[1].body["messages"]);
+    // Both calls billed: the two replies' output tokens (4 words + 6 words) and both prompts
+    // (the mock's 42 input tokens each).
+    assert_eq!(r["usage"]["output_tokens"], 10, "{r}");
+    assert_eq!(r["usage"]["input_tokens"], 84, "{r}");
+    assert_eq!(llm.take_violations(), Vec::<String>::new());
+
+    // With the run's own limit, the cut answer stands (a `length` stop: continued by a turn).
+    llm.push(cut);
+    llm.push_text("Continued.");
+    let run = unique("run-anthropic-own-limit");
+    let mut own = args.to_vec();
+    own.extend(["--max-output-tokens", "1000"]);
+    submit(&server, &queue, &run, &own, "Write a lot.");
+    let r = result(&server, &run, 0);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4, "{r}");
+    assert_eq!(reqs[3].body["max_tokens"], 1000);
+}
