@@ -272,8 +272,9 @@ pub(crate) struct ProviderSection {
     /// fields).
     pub(crate) prompt_cache_key: Option<bool>,
     /// The `content` of an assistant message with tool calls and no text (OpenAI only):
-    /// `"null"` (the default, what OpenAI documents) or `"empty_string"` (Ollama, which
-    /// refuses `null`).
+    /// `"null"` (what OpenAI documents; the default for OpenAI's own API) or
+    /// `"empty_string"` (the default for other base URLs: Ollama and llama-cpp-python refuse
+    /// `null`).
     pub(crate) tool_call_content: Option<ToolCallContent>,
 }
 
@@ -515,14 +516,12 @@ impl Settings {
                 .clone()
                 .unwrap_or_else(baton_activities::llm::openai::default_reasoning_models),
             openai_prompt_cache_key: self.openai.prompt_cache_key,
-            openai_tool_call_content: match self.openai.tool_call_content {
-                Some(ToolCallContent::EmptyString) => {
+            openai_tool_call_content: self.openai.tool_call_content.map(|c| match c {
+                ToolCallContent::EmptyString => {
                     baton_activities::llm::openai::ToolCallContent::EmptyString
                 }
-                Some(ToolCallContent::Null) | None => {
-                    baton_activities::llm::openai::ToolCallContent::Null
-                }
-            },
+                ToolCallContent::Null => baton_activities::llm::openai::ToolCallContent::Null,
+            }),
             anthropic_base_url: self.anthropic.base_url(&ANTHROPIC),
             anthropic_api_key: self.anthropic.api_key(&ANTHROPIC),
             anthropic_version: self
@@ -693,11 +692,11 @@ mod env_tests {
         let on = read("[openai_responses]\nprompt_cache_key = true\n");
         assert_eq!(on.providers().openai_responses_prompt_cache_key, Some(true));
         use baton_activities::llm::openai::ToolCallContent as Content;
-        assert_eq!(read("").providers().openai_tool_call_content, Content::Null);
+        assert_eq!(read("").providers().openai_tool_call_content, None);
         let ollama = read("[openai]\ntool_call_content = \"empty_string\"\n");
         assert_eq!(
             ollama.providers().openai_tool_call_content,
-            Content::EmptyString
+            Some(Content::EmptyString)
         );
     }
 

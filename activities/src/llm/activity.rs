@@ -44,9 +44,10 @@ pub struct ProviderSettings {
     /// [`cache_key::endpoint_takes_prompt_cache_key`]; false for other servers that reject
     /// unknown fields).
     pub openai_prompt_cache_key: Option<bool>,
-    /// The `content` of a text-less assistant message with tool calls (default `null`; `""`
-    /// for Ollama).
-    pub openai_tool_call_content: openai::ToolCallContent,
+    /// The `content` of a text-less assistant message with tool calls (None: by the base
+    /// URL, [`openai::default_tool_call_content`]: `null` for OpenAI's own API, `""` for
+    /// other servers).
+    pub openai_tool_call_content: Option<openai::ToolCallContent>,
     /// Base URL of the Anthropic Messages API (default `https://api.anthropic.com`).
     pub anthropic_base_url: String,
     /// Its API key (`x-api-key`); without one the header is not sent.
@@ -123,7 +124,7 @@ impl Default for ProviderSettings {
             openai_stream: true,
             openai_reasoning_models: openai::default_reasoning_models(),
             openai_prompt_cache_key: None,
-            openai_tool_call_content: openai::ToolCallContent::Null,
+            openai_tool_call_content: None,
             anthropic_base_url: anthropic::DEFAULT_BASE_URL.to_owned(),
             anthropic_api_key: None,
             anthropic_version: anthropic::DEFAULT_VERSION.to_owned(),
@@ -161,7 +162,11 @@ impl Providers {
         .prompt_cache_key(settings.openai_prompt_cache_key.unwrap_or_else(|| {
             cache_key::endpoint_takes_prompt_cache_key(&settings.openai_base_url)
         }))
-        .tool_call_content(settings.openai_tool_call_content);
+        .tool_call_content(
+            settings
+                .openai_tool_call_content
+                .unwrap_or_else(|| openai::default_tool_call_content(&settings.openai_base_url)),
+        );
         let anthropic = anthropic::Anthropic::new(
             settings.anthropic_base_url.clone(),
             settings.anthropic_api_key.clone(),

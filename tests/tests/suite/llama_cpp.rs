@@ -9,8 +9,8 @@
 //! first request itself with a `list_files` call, or has the server's model make one (a
 //! `tool_choice` added to the forwarded request); either way the request carrying the call and
 //! its result is judged by llama.cpp. llama-cpp-python refuses `"content": null` on an
-//! assistant message, so those runs use `[openai] tool_call_content = "empty_string"`; the
-//! last test pins what the default `null` gets. Installed by `. scripts/lib.sh &&
+//! assistant message, so baton sends `""` to servers other than OpenAI's own API by default
+//! (these runs use the defaults); the last test pins what `null` gets. Installed by `. scripts/lib.sh &&
 //! ensure_llama_server`; a missing server fails the tests.
 
 #![allow(clippy::unwrap_used)]
@@ -33,9 +33,6 @@ const MODEL_CAUSED: [&str; 4] = [
     "loop_detected",
     "output_truncated",
 ];
-
-/// What llama-cpp-python needs for an assistant message with tool calls and no text.
-const EMPTY_TOOL_CALL_CONTENT: (&str, &str) = ("BATON_OPENAI__TOOL_CALL_CONTENT", "empty_string");
 
 /// The real server with the recording relay in front of it, and a dev server.
 struct Setup {
@@ -248,7 +245,7 @@ fn a_tool_call_and_its_result_are_accepted_by_llama_cpp_streaming_and_not() {
         )]));
         let (r, exchanges) = setup.run(
             stream,
-            &[EMPTY_TOOL_CALL_CONTENT],
+            &[],
             &["--workspace-from", &workspace],
             "List the files of the workspace, then name them in one sentence.",
         );
@@ -279,7 +276,7 @@ fn a_tool_call_the_llama_cpp_model_makes_is_parsed_and_answered_streaming_and_no
         setup.proxy.force_tool_next("list_files");
         let (r, exchanges) = setup.run(
             stream,
-            &[EMPTY_TOOL_CALL_CONTENT],
+            &[],
             &["--workspace-from", &workspace],
             "List the files of the workspace, then name them in one sentence.",
         );
@@ -316,15 +313,14 @@ fn a_tool_call_the_llama_cpp_model_makes_is_parsed_and_answered_streaming_and_no
     assert_log_has_no_errors(&setup.llama);
 }
 
-/// A known incompatibility, pinned: baton's default `[openai] tool_call_content = "null"`
-/// sends a text-less assistant message with tool calls as `"content": null` (what OpenAI
-/// documents), and llama-cpp-python refuses it: its request model types `content` as a
-/// string (and its templates need the key), so the request after any tool call is answered
-/// HTTP 500 with a validation error, which no retry changes. With `empty_string` (the tests
-/// above) it is accepted. When baton's default changes, this test fails: make it an
-/// acceptance check.
+/// Why the default for servers other than OpenAI's own API is `""`: `[openai]
+/// tool_call_content = "null"` sends a text-less assistant message with tool calls as
+/// `"content": null` (what OpenAI documents), and llama-cpp-python refuses it: its request
+/// model types `content` as a string (and its templates need the key), so the request after
+/// any tool call is answered HTTP 500 with a validation error, which no retry changes. With
+/// the default (the tests above) it is accepted.
 #[test]
-fn llama_cpp_python_refuses_the_default_null_content_of_a_tool_call_turn() {
+fn llama_cpp_python_refuses_null_content_beside_tool_calls() {
     let setup = Setup::start();
     setup.proxy.answer_next(MockOpenAi::tool_calls_reply(&[(
         "call_null",
@@ -333,7 +329,10 @@ fn llama_cpp_python_refuses_the_default_null_content_of_a_tool_call_turn() {
     )]));
     let (r, exchanges) = setup.run(
         false,
-        &[("BATON_OPENAI__MAX_ATTEMPTS", "1")],
+        &[
+            ("BATON_OPENAI__MAX_ATTEMPTS", "1"),
+            ("BATON_OPENAI__TOOL_CALL_CONTENT", "null"),
+        ],
         &[],
         "List the files of the workspace.",
     );

@@ -220,13 +220,15 @@ fn a_refusal_ends_the_run_as_content_filtered_with_the_refusal_text() {
 #[test]
 fn a_run_that_hits_length_twice_then_finishes_is_accepted_by_openai_and_ollama() {
     let server = DevServer::start().unwrap();
+    // OpenAI's own API gets `null` (its default there, set here as the mock is on
+    // loopback); any other server gets `""` by default.
     for (name, llm, env) in [
-        ("openai", MockOpenAi::start().unwrap(), vec![]),
         (
-            "ollama",
-            MockOpenAi::start_ollama().unwrap(),
-            vec![("BATON_OPENAI__TOOL_CALL_CONTENT", "empty_string")],
+            "openai",
+            MockOpenAi::start().unwrap(),
+            vec![("BATON_OPENAI__TOOL_CALL_CONTENT", "null")],
         ),
+        ("ollama", MockOpenAi::start_ollama().unwrap(), vec![]),
     ] {
         llm.push(MockOpenAi::length_reply(""));
         llm.push(MockOpenAi::length_reply(""));

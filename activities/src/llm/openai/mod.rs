@@ -22,8 +22,8 @@ use serde_json::Value;
 
 pub use request::{
     DEFAULT_REASONING_MODELS, KIND_EXTRA_CONTENT, KIND_REASONING_CONTENT, REASONING_EFFORTS,
-    ToolCallContent, default_reasoning_models, is_reasoning_model, reasoning_effort, request_body,
-    request_body_for, request_body_with,
+    ToolCallContent, default_reasoning_models, default_tool_call_content, is_reasoning_model,
+    reasoning_effort, request_body, request_body_for, request_body_with,
 };
 pub use response::parse_response;
 

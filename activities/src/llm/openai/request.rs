@@ -42,11 +42,29 @@ pub(super) struct BodyOptions<'a> {
 /// <nil>") and takes `""`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ToolCallContent {
-    /// `"content": null` (OpenAI, vLLM, llama.cpp, Gemini, DeepSeek).
+    /// `"content": null` (what OpenAI documents; the default for OpenAI's own API).
     #[default]
     Null,
-    /// `"content": ""` (Ollama).
+    /// `"content": ""` (the default for other servers: Ollama and llama-cpp-python refuse
+    /// `null`).
     EmptyString,
+}
+
+/// What an endpoint gets when the worker's `[openai] tool_call_content` is unset: `null` for
+/// OpenAI's own API (`api.openai.com`, Azure OpenAI), which documents it, and `""` for every
+/// other server: Ollama's `/v1` refuses `null` ("invalid message content type: <nil>") and
+/// so does llama-cpp-python's server (HTTP 500, "Input should be a valid string"; leaving
+/// `content` out breaks its chat templates), while a string is what every server takes.
+pub fn default_tool_call_content(base_url: &str) -> ToolCallContent {
+    let openai_host = reqwest::Url::parse(base_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+        .is_some_and(|h| h == "api.openai.com" || h.ends_with(".openai.azure.com"));
+    if openai_host {
+        ToolCallContent::Null
+    } else {
+        ToolCallContent::EmptyString
+    }
 }
 
 /// The run's `reasoning_effort`, if it set one: `Err` (a configuration error naming the
