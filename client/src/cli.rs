@@ -1,8 +1,15 @@
-//! Command-line interface definition (clap).
+//! Command-line interface definition (clap): the commands and their arguments here; the
+//! flags' value sets in `cli/values.rs`, their parsers in `cli/parse.rs`.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+
+mod parse;
+mod values;
+
+pub(crate) use parse::*;
+pub(crate) use values::*;
 
 /// baton: AI agents as durable Temporal workflows.
 ///
@@ -82,111 +89,6 @@ pub(crate) enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum Exhausted {
-    /// End the run with the matching reason.
-    Stop,
-    /// Pause until a human extends the limit (approve) or ends the run (deny).
-    Ask,
-}
-
-/// `--reasoning-effort`: OpenAI's `reasoning_effort` / Responses `reasoning.effort`, and
-/// Anthropic adaptive thinking's `output_config.effort` (`low|medium|high|max`).
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum ReasoningEffort {
-    /// No reasoning (gpt-5.1 and later; gpt-5 refuses it).
-    None,
-    /// Very few reasoning tokens (gpt-5; gpt-5.1 and later refuse it).
-    Minimal,
-    /// Faster, cheaper answers.
-    Low,
-    /// The models' default.
-    Medium,
-    /// More thorough reasoning.
-    High,
-    /// The most reasoning (gpt-5.1-codex-max and later).
-    Xhigh,
-    /// Anthropic adaptive thinking's highest effort (Opus).
-    Max,
-}
-
-/// `--cache-ttl`: how long the provider keeps the run's cached prompt prefix.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum CacheTtl {
-    /// Five minutes (the default; refreshed by every call that reads it).
-    #[value(name = "5m")]
-    FiveMinutes,
-    /// One hour, for runs that wait on humans between calls (writes bill at 2x input).
-    #[value(name = "1h")]
-    OneHour,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum TimeoutAction {
-    /// Deny the undecided calls; the run goes on.
-    Deny,
-    /// End the run as approval_timed_out.
-    Fail,
-}
-
-/// What happens to a cut-off side-effecting call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum OnRetry {
-    /// Run it again (from the workspace snapshot it started from).
-    Rerun,
-    /// Wait for a human: approve runs it again, deny skips it.
-    Ask,
-}
-
-/// What a run does when an MCP server it names cannot be used at its start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum McpUnavailable {
-    /// The run ends `tools_unavailable`, naming the server and why.
-    Fail,
-    /// The run goes on without that server's tools (an event says why).
-    Continue,
-}
-
-/// How the processes a tool starts are confined on the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum SandboxMode {
-    /// Read-only filesystem except the run's workspace and a private temp dir (default).
-    WorkspaceWrite,
-    /// Nothing writable but a private temp dir.
-    ReadOnly,
-    /// No confinement: commands run as the worker's user (refused unless the worker sets
-    /// allow_sandbox_off = true).
-    Off,
-}
-
-/// What a connection to a host not on a run's `--allow-host` list does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum OnUnknownHost {
-    /// Refused: the tool sees HTTP 403 from the proxy, the run records it.
-    Deny,
-    /// Refused, and the run asks a human whether to allow that host for the rest of the run.
-    Ask,
-}
-
-/// What `--deliver` does with the run's changes when it ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DeliverMode {
-    /// Commit the change set and push it to branch baton/<run id> (or --branch) of the --git
-    /// repository.
-    Branch,
-    /// That, then open a GitHub pull request into the source ref.
-    Pr,
-}
-
-impl DeliverMode {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Branch => baton_workflows::machine::DELIVER_BRANCH,
-            Self::Pr => baton_workflows::machine::DELIVER_PR,
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -655,147 +557,4 @@ pub(crate) struct SendArgs {
     pub(crate) run: String,
     /// The message.
     pub(crate) text: String,
-}
-
-/// Parses `90`, `90s`, `30m`, `2h`, `1h 30m`.
-pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
-}
-
-/// Parses a size: `1048576`, `512MiB`, `2GiB`, `100MB`, `64k`.
-/// An `--allow-host` entry, checked here so a typo fails at submit (exit 2), not in a tool call.
-pub(crate) fn parse_host_rule(s: &str) -> Result<String, String> {
-    baton_sandbox::net::HostRule::parse(s)
-        .map(|rule| rule.to_string())
-        .map_err(|e| e.to_string())
-}
-
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size; use e.g. 512MiB, 2GiB or a number of bytes"))?;
-    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown size unit '{other}' in '{s}'; use B, KiB, MiB or GiB"
-            ));
-        }
-    };
-    let bytes = value * factor;
-    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(format!("'{s}' is not a positive size"));
-    }
-    Ok(bytes as u64)
-}
-
-/// A positive amount of US dollars: `2.50`, `$0.75`.
-pub(crate) fn parse_usd(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let number = t.strip_prefix('$').unwrap_or(t);
-    match number.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Ok(_) => Err(format!(
-            "'{s}' is not a budget; give a positive amount of US dollars, e.g. 2.50"
-        )),
-        Err(_) => Err(format!(
-            "'{s}' is not an amount of US dollars; give a number such as 2.50"
-        )),
-    }
-}
-
-/// Anthropic's smallest thinking budget, in tokens.
-pub(crate) const MIN_THINKING_BUDGET: u32 = 1024;
-
-/// A thinking budget: a whole number of tokens, at least [`MIN_THINKING_BUDGET`].
-fn parse_thinking_budget(s: &str) -> Result<u32, String> {
-    let tokens: u32 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of tokens; give e.g. 8000"))?;
-    if tokens < MIN_THINKING_BUDGET {
-        return Err(format!(
-            "a thinking budget of {tokens} tokens is below Anthropic's minimum of \
-             {MIN_THINKING_BUDGET}; give at least {MIN_THINKING_BUDGET}"
-        ));
-    }
-    Ok(tokens)
-}
-
-/// [`parse_duration`], above zero (a zero limit would mean no time at all).
-fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
-    let d = parse_duration(s)?;
-    if d.is_zero() {
-        return Err(format!(
-            "'{s}' is zero; give a positive duration (leave the flag out for the default)"
-        ));
-    }
-    Ok(d)
-}
-
-fn parse_run_id(s: &str) -> Result<String, String> {
-    if s.trim().is_empty() {
-        return Err("the run id is empty; leave --id out for a new unique id".to_owned());
-    }
-    if s.chars().any(char::is_control) {
-        return Err(
-            "the run id contains control characters; use letters, digits, - and _".to_owned(),
-        );
-    }
-    Ok(s.to_owned())
-}
-
-fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
-    use baton_proto::RunState;
-    let all = [
-        RunState::Thinking,
-        RunState::Executing,
-        RunState::AwaitingApproval,
-        RunState::Compacting,
-        RunState::Completed,
-        RunState::Failed,
-        RunState::Cancelled,
-    ];
-    let wanted = s.trim().to_uppercase().replace('-', "_");
-    all.into_iter()
-        .find(|state| state.as_str_name() == wanted)
-        .ok_or_else(|| {
-            let names: Vec<&str> = all.iter().map(|state| state.as_str_name()).collect();
-            format!("unknown state '{s}'; use one of {}", names.join(", "))
-        })
-}
-
-fn parse_label(s: &str) -> Result<(String, String), String> {
-    // Labels are a keyword-list search attribute: `list --label` must be able to query them,
-    // and visibility stores (the dev server's SQLite full-text index) choke on quotes and
-    // control characters.
-    if let Some(c) = s
-        .chars()
-        .find(|c| matches!(c, '"' | '\'' | '\\') || c.is_control())
-    {
-        return Err(format!(
-            "'{s}' has the character {c:?}, which labels cannot hold (they are queried through \
-             Temporal visibility); use letters, digits and punctuation other than quotes and \
-             backslashes"
-        ));
-    }
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("'{s}' is not KEY=VALUE")),
-    }
 }
