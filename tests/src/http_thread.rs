@@ -2,12 +2,15 @@
 //! current-thread tokio runtime), so that a server keeps answering whatever runtime — or
 //! none — the test uses, and stops (aborting in-flight connections) when dropped. Shared by
 //! the mock model servers, the git HTTP server and the GitHub stand-in; plus the header map
-//! their captured requests keep.
+//! their captured requests keep, and [`loopback_request`], the one plain HTTP/1.1 request the
+//! harnesses of real servers (moto, llama.cpp) probe them with.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -112,4 +115,41 @@ pub(crate) fn header_map(headers: &HeaderMap) -> BTreeMap<String, String> {
             .or_insert(value);
     }
     map
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port` (`extra_headers` each ending in CRLF), read to
+/// the end of the connection: the status and the body.
+pub(crate) fn loopback_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    extra_headers: &str,
+) -> anyhow::Result<(u16, String)> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n{extra_headers}\r\n",
+        body.len()
+    )?;
+    stream.write_all(body)?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .with_context(|| format!("reading the answer to {method} {path}"))?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("no HTTP status line in the answer to {method} {path}: {text}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }

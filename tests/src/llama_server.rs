@@ -9,8 +9,6 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -30,7 +28,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 use temporalio_client::tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
-use crate::http_thread::HttpThread;
+use crate::http_thread::{HttpThread, loopback_request};
 use crate::mock_openai::sse_transcript;
 use crate::process::{
     check_still_starting, clean_command, keep_dirs, spawn_tied, tail_file, wait_child_timeout,
@@ -154,30 +152,7 @@ impl LlamaServer {
 
     /// One HTTP/1.1 GET; the status and the body.
     fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-            .with_context(|| format!("connecting to {addr}"))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.port
-        )?;
-        let mut response = Vec::new();
-        stream
-            .read_to_end(&mut response)
-            .with_context(|| format!("reading the answer to GET {path}"))?;
-        let text = String::from_utf8_lossy(&response).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .with_context(|| format!("no HTTP status line in the answer to GET {path}: {text}"))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((status, body))
+        loopback_request(self.port, "GET", path, &[], "")
     }
 
     /// `"http://127.0.0.1:<port>/v1"`, what a worker's `OPENAI_BASE_URL` takes.

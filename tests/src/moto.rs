@@ -2,8 +2,6 @@
 //! `pip install 'moto[server]'`), on a free loopback port, stopped on drop.
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -12,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tempfile::TempDir;
 
+use crate::http_thread::loopback_request;
 use crate::process::{
     check_still_starting, clean_command, keep_dirs, spawn_tied, stop_child, tail_file,
 };
@@ -133,31 +132,7 @@ impl MotoServer {
         body: &[u8],
         extra_headers: &str,
     ) -> anyhow::Result<u16> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-            .with_context(|| format!("connecting to {addr}"))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\n\
-             Connection: close\r\n{extra_headers}\r\n",
-            self.port,
-            body.len()
-        )?;
-        stream.write_all(body)?;
-        let mut response = Vec::new();
-        stream
-            .read_to_end(&mut response)
-            .with_context(|| format!("reading the answer to {method} {path}"))?;
-        let text = String::from_utf8_lossy(&response);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .with_context(|| {
-                format!("no HTTP status line in the answer to {method} {path}: {text}")
-            })?;
-        Ok(status)
+        loopback_request(self.port, method, path, body, extra_headers).map(|(status, _)| status)
     }
 
     /// Creates bucket `name` (a plain path-style `PUT /<name>`, which moto accepts

@@ -123,9 +123,10 @@ pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "hi
 /// with gpt-5.1-codex-max). `None`: sent as is (a model this does not know decides).
 pub(crate) fn effort_refused_by(model: &str, effort: &str) -> Option<String> {
     let name = model.rsplit('/').next().unwrap_or(model);
-    let gpt_5_1_or_later = ["gpt-5.1", "gpt-5.2", "gpt-5.3", "gpt-5.4", "gpt-5.5"]
-        .iter()
-        .any(|p| name.starts_with(p));
+    // `gpt-5.<minor>`, any minor version (gpt-5.1, gpt-5.1-codex, gpt-5.2, ...).
+    let gpt_5_1_or_later = name
+        .strip_prefix("gpt-5.")
+        .is_some_and(|minor| minor.starts_with(|c: char| c.is_ascii_digit()));
     let gpt_5 = !gpt_5_1_or_later && (name == "gpt-5" || name.starts_with("gpt-5-"));
     let takes = if gpt_5_1_or_later && effort == "minimal" {
         "none, low, medium, high"
