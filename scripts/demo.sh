@@ -48,9 +48,25 @@ fi
 echo "== starting a worker (log: .baton/worker.log)"
 # The demo's worker serves the demo's run even when .baton/temporal.db remembers an older build
 # as the deployment's current one (a rebuilt checkout running the demo again).
-BATON_DEPLOYMENT__PROMOTE=always "$BIN/baton-worker" >.baton/worker.log 2>&1 &
+# Tools run as the sandbox user, which must be able to traverse every parent of the
+# workspace root; a checkout in a private directory (a `mktemp -d` clone, a 0700 home) is
+# not, so the runs' workspaces live under the temp directory, which every user traverses.
+demo_root=${TMPDIR:-/tmp}/baton-demo-$(id -u)
+mkdir -p "$demo_root/workspaces"
+chmod 0711 "$demo_root" "$demo_root/workspaces"
+BATON_DEPLOYMENT__PROMOTE=always BATON_WORKSPACE_ROOT="$demo_root/workspaces" \
+  "$BIN/baton-worker" >.baton/worker.log 2>&1 &
 started_worker=$!
-for _ in $(seq 1 100); do grep -q "worker started" .baton/worker.log && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+  grep -q "worker started" .baton/worker.log && break
+  if ! kill -0 "$started_worker" 2>/dev/null; then
+    echo "the worker exited at start-up; its log (.baton/worker.log):" >&2
+    cat .baton/worker.log >&2
+    started_worker=""
+    exit 1
+  fi
+  sleep 0.1
+done
 
 echo "== submitting the demo run (scripted model; shell calls need approval)"
 RUN=$($BATON submit --script examples/demo-script.json --require-approval shell \
