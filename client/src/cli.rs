@@ -232,6 +232,18 @@ pub(crate) struct SubmitArgs {
     /// With --deliver pr: open the pull request as a draft.
     #[arg(long, requires = "deliver")]
     pub(crate) pr_draft: bool,
+    /// A check the workflow runs in the final workspace when the agent answers (repeatable,
+    /// in order; `sh -c`, sandboxed like shell, no network), e.g. --verify 'cargo test'. All
+    /// pass: COMPLETED, the evidence in the result's `verification`. One fails: the agent is
+    /// told and may go on, up to --verify-attempts rounds; then the run ends
+    /// verification_failed (exit 1) and nothing is delivered. Also `verify = [...]` in the
+    /// --policy file.
+    #[arg(long = "verify", value_name = "CMD")]
+    pub(crate) verify: Vec<String>,
+    /// Verification rounds before the run ends verification_failed (default 2: the agent
+    /// gets one failure to fix).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub(crate) verify_attempts: Option<u32>,
     /// A JSON Schema file: the agent's final answer must be JSON matching it (one corrective
     /// turn on a mismatch); `result --json` carries it as `output`.
     #[arg(long, value_name = "FILE")]
@@ -402,8 +414,8 @@ pub(crate) struct DecideArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
-    /// Only runs in this state: THINKING, EXECUTING, AWAITING_APPROVAL, COMPACTING (open),
-    /// COMPLETED, FAILED, CANCELLED (ended; CANCELLED includes terminated runs).
+    /// Only runs in this state: THINKING, EXECUTING, AWAITING_APPROVAL, COMPACTING, VERIFYING
+    /// (open), COMPLETED, FAILED, CANCELLED (ended; CANCELLED includes terminated runs).
     #[arg(long, value_parser = parse_state)]
     pub(crate) state: Option<baton_proto::RunState>,
     /// Only runs with this label (repeatable), e.g. --label repo=acme/api.

@@ -155,6 +155,51 @@ pub(crate) struct Ended<'a> {
     /// The final answer as JSON (runs with `--output-schema`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) output: Option<serde_json::Value>,
+    /// The verification commands of the last round (runs with `--verify`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) verification: Vec<Check<'a>>,
+}
+
+/// One verification command as it ran: `result`'s `verification`, `watch`'s
+/// `verification_finished`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Check<'a> {
+    pub(crate) command: &'a str,
+    /// -1 when the command has none (a signal, the timeout).
+    pub(crate) exit_code: i32,
+    pub(crate) passed: bool,
+    pub(crate) duration_ms: u64,
+    pub(crate) status: &'a str,
+    pub(crate) timed_out: bool,
+    pub(crate) round: u32,
+    pub(crate) output_tail: &'a str,
+    /// Blob id of the whole output (`""` when the tail is all of it).
+    pub(crate) output_blob: &'a str,
+}
+
+impl<'a> From<&'a baton_proto::Verification> for Check<'a> {
+    fn from(v: &'a baton_proto::Verification) -> Self {
+        Self {
+            command: &v.command,
+            exit_code: v.exit_code,
+            passed: v.exit_code == 0 && !v.timed_out,
+            duration_ms: v.duration_ms,
+            status: &v.status,
+            timed_out: v.timed_out,
+            round: v.round,
+            output_tail: &v.output_tail,
+            output_blob: &v.output_blob,
+        }
+    }
+}
+
+/// `verification_started`: command `index` of `of` in round `round`.
+#[derive(Debug, Serialize)]
+pub(crate) struct CheckStarted<'a> {
+    pub(crate) command: &'a str,
+    pub(crate) round: u32,
+    pub(crate) index: u32,
+    pub(crate) of: u32,
 }
 
 /// A run's change set: counts, the starting commit, where the patch is, and each file.
@@ -324,6 +369,7 @@ impl<'a> Ended<'a> {
             output: (!r.output.is_empty())
                 .then(|| serde_json::from_str(&r.output).ok())
                 .flatten(),
+            verification: r.verification.iter().map(Check::from).collect(),
         }
     }
 }

@@ -8,7 +8,7 @@ use baton_proto::{
 };
 use serde::Serialize;
 
-use super::{Ended, Pending};
+use super::{Check, CheckStarted, Ended, Pending};
 
 /// One `baton watch --json` line: `{"run_id", "seq", "turn", "at_ms", "kind", <kind>: {..}}`.
 #[derive(Debug, Serialize)]
@@ -90,6 +90,8 @@ pub(crate) enum Event<'a> {
     },
     SubagentStarted(SubagentStartedLine<'a>),
     SubagentFinished(SubagentFinishedLine<'a>),
+    VerificationStarted(CheckStarted<'a>),
+    VerificationFinished(Check<'a>),
     Finished(Ended<'a>),
 }
 
@@ -106,6 +108,8 @@ impl Event<'_> {
             Self::Note { .. } => "note",
             Self::SubagentStarted(_) => "subagent_started",
             Self::SubagentFinished(_) => "subagent_finished",
+            Self::VerificationStarted(_) => "verification_started",
+            Self::VerificationFinished(_) => "verification_finished",
             Self::Finished(_) => "finished",
         }
     }
@@ -129,6 +133,13 @@ impl<'a> From<&'a run_event::Kind> for Event<'a> {
             run_event::Kind::SubagentFinished(f) => {
                 Self::SubagentFinished(SubagentFinishedLine::from(f))
             }
+            run_event::Kind::VerificationStarted(v) => Self::VerificationStarted(CheckStarted {
+                command: &v.command,
+                round: v.round,
+                index: v.index,
+                of: v.of,
+            }),
+            run_event::Kind::VerificationFinished(v) => Self::VerificationFinished(Check::from(v)),
         }
     }
 }

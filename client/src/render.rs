@@ -49,6 +49,9 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
         TerminationReason::ToolsUnavailable => {
             "an MCP server the run named (--mcp) could not be used at its start; see the detail, check the workers' [mcp.servers] settings, or submit with --mcp-unavailable continue"
         }
+        TerminationReason::VerificationFailed => {
+            "the run's --verify commands still failed after the last round (or could not run); nothing was delivered, the patch is still there (baton diff)"
+        }
         TerminationReason::OutputInvalid => {
             "the final answer did not match --output-schema, even after a corrective turn"
         }
@@ -100,7 +103,40 @@ pub(crate) fn result_human(result: &RunResult) -> String {
         }
         _ => {}
     }
+    out.push_str(&verification_human(result));
     out.push_str(&outputs_human(result));
+    out
+}
+
+/// The verification lines of a result ("" for runs without `--verify`).
+fn verification_human(result: &RunResult) -> String {
+    let mut out = String::new();
+    for v in &result.verification {
+        let passed = v.exit_code == 0 && !v.timed_out;
+        out.push_str(&format!(
+            "{}verified: {} {} ({}, {:.1} s, round {})\n",
+            if out.is_empty() { "\n" } else { "" },
+            if passed { "✓" } else { "✗" },
+            escape_line(&v.command),
+            escape_line(&v.status),
+            v.duration_ms as f64 / 1000.0,
+            v.round
+        ));
+        if !passed && !v.output_tail.trim().is_empty() {
+            for line in v
+                .output_tail
+                .trim_end()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                out.push_str(&format!("    {}\n", escape_line(line)));
+            }
+        }
+    }
     out
 }
 
@@ -257,6 +293,42 @@ pub(crate) fn event_human(
     tokens: Option<&Usage>,
 ) -> String {
     match &e.kind {
+        Some(run_event::Kind::VerificationStarted(v)) => format!(
+            "{} {}\n",
+            style.cyan(&format!(
+                "⧗ verifying ({}/{}, round {}):",
+                v.index, v.of, v.round
+            )),
+            one_line(&v.command, 200)
+        ),
+        Some(run_event::Kind::VerificationFinished(v)) => {
+            let passed = v.exit_code == 0 && !v.timed_out;
+            let line = format!(
+                "{} {} ({}, {:.1} s)",
+                if passed {
+                    "✓ verified:"
+                } else {
+                    "✗ verification failed:"
+                },
+                one_line(&v.command, 160),
+                escape_line(&v.status),
+                v.duration_ms as f64 / 1000.0
+            );
+            let mut out = if passed {
+                style.green(&line)
+            } else {
+                style.red(&line)
+            };
+            out.push('\n');
+            if !passed {
+                let tail: Vec<&str> = v.output_tail.trim_end().lines().collect();
+                for l in &tail[tail.len().saturating_sub(10)..] {
+                    out.push_str(&style.dim(&format!("    {}", escape_line(l))));
+                    out.push('\n');
+                }
+            }
+            out
+        }
         Some(run_event::Kind::SubagentStarted(s)) => format!(
             "{} {}  (baton watch {})\n",
             style.cyan(&format!("⇢ subagent {} started:", escape_line(&s.run_id))),

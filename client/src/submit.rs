@@ -78,6 +78,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         )));
     }
     let approval = build_policy(args)?;
+    let (verify, verify_attempts) = verification(args)?;
     let mcp = mcp_servers(&args.mcp)?;
     let script = match &args.script {
         Some(path) => Some(load_script(path)?),
@@ -186,6 +187,8 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         },
         mcp,
         mcp_unavailable: flag_name(args.mcp_unavailable),
+        verify,
+        verify_attempts,
         ..Default::default()
     })
 }
@@ -369,6 +372,110 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
 
 /// Reads a policy file: TOML (`.toml`) or JSON, with the fields of `ApprovalPolicy`.
 pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
+    let mut value = read_policy_value(path)?;
+    // The verification keys of a policy file are the spec's, not the approval policy's.
+    if let Some(map) = value.as_object_mut() {
+        map.remove("verify");
+        map.remove("verify_attempts");
+    }
+    // A file that does not say which tools ask keeps the default (shell), as without a file:
+    // a file written to add a deny rule must not turn approvals off. `require_approval = []`
+    // says so explicitly.
+    let says_which = value.get("require_approval").is_some();
+    let mut policy: ApprovalPolicy = crate::strict::from_value(value).map_err(|e| {
+        Exit::usage(format!(
+            "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
+            path.display()
+        ))
+    })?;
+    if !says_which {
+        policy.require_approval = default_require_approval();
+    }
+    Ok(policy)
+}
+
+/// The verification of a run: `--verify`/`--verify-attempts`, else the policy file's
+/// `verify = ["cmd", ...]` / `verify_attempts = N`.
+fn verification(args: &SubmitArgs) -> Result<(Vec<String>, u32), Exit> {
+    let (mut commands, mut attempts) = (Vec::new(), 0);
+    if let Some(path) = &args.policy {
+        let value = read_policy_value(path)?;
+        let bad = |what: &str| {
+            Exit::usage(format!(
+                "policy file {}: {what}; write e.g. verify = [\"cargo test\"] and \
+                 verify_attempts = 2",
+                path.display()
+            ))
+        };
+        match value.get("verify") {
+            None => {}
+            Some(Value::Array(items)) => {
+                for item in items {
+                    let Some(c) = item.as_str() else {
+                        return Err(bad("verify must be a list of command lines (strings)"));
+                    };
+                    commands.push(c.to_owned());
+                }
+            }
+            Some(_) => return Err(bad("verify must be a list of command lines (strings)")),
+        }
+        match value.get("verify_attempts") {
+            None => {}
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if (1..=baton_workflows::machine::MAX_VERIFY_ATTEMPTS).contains(&n) => {
+                    attempts = n;
+                }
+                _ => {
+                    return Err(bad(&format!(
+                        "verify_attempts must be a whole number from 1 to {}",
+                        baton_workflows::machine::MAX_VERIFY_ATTEMPTS
+                    )));
+                }
+            },
+        }
+    }
+    if !args.verify.is_empty() {
+        commands = args.verify.clone();
+    }
+    if let Some(n) = args.verify_attempts {
+        attempts = n;
+    }
+    if let Some(i) = commands.iter().position(|c| c.trim().is_empty()) {
+        return Err(Exit::usage(format!(
+            "verification command {} is empty; pass the command line to run, e.g. --verify \
+             'cargo test'",
+            i + 1
+        )));
+    }
+    if commands.len() > baton_workflows::machine::MAX_VERIFY_COMMANDS {
+        return Err(Exit::usage(format!(
+            "{} verification commands; a run may have at most {} (join related checks with &&)",
+            commands.len(),
+            baton_workflows::machine::MAX_VERIFY_COMMANDS
+        )));
+    }
+    if let Some(c) = commands
+        .iter()
+        .find(|c| c.len() > baton_workflows::machine::MAX_VERIFY_COMMAND_BYTES)
+    {
+        return Err(Exit::usage(format!(
+            "a verification command is {} bytes long, over {}; put it in a script in the \
+             repository and verify with that",
+            c.len(),
+            baton_workflows::machine::MAX_VERIFY_COMMAND_BYTES
+        )));
+    }
+    if attempts > 0 && commands.is_empty() {
+        return Err(Exit::usage(
+            "--verify-attempts needs a check to run: add --verify CMD (or verify = [...] in the \
+             policy file)",
+        ));
+    }
+    Ok((commands, attempts))
+}
+
+/// A policy file (TOML or JSON) as a JSON value.
+fn read_policy_value(path: &Path) -> Result<Value, Exit> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Exit::usage(format!(
             "cannot read policy file {}: {e}; pass an existing TOML or JSON file to --policy",
@@ -416,20 +523,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
             })?,
         },
     };
-    // A file that does not say which tools ask keeps the default (shell), as without a file:
-    // a file written to add a deny rule must not turn approvals off. `require_approval = []`
-    // says so explicitly.
-    let says_which = value.get("require_approval").is_some();
-    let mut policy: ApprovalPolicy = crate::strict::from_value(value).map_err(|e| {
-        Exit::usage(format!(
-            "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
-            path.display()
-        ))
-    })?;
-    if !says_which {
-        policy.require_approval = default_require_approval();
-    }
-    Ok(policy)
+    Ok(value)
 }
 
 /// Reads a script: `{"turns": [...]}` or a bare list of turns. A tool call's `arguments` may
@@ -593,6 +687,68 @@ mod tests {
                 "{}",
                 e.message
             );
+        }
+    }
+
+    /// The spec built from a policy file with `text` and `args`.
+    fn spec_with_policy(text: &str, args: &[&str]) -> Result<RunSpec, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        let mut all = vec!["--policy", path.as_str()];
+        all.extend_from_slice(args);
+        spec_of(&all)
+    }
+
+    #[test]
+    fn verification_comes_from_the_flags_or_the_policy_file() {
+        let spec = spec_of(&["--verify", "cargo build", "--verify", "cargo test"]).unwrap();
+        assert_eq!(spec.verify, ["cargo build", "cargo test"]);
+        assert_eq!(spec.verify_attempts, 0, "the workflow's default");
+        let file = "verify = [\"npm test\"]\nverify_attempts = 3\nrequire_approval = []\n";
+        let spec = spec_with_policy(file, &[]).unwrap();
+        assert_eq!(
+            (spec.verify.as_slice(), spec.verify_attempts),
+            (&["npm test".to_owned()][..], 3)
+        );
+        assert!(
+            spec.approval.unwrap().require_approval.is_empty(),
+            "the policy still applies"
+        );
+        // Flags override the file.
+        let spec =
+            spec_with_policy(file, &["--verify", "make check", "--verify-attempts", "1"]).unwrap();
+        assert_eq!(
+            (spec.verify.as_slice(), spec.verify_attempts),
+            (&["make check".to_owned()][..], 1)
+        );
+        assert!(spec_of(&[]).unwrap().verify.is_empty());
+    }
+
+    #[test]
+    fn bad_verification_is_refused_with_what_to_do() {
+        for (args, said) in [
+            (&["--verify", " "][..], "verification command 1 is empty"),
+            (
+                &["--verify-attempts", "2"][..],
+                "--verify-attempts needs a check",
+            ),
+            (
+                &["--verify", "true", "--verify-attempts", "0"][..],
+                "0 is not in 1..=10",
+            ),
+        ] {
+            let e = spec_of(args).unwrap_err();
+            assert!(e.contains(said), "{args:?}: {e}");
+        }
+        for (file, said) in [
+            ("verify = \"npm test\"\n", "verify must be a list"),
+            ("verify = [1]\n", "verify must be a list"),
+            ("verify = [\"x\"]\nverify_attempts = 50\n", "from 1 to 10"),
+        ] {
+            let e = spec_with_policy(file, &[]).unwrap_err();
+            assert!(e.contains(said), "{file}: {e}");
         }
     }
 

@@ -488,6 +488,14 @@ impl<'a> View<'a> {
             Some(Kind::ToolFinished(r)) => {
                 self.running.remove(&r.call_id);
             }
+            Some(Kind::VerificationStarted(v)) => {
+                self.running.clear();
+                self.running.insert(
+                    format!("verify-{}-{}", v.round, v.index),
+                    ("verify".to_owned(), e.at_ms),
+                );
+            }
+            Some(Kind::VerificationFinished(_)) => self.running.clear(),
             Some(Kind::Finished(_)) => {
                 self.ended = true;
                 self.running.clear();

@@ -34,6 +34,7 @@ mod suite {
     mod subagents;
     mod tls;
     mod tools;
+    mod verification;
     mod worker_ops;
     mod workspace;
 }

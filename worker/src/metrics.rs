@@ -28,11 +28,12 @@ use crate::observers::BatonMetrics;
 use crate::settings::Settings;
 
 /// Open-run states counted by the poller (terminal states are not "open").
-const OPEN_STATES: [baton_proto::RunState; 4] = [
+const OPEN_STATES: [baton_proto::RunState; 5] = [
     baton_proto::RunState::Thinking,
     baton_proto::RunState::Executing,
     baton_proto::RunState::AwaitingApproval,
     baton_proto::RunState::Compacting,
+    baton_proto::RunState::Verifying,
 ];
 
 /// The exporter's meter and baton's instruments on it.

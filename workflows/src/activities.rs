@@ -6,7 +6,8 @@
 use baton_proto::{
     Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
     InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, MergeRequest,
-    MergeResult, PrepareRequest, PreparedWorkspace, ToolRequest, ToolResult, WorkspaceInstructions,
+    MergeResult, PrepareRequest, PreparedWorkspace, ToolRequest, ToolResult, Verification,
+    VerifyRequest, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -51,6 +52,13 @@ impl ToolActivities {
     }
 
     /// Reads what the system prompt needs from the run's workspace (its path, AGENTS.md).
+    /// One verification command in the run's workspace at the request's snapshot
+    /// (`RunSpec.verify`, issue 32); the tree is put back before the next tool call.
+    #[activity(name = "run_verification")]
+    pub fn run_verification(request: VerifyRequest) -> Result<Verification, ActivityError> {
+        unimplemented!()
+    }
+
     #[activity(name = "read_instructions")]
     pub fn read_instructions(
         request: InstructionsRequest,
@@ -131,6 +139,7 @@ pub use llm_activities::LlmGenerate;
 pub use tool_activities::ReadInstructions;
 /// Marker of the `run_tool` activity, for implementations.
 pub use tool_activities::RunTool;
+pub use tool_activities::RunVerification;
 
 /// The application-failure types baton's activities raise (`ApplicationFailure::type_name`),
 /// matched by the workflow and named in retry policies (`non_retryable_error_types`).

@@ -73,6 +73,12 @@ pub enum StateError {
         /// What is wrong with them and how to fix it.
         detail: String,
     },
+    /// The spec's verification commands cannot run as written.
+    #[error("invalid --verify: {detail}")]
+    InvalidVerify {
+        /// What is wrong with them and how to fix it.
+        detail: String,
+    },
     /// The spec's output schema is not a JSON Schema.
     #[error("invalid --output-schema: {detail}")]
     InvalidOutputSchema {

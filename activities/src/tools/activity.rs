@@ -241,6 +241,11 @@ impl ToolService {
         }
     }
 
+    /// How tool processes are sandboxed on this worker.
+    pub(crate) fn sandbox(&self) -> Arc<SandboxSettings> {
+        self.sandbox.clone()
+    }
+
     /// The blob store workspaces are snapshotted into.
     pub(crate) fn store(&self) -> &SharedStore {
         &self.store
@@ -410,6 +415,16 @@ impl ToolService {
         request: ToolRequest,
     ) -> Result<ToolResult, ActivityError> {
         self.attempt(ctx, request, Kind::Builtin).await
+    }
+
+    /// Runs one verification command (`tools::verify`); its exit code is the result.
+    #[activity(definition = baton_workflows::activities::RunVerification)]
+    pub async fn run_verification(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: baton_proto::VerifyRequest,
+    ) -> Result<baton_proto::Verification, ActivityError> {
+        self.verification(ctx, request).await
     }
 
     /// Calls an MCP server's tool (`request.mcp`); the tool's errors are `is_error` results.

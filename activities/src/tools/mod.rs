@@ -23,6 +23,7 @@ pub mod orphans;
 pub mod output;
 pub mod search;
 pub mod shell;
+pub mod verify;
 mod walk;
 pub mod workspace;
 

@@ -110,6 +110,7 @@ pub(crate) fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
         RunState::Executing,
         RunState::AwaitingApproval,
         RunState::Compacting,
+        RunState::Verifying,
         RunState::Completed,
         RunState::Failed,
         RunState::Cancelled,

@@ -40,6 +40,12 @@
 //! | `Executing` | `next_step` | `Executing` | `RunTools` (the calls allowed to run) |
 //! | `Executing` | `on_tools_started`, `on_tools_finished` | `Executing` | `tool_started`/`tool_finished` events, once each |
 //! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off (`on_retry = "ask"`) | results join the conversation (and the breaker's alert, after its first threshold) |
+//! | `Thinking` | `on_llm_response`, no tool calls, the spec has `verify` commands | `Verifying` (the answer waits) | note |
+//! | `Verifying` | `next_step` | `Verifying` | `Verify` (the round's next command; `verification_started` once) |
+//! | `Verifying` | `on_verified`, passed, commands left | `Verifying` | `verification_finished` |
+//! | `Verifying` | `on_verified`, the last command passed | `Finished` (`Completed`, `verification` in the result) | |
+//! | `Verifying` | `on_verified`, failed, rounds left | `Thinking` | the failure as a synthetic user message |
+//! | `Verifying` | `on_verified`, failed in the last round; `on_verify_failed` | `Finished` (`VerificationFailed`; not delivered) | |
 //! | `Finished` | `next_step`, outputs collected (patch `run-outputs-v1`), change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
 //! | `Finished` | `next_step`, change set collected, delivery asked for and not done, a patch to deliver | `Finished` | `Deliver` |
 //! | `Finished` | `next_step`, otherwise | `Finished` | `Finish` (the result with `changes` and `delivered`) |
@@ -75,6 +81,7 @@
 //! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
 //! - `fork.rs`: a forked run's first state ([`RunState::fork`], `baton fork`).
+//! - `verify.rs`: the verification gate (`RunSpec.verify`) between the answer and the end.
 //! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
 //! - `mcp.rs`: the run's MCP servers listed at its start.
 //! - `subagents.rs`: `spawn_agent` calls (checked, the child's spec), children's events and
@@ -104,9 +111,14 @@ mod outputs;
 mod status;
 mod subagents;
 mod turn;
+mod verify;
 
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
 pub use status::describe_event;
+pub use verify::{
+    DEFAULT_VERIFY_ATTEMPTS, MAX_VERIFY_ATTEMPTS, MAX_VERIFY_COMMAND_BYTES, MAX_VERIFY_COMMANDS,
+    VerifyState,
+};
 
 /// Default maximum number of LLM calls in a run.
 pub const DEFAULT_MAX_TURNS: u32 = 50;
@@ -176,6 +188,9 @@ pub enum Step {
     /// Collect the change set of the finished run (activity `collect_changes`), then report
     /// with [`RunState::on_changes`] or [`RunState::on_changes_failed`].
     CollectChanges(baton_proto::CollectRequest),
+    /// Run one verification command (activity `run_verification`), then report with
+    /// [`RunState::on_verified`] or [`RunState::on_verify_failed`].
+    Verify(baton_proto::VerifyRequest),
     /// Deliver the change set (activity `deliver`), then report with
     /// [`RunState::on_delivered`] or [`RunState::on_delivery_failed`].
     Deliver(baton_proto::DeliverRequest),
@@ -263,6 +278,14 @@ pub enum Phase {
         upto: usize,
         /// Estimated tokens before.
         tokens_before: u32,
+    },
+    /// The model answered; the answer waits while the verification commands run
+    /// ([`verify`]).
+    Verifying {
+        /// The final answer.
+        answer: String,
+        /// Its JSON value under the output schema ("" without one).
+        output: String,
     },
     /// Over.
     Finished(Box<RunResult>),
@@ -384,6 +407,9 @@ pub struct RunState {
     /// `spawn_agent` calls that ran (each took a child run id), over the whole run.
     #[serde(default)]
     pub subagents_started: u32,
+    /// The verification gate's rounds and results ([`verify`]).
+    #[serde(default)]
+    pub verify: VerifyState,
 }
 
 /// A compaction summary.
@@ -414,6 +440,7 @@ impl Phase {
             Phase::AwaitingApproval(_) => "awaiting approval",
             Phase::Executing(_) => "executing tools",
             Phase::Compacting { .. } => "compacting",
+            Phase::Verifying { .. } => "verifying",
             Phase::Finished(_) => "finished",
         }
     }
@@ -432,6 +459,7 @@ impl RunState {
             policy::validate(p).map_err(|detail| StateError::InvalidPolicy { detail })?;
         }
         outputs::validate(&spec)?;
+        verify::validate(&spec)?;
         crate::mcp::validate(&spec.mcp, &spec.mcp_unavailable)
             .map_err(|detail| StateError::InvalidMcp { detail })?;
         let conversation = vec![user(&spec.task, false)];
@@ -495,6 +523,7 @@ impl RunState {
             refused_at: None,
             mcp_listed: false,
             subagents_started: 0,
+            verify: VerifyState::default(),
         }
     }
 
@@ -517,6 +546,7 @@ impl RunState {
                 timeout_seconds: self.approval_timeout(),
             },
             Phase::Compacting { upto, .. } => Step::Compact(self.compact_request(*upto)),
+            Phase::Verifying { .. } => self.verify_step(now_ms),
             Phase::Executing(batch) => self.run_tools_step(batch, now_ms),
             Phase::Thinking => {
                 if let Some((reason, detail)) = self.guard(now_ms) {

@@ -221,6 +221,8 @@ impl RunState {
             ))
         } else if git.is_none() {
             Some("not delivered: the run has no git repository to push to".to_owned())
+        } else if let Some(refusal) = self.verification_allows_delivery() {
+            Some(refusal)
         } else if changes.base_commit.is_empty() {
             Some("not delivered: the run's starting tree has no git commit to build on".to_owned())
         } else {
@@ -250,11 +252,11 @@ impl RunState {
     /// output schema and does not (one corrective turn, then `OutputInvalid`).
     pub(super) fn on_final_answer(&mut self, answer: String, now_ms: i64) {
         if self.spec.output_schema.is_empty() {
-            self.complete(now_ms, answer, String::new());
+            self.answered(now_ms, answer, String::new());
             return;
         }
         match crate::schema::validate(&self.spec.output_schema, &answer) {
-            Ok(value) => self.complete(now_ms, answer, value.to_string()),
+            Ok(value) => self.answered(now_ms, answer, value.to_string()),
             Err(why) if !self.outputs.schema_retried => {
                 self.outputs.schema_retried = true;
                 self.note(
@@ -360,6 +362,7 @@ impl RunState {
     pub(super) fn with_outputs(&self, mut result: RunResult) -> RunResult {
         result.changes = self.outputs.changes.clone();
         result.delivered = self.outputs.delivered.clone();
+        result.verification = self.verify.results.clone();
         result
     }
 

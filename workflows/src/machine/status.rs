@@ -18,6 +18,7 @@ impl RunState {
             }
             Phase::Executing(_) => (StateName::Executing, TerminationReason::Unspecified),
             Phase::Compacting { .. } => (StateName::Compacting, TerminationReason::Unspecified),
+            Phase::Verifying { .. } => (StateName::Verifying, TerminationReason::Unspecified),
             Phase::Finished(r) => (r.status(), r.reason()),
         };
         RunStatus {
@@ -171,6 +172,21 @@ pub fn describe_event(e: &RunEvent) -> String {
                 }
             )
         }
+        Some(run_event::Kind::VerificationStarted(v)) => format!(
+            "verifying ({}/{}, round {}): {}",
+            v.index, v.of, v.round, v.command
+        ),
+        Some(run_event::Kind::VerificationFinished(v)) => format!(
+            "verification {}: {} ({}, {:.1} s)",
+            if v.exit_code == 0 && !v.timed_out {
+                "passed"
+            } else {
+                "failed"
+            },
+            v.command,
+            v.status,
+            v.duration_ms as f64 / 1000.0
+        ),
         None => String::new(),
     }
 }

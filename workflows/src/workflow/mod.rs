@@ -212,6 +212,7 @@ impl AgentRun {
                         }
                     }
                 }
+                Step::Verify(request) => outputs::verify(ctx, request).await,
                 Step::CollectChanges(request) => outputs::collect(ctx, request).await,
                 Step::Deliver(request) => outputs::deliver(ctx, request).await,
                 Step::AwaitApproval { timeout_seconds } => {

@@ -153,6 +153,34 @@ fn workspace_options(
     heartbeating(start_to_close, retry, token, summary.to_owned())
 }
 
+/// Options of `run_verification`: the command's own timeout and a minute for the restore, a
+/// heartbeat like a tool call's (a killed worker's check runs again elsewhere within seconds,
+/// from the same snapshot), retried like a workspace activity; cancelling it waits until its
+/// processes are gone.
+pub(super) fn verify_options(
+    request: &baton_proto::VerifyRequest,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
+    let retry = backoff(
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+        WORKSPACE_MAX_ATTEMPTS,
+        &[FailureType::BadInput],
+    );
+    let mut summary = format!("verify: {}", request.command);
+    crate::view::cut_text(&mut summary, 200);
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(
+        u64::from(request.timeout_seconds.max(1)) + 60,
+    ))
+    .activity_id(format!("verify-{}-{}", request.round, request.index))
+    .heartbeat_timeout(TOOL_HEARTBEAT)
+    .retry_policy(retry)
+    .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
+    .cancellation_token(token.clone())
+    .summary(summary)
+    .build()
+}
+
 /// Options of `mcp_list_tools` for `server`: the server may have to start (a stdio process)
 /// before it answers; the activity heartbeats while it waits.
 pub(super) fn mcp_list_options(server: &str, token: &WorkflowCancellationToken) -> ActivityOptions {

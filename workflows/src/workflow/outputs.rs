@@ -5,16 +5,19 @@
 //! The closing activities run on a token of their own, not a child of the run's: a cancelled
 //! run still hands back what it changed.
 
-use baton_proto::{CollectRequest, DeliverRequest};
+use baton_proto::{CollectRequest, DeliverRequest, VerifyRequest};
 use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, WorkflowContext};
 
 use super::{
     AgentRun,
     deadline::{OnDeadline, within_deadline},
     failure_message, now_ms,
-    options::{collect_options, deliver_options, prepare_options, step_token},
+    options::{collect_options, deliver_options, prepare_options, step_token, verify_options},
 };
-use crate::{activities::WorkspaceActivities, machine::RunState};
+use crate::{
+    activities::{ToolActivities, WorkspaceActivities},
+    machine::RunState,
+};
 
 /// Prepares the run's workspace from its source, when it has one and it is not done yet.
 pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
@@ -37,6 +40,25 @@ pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
         Err(e) => {
             let detail = failure_message(&e);
             ctx.state_mut(|s| s.run.on_workspace_failed(&detail, now));
+        }
+    }
+}
+
+/// Runs one verification command of the answer (raced against the deadline and a
+/// cancellation, like a tool call).
+pub(super) async fn verify(ctx: &mut WorkflowContext<AgentRun>, request: VerifyRequest) {
+    let token = step_token(ctx);
+    let options = verify_options(&request, &token);
+    let call = ctx.execute_activity(ToolActivities::run_verification, request, options);
+    let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await else {
+        return;
+    };
+    let now = now_ms(ctx.workflow_time());
+    match outcome {
+        Ok(verification) => ctx.state_mut(|s| s.run.on_verified(verification, now)),
+        Err(e) => {
+            let detail = failure_message(&e);
+            ctx.state_mut(|s| s.run.on_verify_failed(&detail, now));
         }
     }
 }

@@ -78,7 +78,8 @@ impl Published {
         let state = match status.state() {
             baton_proto::RunState::Thinking
             | baton_proto::RunState::Executing
-            | baton_proto::RunState::Compacting => "RUNNING".to_owned(),
+            | baton_proto::RunState::Compacting
+            | baton_proto::RunState::Verifying => "RUNNING".to_owned(),
             other => other.as_str_name().to_owned(),
         };
         let pending = status.pending.iter().map(|p| p.call_id.clone()).collect();

@@ -82,11 +82,53 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
         Some(seconds) => Duration::from_secs(seconds).min(ctx.timeout),
         None => ctx.timeout,
     };
+    let ran = run_command(ctx, &args.command, timeout).await?;
+    Ok(Outcome {
+        is_error: !ran.succeeded(),
+        full: (ran.full != ran.preview).then_some(ran.full),
+        content: ran.preview,
+        network: ran.network,
+    })
+}
 
+/// How a command ended, for callers that need more than the tool's text (the verification
+/// gate).
+#[derive(Debug)]
+pub struct Ran {
+    /// Its exit code (`None`: killed by a signal, or stopped at the timeout).
+    pub exit_code: Option<i32>,
+    /// It was stopped at the timeout.
+    pub timed_out: bool,
+    /// How it ended, in words ("exit code: 1", "exit code: none (killed by signal SIGKILL)");
+    /// for a timeout, what the model should do about it.
+    pub status_line: String,
+    /// The status line and the output, at most [`OUTPUT_CAP_BYTES`].
+    pub preview: String,
+    /// The same, at most [`FULL_OUTPUT_CAP_BYTES`].
+    pub full: String,
+    /// What its processes did through the proxy of their network namespace.
+    pub network: Option<baton_sandbox::net::NetReport>,
+}
+
+impl Ran {
+    /// It exited with code 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// Runs `command` with `sh -c` in the workspace under the context's sandbox, within `timeout`
+/// (see the module docs for how its processes are stopped). `Err` means `sh` could not be
+/// started or waited for, or [`ToolContext::cancel`] fired.
+pub async fn run_command(
+    ctx: &ToolContext,
+    command_line: &str,
+    timeout: Duration,
+) -> Result<Ran, ToolError> {
     let mut command = Command::new("sh");
     command
         .arg("-c")
-        .arg(&args.command)
+        .arg(command_line)
         .current_dir(&ctx.workspace);
     command
         .env_clear()
@@ -202,7 +244,10 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     };
     group.disarm();
 
-    let is_error = !matches!(ended, Ended::Exited(Ok(status)) if status.success());
+    let (exit_code, timed_out) = match &ended {
+        Ended::Exited(Ok(status)) => (status.code(), false),
+        _ => (None, true),
+    };
     let stdout = lock(&stdout);
     let stderr = lock(&stderr);
     let incomplete = if complete {
@@ -213,10 +258,12 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
     };
     let preview = render(&status_line, &stdout, &stderr, OUTPUT_CAP_BYTES) + incomplete;
     let full = render(&status_line, &stdout, &stderr, FULL_OUTPUT_CAP_BYTES) + incomplete;
-    Ok(Outcome {
-        is_error,
-        full: (full != preview).then(|| output::cap(&full, FULL_OUTPUT_CAP_BYTES)),
-        content: output::cap(&preview, OUTPUT_CAP_BYTES),
+    Ok(Ran {
+        exit_code,
+        timed_out,
+        preview: output::cap(&preview, OUTPUT_CAP_BYTES),
+        full: output::cap(&full, FULL_OUTPUT_CAP_BYTES),
+        status_line,
         network: confinement.0.as_ref().and_then(Prepared::network_report),
     })
 }

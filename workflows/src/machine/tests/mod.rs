@@ -26,6 +26,7 @@ mod outputs;
 mod phases;
 mod subagents;
 mod turn;
+mod verify;
 
 fn spec(require_approval: &[&str]) -> RunSpec {
     RunSpec {
