@@ -232,6 +232,14 @@ pub(crate) struct SubmitArgs {
     /// With --deliver pr: open the pull request as a draft.
     #[arg(long, requires = "deliver")]
     pub(crate) pr_draft: bool,
+    /// The run's environment file (TOML, like a repository's .baton/environment.toml): setup
+    /// commands run once per cache key before the first model call, with network to
+    /// setup_hosts and the worker-side setup_secrets; the set-up tree is cached for later runs;
+    /// verify = [...] gives the default --verify. Default: --workspace-from DIR's
+    /// .baton/environment.toml, or the --git repository's own (read by the worker); a worker's
+    /// pin for the repository wins.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) environment: Option<PathBuf>,
     /// A check the workflow runs in the final workspace when the agent answers (repeatable,
     /// in order; `sh -c`, sandboxed like shell, no network), e.g. --verify 'cargo test'. All
     /// pass: COMPLETED, the evidence in the result's `verification`. One fails: the agent is

@@ -49,6 +49,9 @@ pub(crate) fn explain(reason: TerminationReason) -> &'static str {
         TerminationReason::ToolsUnavailable => {
             "an MCP server the run named (--mcp) could not be used at its start; see the detail, check the workers' [mcp.servers] settings, or submit with --mcp-unavailable continue"
         }
+        TerminationReason::SetupFailed => {
+            "a setup command of the run's environment failed before any model call (or the environment could not be set up); the detail has its output's end"
+        }
         TerminationReason::VerificationFailed => {
             "the run's --verify commands still failed after the last round (or could not run); nothing was delivered, the patch is still there (baton diff)"
         }

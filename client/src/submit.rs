@@ -79,6 +79,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
     }
     let approval = build_policy(args)?;
     let (verify, verify_attempts) = verification(args)?;
+    let environment = environment(args)?;
     let mcp = mcp_servers(&args.mcp)?;
     let script = match &args.script {
         Some(path) => Some(load_script(path)?),
@@ -189,8 +190,53 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         mcp_unavailable: flag_name(args.mcp_unavailable),
         verify,
         verify_attempts,
+        environment,
         ..Default::default()
     })
+}
+
+/// The run's environment: `--environment FILE`, else `--workspace-from DIR`'s own
+/// `.baton/environment.toml` (a git source's is read by the worker).
+fn environment(args: &SubmitArgs) -> Result<Option<baton_proto::EnvironmentSpec>, Exit> {
+    let (path, origin) = match (&args.environment, &args.workspace_from) {
+        (Some(path), _) => (path.clone(), format!("--environment {}", path.display())),
+        (None, Some(dir)) => {
+            let path = dir.join(baton_workflows::environment::ENVIRONMENT_FILE);
+            if !path.is_file() {
+                return Ok(None);
+            }
+            let origin = path.display().to_string();
+            (path, origin)
+        }
+        (None, None) => return Ok(None),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Exit::usage(format!(
+            "cannot read the environment file {}: {e}; pass an existing TOML file",
+            path.display()
+        ))
+    })?;
+    let env = baton_workflows::environment::parse(&text, &origin).map_err(Exit::usage)?;
+    if let Some((host, e)) = env
+        .setup_hosts
+        .iter()
+        .find_map(|h| crate::cli::parse_host_rule(h).err().map(|e| (h, e)))
+    {
+        return Err(Exit::usage(format!(
+            "{origin}: setup_hosts entry '{host}': {e}"
+        )));
+    }
+    if !env.setup.is_empty()
+        && args.git.is_none()
+        && args.workspace_from.is_none()
+        && args.workspace_of.is_none()
+    {
+        return Err(Exit::usage(format!(
+            "{origin} has setup commands, which need a workspace to set up: add --git URL or \
+             --workspace-from DIR"
+        )));
+    }
+    Ok(Some(env))
 }
 
 /// `--mcp NAME[:tool1,tool2]` entries, checked as the workflow will check them.

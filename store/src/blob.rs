@@ -55,8 +55,37 @@ pub trait BlobStore: Send + Sync + fmt::Debug {
     /// Whether blob `id` exists.
     async fn contains(&self, id: &BlobId) -> Result<bool, StoreError>;
 
+    /// Points the named reference `name` at blob `id` (last writer wins): the one mutable
+    /// thing in the store, for caches keyed by something other than content (an environment's
+    /// cache key). `name` is checked with [`check_ref_name`].
+    async fn put_ref(&self, name: &str, id: &BlobId) -> Result<(), StoreError>;
+
+    /// The blob reference `name` points at, `None` when it was never set.
+    async fn get_ref(&self, name: &str) -> Result<Option<BlobId>, StoreError>;
+
     /// A short description for logs ("local:/var/baton/blobs", "s3://bucket/prefix").
     fn describe(&self) -> String;
+}
+
+/// A reference name: '/'-separated components of `[a-z0-9._-]`, none empty, `.` or `..`, at
+/// most 200 bytes (`env/<hex>`).
+pub fn check_ref_name(name: &str) -> Result<(), StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name.split('/').all(|c| {
+            !c.is_empty()
+                && c != "."
+                && c != ".."
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Config(format!(
+            "'{name}' is not a reference name ('/'-separated [a-z0-9._-] components)"
+        )))
+    }
 }
 
 /// A shared blob store.

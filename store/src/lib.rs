@@ -31,7 +31,7 @@ pub mod s3;
 mod settings;
 pub mod snapshot;
 
-pub use blob::{BlobId, BlobStore, SharedStore, get_json, put_json};
+pub use blob::{BlobId, BlobStore, SharedStore, check_ref_name, get_json, put_json};
 pub use error::{StoreError, error_chain};
 pub use local::LocalStore;
 pub use s3::S3Store;

@@ -166,9 +166,47 @@ impl BlobStore for LocalStore {
         .await
     }
 
+    async fn put_ref(&self, name: &str, id: &BlobId) -> Result<(), StoreError> {
+        crate::blob::check_ref_name(name)?;
+        let path = self.root.join("refs").join(name);
+        let value = id.to_string();
+        blocking(move || replace_file(&path, value.as_bytes())).await
+    }
+
+    async fn get_ref(&self, name: &str) -> Result<Option<BlobId>, StoreError> {
+        crate::blob::check_ref_name(name)?;
+        let path = self.root.join("refs").join(name);
+        blocking(move || match fs::read_to_string(&path) {
+            Ok(text) => BlobId::parse(text.trim()).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(backend(format!("read of reference {}", path.display()), e)),
+        })
+        .await
+    }
+
     fn describe(&self) -> String {
         format!("local:{}", self.root.display())
     }
+}
+
+/// Writes `bytes` to `path`, replacing what is there atomically (temp file + rename).
+fn replace_file(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let op = || format!("write of reference {}", path.display());
+    let dir = path
+        .parent()
+        .ok_or_else(|| backend(op(), "the reference path has no parent directory"))?;
+    fs::create_dir_all(dir).map_err(|e| backend(op(), e))?;
+    let tmp = dir.join(format!(
+        ".ref.{}.{}.tmp",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(backend(op(), e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -216,6 +254,20 @@ mod tests {
         assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), before);
         let files: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
         assert_eq!(files.len(), 1, "no temp files left behind: {files:?}");
+    }
+
+    #[tokio::test]
+    async fn references_are_set_replaced_and_read_back() {
+        let (_dir, store) = store();
+        assert_eq!(store.get_ref("env/abc").await.unwrap(), None);
+        let (a, b) = (BlobId::of(b"a"), BlobId::of(b"b"));
+        store.put_ref("env/abc", &a).await.unwrap();
+        assert_eq!(store.get_ref("env/abc").await.unwrap(), Some(a));
+        store.put_ref("env/abc", &b).await.unwrap();
+        assert_eq!(store.get_ref("env/abc").await.unwrap(), Some(b.clone()));
+        for bad in ["", "../x", "env//x", "Env/x", "env/./x"] {
+            assert!(store.put_ref(bad, &b).await.is_err(), "{bad}");
+        }
     }
 
     #[tokio::test]

@@ -141,6 +141,13 @@ impl S3Store {
         format!("{}{id}", self.prefix)
     }
 
+    fn ref_location(&self, name: &str) -> Result<Path, StoreError> {
+        Path::parse(format!("{}refs/{name}", self.prefix)).map_err(|e| StoreError::Backend {
+            op: format!("naming reference {name}"),
+            detail: e.to_string(),
+        })
+    }
+
     fn location(&self, id: &BlobId) -> Result<Path, StoreError> {
         Path::parse(self.key_of(id)).map_err(|e| StoreError::Backend {
             op: format!("naming blob {}", short(id)),
@@ -222,6 +229,40 @@ impl BlobStore for S3Store {
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.failure("lookup", id, e)),
         }
+    }
+
+    async fn put_ref(&self, name: &str, id: &BlobId) -> Result<(), StoreError> {
+        crate::blob::check_ref_name(name)?;
+        let location = self.ref_location(name)?;
+        self.store
+            .put_opts(
+                &location,
+                PutPayload::from(id.to_string().into_bytes()),
+                PutOptions::default(),
+            )
+            .await
+            .map_err(|e| self.failure("upload", id, e))?;
+        Ok(())
+    }
+
+    async fn get_ref(&self, name: &str) -> Result<Option<BlobId>, StoreError> {
+        crate::blob::check_ref_name(name)?;
+        let location = self.ref_location(name)?;
+        let result = match self.store.get_opts(&location, GetOptions::default()).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => {
+                return Err(StoreError::Backend {
+                    op: format!("read of reference {name} in {}", self.describe()),
+                    detail: error_chain(&e),
+                });
+            }
+        };
+        let bytes = result.bytes().await.map_err(|e| StoreError::Backend {
+            op: format!("read of reference {name} in {}", self.describe()),
+            detail: error_chain(&e),
+        })?;
+        BlobId::parse(String::from_utf8_lossy(&bytes).trim()).map(Some)
     }
 
     fn describe(&self) -> String {

@@ -367,6 +367,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     baton_activities::tools::shell::hide_env(settings.git.secret_env_names());
     // So do the variables the MCP settings name (tokens, keys of MCP servers).
     baton_activities::tools::shell::hide_env(settings.mcp.secret_env_names());
+    // Setup commands' secrets reach setup commands only.
+    baton_activities::tools::shell::hide_env(settings.environments.secrets.clone());
     for (server, variable) in settings.mcp.unset_env(|name| std::env::var(name).ok()) {
         warn!(
             server = %server,
@@ -401,7 +403,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         )
         .register_activities(tools.clone())
         .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
-        .register_activities(WorkspaceService::new(tools, settings.git.clone()))
+        .register_activities(
+            WorkspaceService::new(tools, settings.git.clone())
+                .with_environments(settings.environments.clone()),
+        )
         .deployment_options(settings.deployment.options())
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(

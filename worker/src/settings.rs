@@ -37,6 +37,9 @@ pub(crate) struct Settings {
     /// Git (`[git]`): commit author, credentials per host (by environment variable name),
     /// the GitHub API for pull requests.
     pub(crate) git: baton_activities::git::GitSettings,
+    /// Repository environments (`[environments]`, issue 32): the secrets setup commands may
+    /// ask for, the image facts of the cache key, pinned environments per repository.
+    pub(crate) environments: baton_activities::workspace::EnvironmentSettings,
     /// Log format: `text` (default) or `json` (one JSON object per line).
     pub(crate) log_format: LogFormat,
     /// Worker identity shown in Temporal (default: `baton-worker@<host>:<pid>`).
@@ -414,6 +417,7 @@ impl Default for Settings {
             sticky_queue_timeout_secs: 3,
             max_cached_workflows: 1000,
             git: baton_activities::git::GitSettings::default(),
+            environments: baton_activities::workspace::EnvironmentSettings::default(),
             log_format: LogFormat::Text,
             identity: None,
             health_addr: None,
@@ -501,6 +505,7 @@ impl Settings {
         self.deployment.check()?;
         self.history.check()?;
         self.mcp.check().map_err(anyhow::Error::msg)?;
+        self.environments.check().map_err(anyhow::Error::msg)?;
         Ok(())
     }
 

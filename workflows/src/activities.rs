@@ -6,8 +6,8 @@
 use baton_proto::{
     Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
     InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, MergeRequest,
-    MergeResult, PrepareRequest, PreparedWorkspace, ToolRequest, ToolResult, Verification,
-    VerifyRequest, WorkspaceInstructions,
+    MergeResult, PrepareRequest, PreparedWorkspace, SetupRequest, SetupResult, ToolRequest,
+    ToolResult, Verification, VerifyRequest, WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -96,6 +96,13 @@ impl WorkspaceActivities {
     }
 
     /// The change set between the run's starting and final snapshots, stored as a patch.
+    /// The run's environment set up in its workspace (issue 32): from the cache, or by
+    /// running setup.
+    #[activity(name = "setup_environment")]
+    pub fn setup_environment(request: SetupRequest) -> Result<SetupResult, ActivityError> {
+        unimplemented!()
+    }
+
     #[activity(name = "collect_changes")]
     pub fn collect_changes(request: CollectRequest) -> Result<Changes, ActivityError> {
         unimplemented!()
@@ -125,6 +132,7 @@ pub use workspace_activities::Deliver;
 pub use workspace_activities::MergeChanges;
 /// Marker of the `prepare_workspace` activity, for implementations.
 pub use workspace_activities::PrepareWorkspace;
+pub use workspace_activities::SetupEnvironment;
 
 /// Marker of the `mcp_list_tools` activity, for implementations.
 pub use mcp_activities::McpListTools;

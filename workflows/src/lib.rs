@@ -23,6 +23,7 @@
 //! workflow replays deterministically.
 
 pub mod activities;
+pub mod environment;
 pub mod error;
 pub mod fork;
 pub mod guards;

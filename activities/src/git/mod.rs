@@ -32,6 +32,16 @@ pub use clone::{Cloned, clone_into};
 pub use deliver::deliver;
 pub use settings::{GitCredential, GitHubSettings, GitSettings};
 
+/// The repository a URL names, as patterns match it (`https://h/Acme/Tool.git` -> `acme/tool`).
+pub(crate) fn repo_path_of(url: &str) -> String {
+    settings::repo_path(url)
+}
+
+/// Whether `text` matches `pattern` (`*` within a component, `**` across).
+pub(crate) fn glob_matches(pattern: &str, text: &str) -> bool {
+    settings::glob(pattern.as_bytes(), text.as_bytes())
+}
+
 /// Why a git operation failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -157,7 +157,7 @@ impl GitSettings {
 
 /// Whether `text` matches `pattern`: `**` matches anything, `*` anything but `/`, every other
 /// byte itself.
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
+pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
     match pattern {
         [] => text.is_empty(),
         [b'*', b'*', rest @ ..] => (0..=text.len()).any(|at| glob(rest, &text[at..])),

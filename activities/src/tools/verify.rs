@@ -32,7 +32,7 @@ struct VerifyProgress {
 
 /// The sandbox a check runs under: the run's mode (a read-only run's checks may still build,
 /// since the tree is restored after them), never any network.
-fn check_policy(run: Option<&SandboxPolicy>) -> SandboxPolicy {
+pub(crate) fn check_policy(run: Option<&SandboxPolicy>) -> SandboxPolicy {
     let mode = match run.map(|p| p.mode.as_str()) {
         Some("off") => "off",
         _ => "workspace-write",
@@ -55,7 +55,7 @@ fn tail(text: &str, max: usize) -> String {
     format!("[... {} bytes before]\n{}", start, &text[start..])
 }
 
-fn failure(message: String, retryable: bool) -> ActivityError {
+pub(crate) fn failure(message: String, retryable: bool) -> ActivityError {
     if retryable {
         return ActivityError::application(ApplicationFailure::new(message));
     }
@@ -135,62 +135,97 @@ impl ToolService {
             sandbox,
         };
         info!(run_id, round = request.round, index = request.index, command = %request.command, attempt, "verification started");
-        let clock = std::time::Instant::now();
-        let run = shell::run_command(&tool_ctx, &request.command, tool_ctx.timeout);
-        tokio::pin!(run);
-        let outcome = tokio::select! {
-            r = &mut run => r,
-            () = ctx.cancelled() => {
-                tool_ctx.cancel.cancel();
-                run.await
-            }
-        };
-        let duration_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let outcome = run_recorded(&ctx, &tool_ctx, &request.command, self.store(), &[]).await;
         // Whatever the command left behind goes before anything else sees the tree.
         if !request.snapshot.is_empty() {
             self.ensure_snapshot(&run_id, &workspace, &request.snapshot, true)
                 .await?;
         }
-        let ran = match outcome {
-            Ok(ran) => ran,
-            Err(ToolError::Cancelled) => return Err(ActivityError::cancelled()),
-            Err(ToolError::Sandbox(e)) => return Err(failure(e.to_string(), e.is_retryable())),
-            Err(e) => return Err(failure(e.to_string(), true)),
-        };
-        let status = if ran.timed_out {
-            format!("timed out after {} s", tool_ctx.timeout.as_secs())
-        } else {
-            ran.status_line.clone()
-        };
-        let output = ran
-            .full
-            .strip_prefix(ran.status_line.as_str())
-            .unwrap_or(&ran.full);
-        let output = output.trim_start_matches('\n');
-        let output_tail = tail(output, OUTPUT_TAIL_BYTES);
-        let output_blob = if output_tail.len() < output.len() {
-            match self.store().put(output.as_bytes().to_vec()).await {
-                Ok(id) => id.to_string(),
-                Err(e) => {
-                    warn!(run_id, cause = %e, "verification output not stored; only its tail is kept");
-                    String::new()
-                }
-            }
-        } else {
-            String::new()
-        };
-        info!(run_id, round = request.round, index = request.index, exit_code = ?ran.exit_code, duration_ms, "verification finished");
-        Ok(Verification {
-            command: request.command.clone(),
-            exit_code: ran.exit_code.unwrap_or(-1),
-            duration_ms,
-            output_tail,
-            output_blob,
-            timed_out: ran.timed_out,
-            round: request.round,
-            status,
-        })
+        let mut verification = outcome?;
+        verification.round = request.round;
+        info!(
+            run_id,
+            round = request.round,
+            index = request.index,
+            exit_code = verification.exit_code,
+            duration_ms = verification.duration_ms,
+            "verification finished"
+        );
+        Ok(verification)
     }
+}
+
+/// Runs `command` under `tool_ctx` (stopped when the activity is cancelled) and records how
+/// it went: exit code, duration, the end of its output, the whole output in the store. Every
+/// value of `scrub` (a secret) is replaced by `[secret NAME]` in what is kept.
+pub(crate) async fn run_recorded(
+    ctx: &ActivityContext,
+    tool_ctx: &ToolContext,
+    command: &str,
+    store: &baton_store::SharedStore,
+    scrub: &[(String, String)],
+) -> Result<Verification, ActivityError> {
+    let clock = std::time::Instant::now();
+    let run = shell::run_command(tool_ctx, command, tool_ctx.timeout);
+    tokio::pin!(run);
+    let outcome = tokio::select! {
+        r = &mut run => r,
+        () = ctx.cancelled() => {
+            tool_ctx.cancel.cancel();
+            run.await
+        }
+    };
+    let duration_ms = u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let ran = match outcome {
+        Ok(ran) => ran,
+        Err(ToolError::Cancelled) => return Err(ActivityError::cancelled()),
+        Err(ToolError::Sandbox(e)) => return Err(failure(e.to_string(), e.is_retryable())),
+        Err(e) => return Err(failure(e.to_string(), true)),
+    };
+    let status = if ran.timed_out {
+        format!("timed out after {} s", tool_ctx.timeout.as_secs())
+    } else {
+        ran.status_line.clone()
+    };
+    let output = ran
+        .full
+        .strip_prefix(ran.status_line.as_str())
+        .unwrap_or(&ran.full)
+        .trim_start_matches('\n');
+    let output = scrubbed(output, scrub);
+    let output_tail = tail(&output, OUTPUT_TAIL_BYTES);
+    let output_blob = if output_tail.len() < output.len() {
+        match store.put(output.as_bytes().to_vec()).await {
+            Ok(id) => id.to_string(),
+            Err(e) => {
+                warn!(cause = %e, "command output not stored; only its tail is kept");
+                String::new()
+            }
+        }
+    } else {
+        String::new()
+    };
+    Ok(Verification {
+        command: command.to_owned(),
+        exit_code: ran.exit_code.unwrap_or(-1),
+        duration_ms,
+        output_tail,
+        output_blob,
+        timed_out: ran.timed_out,
+        round: 0,
+        status,
+    })
+}
+
+/// `text` with every secret value replaced by `[secret NAME]`.
+pub(crate) fn scrubbed(text: &str, secrets: &[(String, String)]) -> String {
+    let mut text = text.to_owned();
+    for (name, value) in secrets {
+        if !value.is_empty() {
+            text = text.replace(value.as_str(), &format!("[secret {name}]"));
+        }
+    }
+    text
 }
 
 #[cfg(test)]
@@ -204,6 +239,18 @@ mod tests {
         let cut = tail(&text, 6);
         assert!(cut.ends_with("bbbbb"), "{cut}");
         assert!(cut.starts_with("[... 12 bytes before]\n"), "{cut}");
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_from_what_is_kept() {
+        let secrets = [
+            ("NPM_TOKEN".to_owned(), "s3cr3t".to_owned()),
+            ("EMPTY".to_owned(), String::new()),
+        ];
+        assert_eq!(
+            scrubbed("auth s3cr3t ok s3cr3t", &secrets),
+            "auth [secret NPM_TOKEN] ok [secret NPM_TOKEN]"
+        );
     }
 
     #[test]

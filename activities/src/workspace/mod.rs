@@ -14,8 +14,8 @@
 use std::sync::Arc;
 
 use baton_proto::{
-    Changes, CollectRequest, DeliverRequest, Delivered, FileChange, MergeRequest, MergeResult,
-    PrepareRequest, PreparedWorkspace, workspace_source,
+    Changes, CollectRequest, DeliverRequest, Delivered, EnvironmentSpec, FileChange, MergeRequest,
+    MergeResult, PrepareRequest, PreparedWorkspace, SetupRequest, SetupResult, workspace_source,
 };
 use baton_store::{BlobId, changes, snapshot};
 use baton_workflows::activities::FailureType;
@@ -23,6 +23,10 @@ use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tracing::info;
+
+mod environment;
+
+pub use environment::{EnvironmentPin, EnvironmentSettings};
 
 use crate::{
     git::{self, GitError, GitSettings},
@@ -38,6 +42,7 @@ pub const MAX_LISTED_FILES: usize = 500;
 pub struct WorkspaceService {
     tools: ToolService,
     git: Arc<GitSettings>,
+    environments: Arc<EnvironmentSettings>,
 }
 
 impl WorkspaceService {
@@ -47,6 +52,36 @@ impl WorkspaceService {
         Self {
             tools,
             git: Arc::new(git),
+            environments: Arc::default(),
+        }
+    }
+
+    /// Sets up environments under the worker's `[environments]` settings (default: no
+    /// secrets offered, no pins).
+    pub fn with_environments(mut self, settings: EnvironmentSettings) -> Self {
+        self.environments = Arc::new(settings);
+        self
+    }
+
+    /// The environment a run is set up with: the worker's pin for its repository, else the
+    /// spec's, else (a clone) the tree's own file.
+    fn environment_of(
+        &self,
+        url: &str,
+        spec: Option<EnvironmentSpec>,
+        workspace: Option<&std::path::Path>,
+    ) -> Result<Option<EnvironmentSpec>, ActivityError> {
+        if !url.is_empty()
+            && let Some(pinned) = self.environments.pinned(url).map_err(unavailable)?
+        {
+            return Ok(Some(pinned));
+        }
+        if spec.is_some() {
+            return Ok(spec);
+        }
+        match workspace {
+            Some(root) => environment::read_repository_file(root).map_err(unavailable),
+            None => Ok(None),
         }
     }
 }
@@ -94,6 +129,7 @@ impl WorkspaceService {
         // The whole attempt beats, waits for the workspace lock included.
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let run_id = run_id_of(&ctx);
+        let spec_environment = request.environment.clone();
         let source = request
             .source
             .and_then(|s| s.source)
@@ -139,11 +175,14 @@ impl WorkspaceService {
                     .filter(|r| !git::looks_like_sha(r))
                     .unwrap_or_default();
                 info!(run_id, snapshot = %id, files, "workspace prepared from a snapshot");
+                let url = s.git.as_ref().map(|g| g.url.clone()).unwrap_or_default();
+                let environment = self.environment_of(&url, spec_environment, None)?;
                 Ok(PreparedWorkspace {
                     snapshot: s.id,
                     commit: s.commit,
                     files: u32::try_from(files).unwrap_or(u32::MAX),
                     base_branch,
+                    environment,
                 })
             }
             workspace_source::Source::Git(source) => {
@@ -157,14 +196,28 @@ impl WorkspaceService {
                     .await?
                     .map_err(|e| retryable(format!("cannot snapshot the clone: {e}")))?;
                 info!(run_id, url = %source.url, commit = %cloned.commit, files = taken.files, "workspace cloned");
+                let environment =
+                    self.environment_of(&source.url, spec_environment, Some(&workspace))?;
                 Ok(PreparedWorkspace {
                     snapshot: taken.id.to_string(),
                     commit: cloned.commit,
                     files: u32::try_from(taken.files).unwrap_or(u32::MAX),
                     base_branch: cloned.base_branch,
+                    environment,
                 })
             }
         }
+    }
+
+    /// Sets up the run's environment (`workspace/environment.rs`): from the cache, or by
+    /// running its setup; a setup that fails is a result (`failed`), not an activity failure.
+    #[activity(definition = baton_workflows::activities::SetupEnvironment)]
+    pub async fn setup_environment(
+        self: Arc<Self>,
+        ctx: ActivityContext,
+        request: SetupRequest,
+    ) -> Result<SetupResult, ActivityError> {
+        self.setup(ctx, request).await
     }
 
     /// The change set between two snapshots, its patch stored in the blob store.

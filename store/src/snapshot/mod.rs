@@ -30,6 +30,8 @@
 //!   `take` and `upload`.
 //! - `take`: [`take`]/[`take_with`].
 //! - `restore`: [`restore`].
+//! - `overlay`: what an environment's setup added to a tree ([`overlay_of`]), laid over another
+//!   ([`apply_overlay`]).
 //! - `upload`: [`upload_dir`] (a directory of the submitting machine, for `--workspace-from`).
 //!
 //! [`take`]: fn@take
@@ -37,6 +39,7 @@
 
 mod cache;
 mod manifest;
+mod overlay;
 mod restore;
 mod send;
 mod take;
@@ -57,6 +60,7 @@ use sha2::Digest;
 pub use cache::{RACY_WINDOW_NS, STATE_FILE, local_snapshot};
 pub use manifest::{Entry, MANIFEST_VERSION, Manifest, SnapshotId};
 pub(crate) use manifest::{Target, check_manifest};
+pub use overlay::{apply_overlay, file_stats, overlay_of};
 pub use restore::{Restored, restore};
 pub use take::{DEFAULT_MAX_FILE_SIZE, SnapshotOptions, Taken, take, take_with};
 pub use upload::{

@@ -36,6 +36,8 @@ pub struct Restored {
     pub modes_fixed: usize,
     /// Files already matching the snapshot.
     pub unchanged: usize,
+    /// Bytes of file content written.
+    pub bytes_written: u64,
 }
 
 /// Makes the workspace at `root` match snapshot `id` exactly, then records `id` as the local
@@ -66,7 +68,7 @@ pub async fn restore(
         blocking(root, move || reconcile(&owned, &targets)).await?
     };
 
-    let written: Vec<usize> = stream::iter(writes)
+    let written: Vec<(usize, u64)> = stream::iter(writes)
         .map(|(blob, dests)| async move {
             let bytes = store.get(&blob).await?;
             let owned = root.to_path_buf();
@@ -74,14 +76,15 @@ pub async fn restore(
                 for (rel, executable) in &dests {
                     write_file(&owned, rel, &bytes, *executable)?;
                 }
-                Ok(dests.len())
+                Ok((dests.len(), bytes.len() as u64 * dests.len() as u64))
             })
             .await
         })
         .buffer_unordered(TRANSFER_CONCURRENCY)
         .try_collect()
         .await?;
-    restored.written += written.iter().sum::<usize>();
+    restored.written += written.iter().map(|w| w.0).sum::<usize>();
+    restored.bytes_written += written.iter().map(|w| w.1).sum::<u64>();
 
     let (owned, id) = (root.to_path_buf(), id.clone());
     blocking(root, move || record_restored(&owned, &targets, &id)).await?;
@@ -387,6 +390,7 @@ mod tests {
             Restored {
                 written: 7,
                 dirs_created: 7,
+                bytes_written: restored.bytes_written,
                 ..Restored::default()
             }
         );
@@ -431,6 +435,7 @@ mod tests {
                 dirs_created: 4,
                 modes_fixed: 1,
                 unchanged: 0,
+                bytes_written: restored.bytes_written,
             }
         );
         assert_eq!(

@@ -20,6 +20,7 @@ use crate::{BlobId, BlobStore, StoreError};
 #[derive(Debug, Default)]
 pub(super) struct MemStore {
     blobs: Mutex<BTreeMap<BlobId, Vec<u8>>>,
+    refs: Mutex<BTreeMap<String, BlobId>>,
     puts: AtomicUsize,
 }
 
@@ -43,6 +44,18 @@ impl BlobStore for MemStore {
 
     async fn contains(&self, id: &BlobId) -> Result<bool, StoreError> {
         Ok(self.blobs.lock().unwrap().contains_key(id))
+    }
+
+    async fn put_ref(&self, name: &str, id: &BlobId) -> Result<(), StoreError> {
+        self.refs
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), id.clone());
+        Ok(())
+    }
+
+    async fn get_ref(&self, name: &str) -> Result<Option<BlobId>, StoreError> {
+        Ok(self.refs.lock().unwrap().get(name).cloned())
     }
 
     fn describe(&self) -> String {

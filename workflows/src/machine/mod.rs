@@ -56,6 +56,8 @@
 //! | any | `on_workspace_prepared` (once, before the first step) | unchanged | note, the starting snapshot |
 //! | not `Finished` | `on_workspace_failed` | `Finished` (`WorkspaceUnavailable`) | |
 //! | any | `on_instructions` (once, before the first step) | unchanged | note |
+//! | not `Finished` | `on_environment_ready` (once, after the workspace, before the first step: an environment with setup) | unchanged (the starting tree is the set-up one) | note |
+//! | not `Finished` | `on_environment_ready` with `failed`, `on_environment_failed` | `Finished` (`SetupFailed`) | |
 //! | not `Finished` | `on_mcp_listed` (once, before the first step: the spec's MCP servers) | unchanged | the tools join the run, a note per server |
 //! | not `Finished` | `on_mcp_listed`, a server could not be used (or lacks a named tool), `mcp_unavailable` not `continue` | `Finished` (`ToolsUnavailable`) | |
 //!
@@ -81,6 +83,7 @@
 //! - `end.rs`: how a run ends (result, open calls answered), deadline and cancellation.
 //! - `checkpoint.rs`: continue-as-new (checkpoint and resume).
 //! - `fork.rs`: a forked run's first state ([`RunState::fork`], `baton fork`).
+//! - `environment.rs`: the run's environment set up before the first model call.
 //! - `verify.rs`: the verification gate (`RunSpec.verify`) between the answer and the end.
 //! - `outputs.rs`: the workspace source, the change set and delivery when the run ends.
 //! - `mcp.rs`: the run's MCP servers listed at its start.
@@ -104,6 +107,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod end;
+mod environment;
 mod fork;
 mod mcp;
 mod network;
@@ -460,6 +464,7 @@ impl RunState {
         }
         outputs::validate(&spec)?;
         verify::validate(&spec)?;
+        environment::validate(&spec)?;
         crate::mcp::validate(&spec.mcp, &spec.mcp_unavailable)
             .map_err(|detail| StateError::InvalidMcp { detail })?;
         let conversation = vec![user(&spec.task, false)];

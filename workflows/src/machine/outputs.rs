@@ -59,6 +59,16 @@ pub struct Outputs {
     /// What delivery did, once done.
     #[serde(default)]
     pub delivered: Option<Delivered>,
+    /// The environment the run is set up with (from the prepared workspace: a worker's pin,
+    /// the spec's, or the tree's own file).
+    #[serde(default)]
+    pub environment: Option<baton_proto::EnvironmentSpec>,
+    /// The environment was set up (or setup failed, or there was none to run).
+    #[serde(default)]
+    pub environment_ready: bool,
+    /// The setup (or maintenance) commands as they ran.
+    #[serde(default)]
+    pub setup: Vec<baton_proto::Verification>,
 }
 
 /// Checks the spec's workspace source and delivery before the run starts.
@@ -113,6 +123,7 @@ impl RunState {
         source.source.as_ref()?;
         Some(PrepareRequest {
             source: Some(source),
+            environment: self.spec.environment.clone(),
         })
     }
 
@@ -146,6 +157,23 @@ impl RunState {
             ),
         );
         self.workspace_snapshot = Some(prepared.snapshot.clone());
+        if let Some(env) = &prepared.environment {
+            self.note(
+                now_ms,
+                &format!(
+                    "environment from {}: {} setup, {} maintenance, {} verify command(s)",
+                    if env.origin.is_empty() {
+                        "the spec"
+                    } else {
+                        env.origin.as_str()
+                    },
+                    env.setup.len(),
+                    env.maintenance.len(),
+                    env.verify.len()
+                ),
+            );
+        }
+        self.outputs.environment = prepared.environment.clone();
         let (snapshot, commit) = match fork {
             Some(f) => (f.base_snapshot, f.base_commit),
             None => (prepared.snapshot.clone(), prepared.commit),

@@ -81,14 +81,18 @@ pub(super) fn validate(spec: &RunSpec) -> Result<(), StateError> {
 impl RunState {
     /// The commands the run's answers are verified with.
     pub fn verify_commands(&self) -> &[String] {
-        &self.spec.verify
+        match self.environment() {
+            Some(env) if self.spec.verify.is_empty() => &env.verify,
+            _ => &self.spec.verify,
+        }
     }
 
     /// Rounds the run gets before it ends `verification_failed`.
     pub fn verify_attempts(&self) -> u32 {
-        match self.spec.verify_attempts {
-            0 => DEFAULT_VERIFY_ATTEMPTS,
-            n => n,
+        let from_env = self.environment().map_or(0, |e| e.verify_attempts);
+        match (self.spec.verify_attempts, from_env) {
+            (0, 0) => DEFAULT_VERIFY_ATTEMPTS,
+            (0, n) | (n, _) => n,
         }
     }
 

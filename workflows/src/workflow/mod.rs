@@ -129,6 +129,8 @@ impl AgentRun {
             ctx.state_mut(|s| s.run.outputs.collect = true);
             // Only runs with a workspace source have one (no command otherwise).
             outputs::prepare(ctx).await;
+            // Only runs with an environment that has setup commands (no command otherwise).
+            outputs::setup(ctx).await;
         }
         // Runs recorded before the prompt builder existed did not read the workspace.
         // A continued run read them in its first segment.

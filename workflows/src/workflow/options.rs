@@ -153,6 +153,22 @@ fn workspace_options(
     heartbeating(start_to_close, retry, token, summary.to_owned())
 }
 
+/// Options of `setup_environment`: every setup command's timeout and ten minutes for the
+/// restores, snapshot and upload; heartbeating, retried like a workspace activity.
+pub(super) fn setup_options(
+    request: &baton_proto::SetupRequest,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
+    let env = request.environment.clone().unwrap_or_default();
+    let each = match env.setup_timeout_seconds {
+        0 => crate::environment::DEFAULT_SETUP_TIMEOUT_SECONDS,
+        n => n,
+    };
+    let commands = env.setup.len().max(env.maintenance.len()).max(1) as u64;
+    let budget = Duration::from_secs(commands * u64::from(each) + 10 * 60);
+    workspace_options("setup_environment", budget, token)
+}
+
 /// Options of `run_verification`: the command's own timeout and a minute for the restore, a
 /// heartbeat like a tool call's (a killed worker's check runs again elsewhere within seconds,
 /// from the same snapshot), retried like a workspace activity; cancelling it waits until its

@@ -12,7 +12,10 @@ use super::{
     AgentRun,
     deadline::{OnDeadline, within_deadline},
     failure_message, now_ms,
-    options::{collect_options, deliver_options, prepare_options, step_token, verify_options},
+    options::{
+        collect_options, deliver_options, prepare_options, setup_options, step_token,
+        verify_options,
+    },
 };
 use crate::{
     activities::{ToolActivities, WorkspaceActivities},
@@ -40,6 +43,28 @@ pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
         Err(e) => {
             let detail = failure_message(&e);
             ctx.state_mut(|s| s.run.on_workspace_failed(&detail, now));
+        }
+    }
+}
+
+/// Sets up the run's environment when it has one with setup commands (after the workspace,
+/// before the first model call).
+pub(super) async fn setup(ctx: &mut WorkflowContext<AgentRun>) {
+    let Some(request) = ctx.state(|s| s.run.setup_request()) else {
+        return;
+    };
+    let token = step_token(ctx);
+    let options = setup_options(&request, &token);
+    let call = ctx.execute_activity(WorkspaceActivities::setup_environment, request, options);
+    let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await else {
+        return;
+    };
+    let now = now_ms(ctx.workflow_time());
+    match outcome {
+        Ok(result) => ctx.state_mut(|s| s.run.on_environment_ready(result, now)),
+        Err(e) => {
+            let detail = failure_message(&e);
+            ctx.state_mut(|s| s.run.on_environment_failed(&detail, now));
         }
     }
 }

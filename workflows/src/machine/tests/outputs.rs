@@ -30,6 +30,7 @@ fn prepared() -> PreparedWorkspace {
         commit: "c".repeat(40),
         files: 3,
         base_branch: "main".into(),
+        ..Default::default()
     }
 }
 

@@ -219,6 +219,7 @@ fn a_run_that_failed_verification_is_not_delivered_but_its_changes_are_collected
                 commit: "c".repeat(40),
                 files: 1,
                 base_branch: "main".into(),
+                ..Default::default()
             },
             T0,
         );
