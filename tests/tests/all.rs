@@ -12,6 +12,7 @@ mod suite {
     mod cli;
     mod context_capacity;
     mod cost;
+    mod environments;
     mod failover;
     mod fleet;
     mod fork;
