@@ -19,6 +19,7 @@ mod batch;
 mod checkpoint;
 mod context;
 mod cost;
+mod environment;
 mod fork;
 mod mcp;
 mod network;
