@@ -38,6 +38,10 @@
 //! Network for tools (`baton-bench network`, [`network`], issue 19): tool start-up with and
 //! without a network namespace, and the latency the proxy adds per HTTP/HTTPS request.
 //!
+//! Environments (`baton-bench environment`, [`environment`], issue 32): submit to the first
+//! model call for a repository whose setup writes 200 MB, cold, from the environment cache on
+//! another worker, and on the same worker (its local blob cache), on an S3 store.
+//!
 //! `baton-bench all [--short]` runs every scenario: per-turn on a default and on a fast dev
 //! server, the others on the fast one; `--short` is the CI smoke mode. Set `BATON_BENCH_HISTORIES` to a
 //! directory to keep the event histories the numbers were read from.
@@ -46,6 +50,7 @@ mod agent;
 mod bare;
 mod caching;
 mod density;
+mod environment;
 mod first_call;
 mod handoff;
 mod heartbeats;
@@ -102,6 +107,10 @@ enum Command {
     /// Network for tools: tool start-up with and without a network namespace, and the
     /// latency the proxy adds per HTTP/HTTPS request (curl in a confined shell call).
     Network(NetworkArgs),
+    /// Environments: submit to the first model call for a repository whose setup writes a
+    /// large output, on an S3 store (moto): cold, from the cache on another worker, from the
+    /// cache on the same worker.
+    Environment(EnvironmentArgs),
     /// Every scenario: per-turn on a default and on a fast dev server, then the others.
     All(AllArgs),
 }
@@ -201,6 +210,14 @@ struct UploadArgs {
     mib: u64,
     /// The CI smoke size (2,000 files, 10 MiB) instead of --files and --mib.
     #[arg(long, conflicts_with_all = ["files", "mib"])]
+    short: bool,
+}
+
+#[derive(Debug, Args)]
+struct EnvironmentArgs {
+    /// The CI smoke size (1,000 files, 200 x 50 KB of setup output) instead of 10,000 files and
+    /// 200 MB.
+    #[arg(long)]
     short: bool,
 }
 
@@ -358,6 +375,15 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::Environment(args) => {
+            let report = environment::run(if args.short {
+                environment::Settings::SHORT
+            } else {
+                environment::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::Network(args) => {
             let report = network::run(if args.short {
                 network::Settings::SHORT
@@ -462,6 +488,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
             lap("network");
+            let report = environment::run(if short {
+                environment::Settings::SHORT
+            } else {
+                environment::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+            lap("environment");
             // Scenario 6 needs a venv from PyPI: when it cannot be set up (PyPI slow or
             // unreachable), say why and go on, so that CI does not fail for it.
             match peer::prepare().await {

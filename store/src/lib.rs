@@ -22,6 +22,7 @@
 
 pub mod beneath;
 mod blob;
+pub mod cached;
 pub mod changes;
 pub mod conversation;
 mod error;

@@ -18,6 +18,25 @@ pub struct StoreSettings {
     pub dir: PathBuf,
     /// Settings of the S3 backend.
     pub s3: S3Settings,
+    /// A worker's local cache of the blobs it read or wrote, in bytes (least recently used
+    /// out; 0 = off). Default: 2 GiB for the S3 backend, off for a local one.
+    pub cache_bytes: Option<u64>,
+    /// Where that cache lives (default: `.baton-blob-cache` in the workspace root).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// The default local cache of a worker on the S3 backend.
+pub(crate) const DEFAULT_S3_CACHE_BYTES: u64 = 2 << 30;
+
+impl StoreSettings {
+    /// The budget of a worker's local blob cache (0 = off).
+    pub fn cache_budget(&self) -> u64 {
+        match (self.cache_bytes, self.backend.as_str()) {
+            (Some(n), _) => n,
+            (None, "s3") => DEFAULT_S3_CACHE_BYTES,
+            (None, _) => 0,
+        }
+    }
 }
 
 impl Default for StoreSettings {
@@ -26,6 +45,8 @@ impl Default for StoreSettings {
             backend: "local".to_owned(),
             dir: PathBuf::from(".baton/blobs"),
             s3: S3Settings::default(),
+            cache_bytes: None,
+            cache_dir: None,
         }
     }
 }

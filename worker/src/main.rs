@@ -294,6 +294,24 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     let store = baton_store::open(&settings.store)
         .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
+    // A local cache of the blobs this worker read or wrote: a tree it has seen (a repository
+    // at another commit, an environment) restores without downloading it again.
+    let mut cache_counters = None;
+    let store: baton_store::SharedStore = match settings.store.cache_budget() {
+        0 => store,
+        budget => {
+            let dir = settings
+                .store
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| workspace_root.join(".baton-blob-cache"));
+            let cached = baton_store::cached::CachedStore::new(store, &dir, budget)
+                .misconfigured("cannot set up the local blob cache (store.cache_dir)")?;
+            info!(dir = %dir.display(), budget, used = cached.used_bytes(), "local blob cache");
+            cache_counters = Some(cached.counters());
+            std::sync::Arc::new(cached)
+        }
+    };
     let local_store = (settings.store.backend == "local")
         .then(|| std::path::absolute(&settings.store.dir).ok())
         .flatten();
@@ -403,10 +421,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         )
         .register_activities(tools.clone())
         .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
-        .register_activities(
-            WorkspaceService::new(tools, settings.git.clone())
-                .with_environments(settings.environments.clone()),
-        )
+        .register_activities({
+            let workspaces = WorkspaceService::new(tools, settings.git.clone())
+                .with_environments(settings.environments.clone());
+            match cache_counters {
+                Some(counters) => workspaces.with_cache_counters(counters),
+                None => workspaces,
+            }
+        })
         .deployment_options(settings.deployment.options())
         .max_cached_workflows(settings.max_cached_workflows)
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(

@@ -57,6 +57,10 @@ pub struct EnvironmentSettings {
     /// Environments pinned per repository: they win over the submitter's and the
     /// repository's own.
     pub pins: Vec<EnvironmentPin>,
+    /// The repositories (path patterns, as `pins`) each secret is given to; a secret without
+    /// an entry goes to every repository's setup that names it, one with an entry only to
+    /// those (never to an uploaded tree, which has no repository).
+    pub secret_repos: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// `[[environments.pins]]`: the environment of the repositories matching `repo`.
@@ -84,6 +88,12 @@ impl EnvironmentSettings {
         }
         for pin in &self.pins {
             read_pin(pin)?;
+        }
+        if let Some(name) = self.secret_repos.keys().find(|n| !self.secrets.contains(n)) {
+            return Err(format!(
+                "[environments.secret_repos] scopes {name}, which [environments] secrets does \
+                 not offer; add it there or drop the entry"
+            ));
         }
         Ok(())
     }
@@ -214,6 +224,23 @@ impl WorkspaceService {
         ctx: ActivityContext,
         request: SetupRequest,
     ) -> Result<SetupResult, ActivityError> {
+        let downloaded = || {
+            self.cache.as_ref().map_or(0, |c| {
+                c.downloaded_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+        };
+        let before = downloaded();
+        let mut result = self.set_up(ctx, request).await?;
+        result.bytes_downloaded = downloaded().saturating_sub(before);
+        Ok(result)
+    }
+
+    async fn set_up(
+        &self,
+        ctx: ActivityContext,
+        request: SetupRequest,
+    ) -> Result<SetupResult, ActivityError> {
         let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, || ());
         let run_id = run_id_of(&ctx);
         let attempt = ctx.info().attempt;
@@ -226,10 +253,11 @@ impl WorkspaceService {
             .map_err(|e| retryable(format!("cannot read the prepared tree: {e}")))?;
         let key = cache_key(&env, &base, &self.environments.image());
         let reference = format!("env/{key}");
-        let secrets = match self.secrets_for(&env) {
-            Ok(s) => s,
-            Err(why) => return Ok(failed(&key, Vec::new(), why)),
-        };
+        let secrets =
+            match self.secrets_for(&env, &request.repository, &|name| std::env::var(name).ok()) {
+                Ok(s) => s,
+                Err(why) => return Ok(failed(&key, Vec::new(), why)),
+            };
         let workspace = self.tools.workspace_of(&run_id);
         let lock = self.tools.lock_of(&run_id);
         let _held = lock.lock().await;
@@ -339,6 +367,7 @@ impl WorkspaceService {
             files_added: u32::try_from(files).unwrap_or(u32::MAX),
             bytes_written: restored.bytes_written + bytes,
             cached_commit: request.commit,
+            bytes_downloaded: 0,
         })
     }
 
@@ -422,7 +451,13 @@ impl WorkspaceService {
 
     /// The secrets `env` asks for, from the worker's environment; refused unless the worker
     /// offers each.
-    fn secrets_for(&self, env: &EnvironmentSpec) -> Result<Vec<(String, String)>, String> {
+    fn secrets_for(
+        &self,
+        env: &EnvironmentSpec,
+        repository: &str,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>, String> {
+        let repo = (!repository.is_empty()).then(|| crate::git::repo_path_of(repository));
         env.setup_secrets
             .iter()
             .map(|name| {
@@ -434,8 +469,23 @@ impl WorkspaceService {
                         origin_of(env)
                     ));
                 }
-                match std::env::var(name) {
-                    Ok(value) if !value.is_empty() => Ok((name.clone(), value)),
+                if let Some(patterns) = self.environments.secret_repos.get(name) {
+                    let allowed = repo.as_ref().is_some_and(|r| {
+                        patterns
+                            .iter()
+                            .any(|p| crate::git::glob_matches(&p.to_ascii_lowercase(), r))
+                    });
+                    if !allowed {
+                        return Err(format!(
+                            "setup secret {name} is for the repositories {} only \
+                             ([environments.secret_repos]), not {}",
+                            patterns.join(", "),
+                            repo.as_deref().unwrap_or("an uploaded tree")
+                        ));
+                    }
+                }
+                match lookup(name) {
+                    Some(value) if !value.is_empty() => Ok((name.clone(), value)),
                     _ => Err(format!(
                         "setup secret {name} is offered by the worker's [environments] secrets \
                          but not set in its environment; set it on the worker"
@@ -638,6 +688,60 @@ mod tests {
             k,
             cache_key(&verify_only, &manifest("a"), "linux"),
             "not what runs later"
+        );
+    }
+
+    #[test]
+    fn a_scoped_secret_goes_only_to_its_repositories() {
+        let name = "SCOPED_SECRET";
+        let lookup = |n: &str| (n == name).then(|| "value".to_owned());
+        let settings = EnvironmentSettings {
+            secrets: vec![name.into(), "UNSET_SECRET_9c2".into()],
+            secret_repos: [(name.to_owned(), vec!["acme/*".to_owned()])].into(),
+            ..EnvironmentSettings::default()
+        };
+        settings.check().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = baton_store::LocalStore::new(dir.path().join("store")).unwrap();
+        let tools = crate::tools::ToolService::new(
+            dir.path().join("ws"),
+            std::sync::Arc::new(store),
+            false,
+        );
+        let service = WorkspaceService::new(tools, crate::git::GitSettings::default())
+            .with_environments(settings);
+        let env = EnvironmentSpec {
+            setup: vec!["true".into()],
+            setup_secrets: vec![name.into()],
+            ..EnvironmentSpec::default()
+        };
+        let ok = service
+            .secrets_for(&env, "https://github.com/Acme/api.git", &lookup)
+            .unwrap();
+        assert_eq!(ok, [(name.to_owned(), "value".to_owned())]);
+        for other in ["https://github.com/evil/api.git", ""] {
+            let e = service.secrets_for(&env, other, &lookup).unwrap_err();
+            assert!(e.contains("for the repositories acme/* only"), "{e}");
+        }
+        let unset = EnvironmentSpec {
+            setup_secrets: vec!["UNSET_SECRET_9c2".into()],
+            ..env.clone()
+        };
+        assert!(
+            service
+                .secrets_for(&unset, "", &lookup)
+                .unwrap_err()
+                .contains("not set in its environment")
+        );
+        let unoffered = EnvironmentSpec {
+            setup_secrets: vec!["HOME".into()],
+            ..env
+        };
+        assert!(
+            service
+                .secrets_for(&unoffered, "", &lookup)
+                .unwrap_err()
+                .contains("does not offer")
         );
     }
 

@@ -43,6 +43,8 @@ pub struct WorkspaceService {
     tools: ToolService,
     git: Arc<GitSettings>,
     environments: Arc<EnvironmentSettings>,
+    /// The worker's local blob cache's counters, when it has one (setup reports downloads).
+    cache: Option<Arc<baton_store::cached::CacheCounters>>,
 }
 
 impl WorkspaceService {
@@ -53,7 +55,17 @@ impl WorkspaceService {
             tools,
             git: Arc::new(git),
             environments: Arc::default(),
+            cache: None,
         }
+    }
+
+    /// Reports the downloads of `counters` (the worker's local blob cache) in setup results.
+    pub fn with_cache_counters(
+        mut self,
+        counters: Arc<baton_store::cached::CacheCounters>,
+    ) -> Self {
+        self.cache = Some(counters);
+        self
     }
 
     /// Sets up environments under the worker's `[environments]` settings (default: no

@@ -47,6 +47,9 @@ impl RunState {
             commit: start.commit,
             environment: Some(env),
             sandbox: self.spec.sandbox.clone(),
+            repository: super::outputs::git_source(&self.spec)
+                .map(|g| g.url.clone())
+                .unwrap_or_default(),
         })
     }
 
@@ -90,18 +93,21 @@ impl RunState {
             };
             format!(
                 "environment ready from the cache (key {key}, set up at commit {}; {} files added, \
-                 {} bytes written{maintenance}; from {origin})",
+                 {} bytes written, {} bytes downloaded{maintenance}; from {origin})",
                 short(&result.cached_commit),
                 result.files_added,
                 result.bytes_written,
+                result.bytes_downloaded,
             )
         } else {
             format!(
-                "environment set up: {} command(s) in {:.1} s, {} files added (cached under key \
-                 {key}; from {origin})",
+                "environment set up: {} command(s) in {:.1} s, {} files added, {} bytes written, \
+                 {} bytes downloaded (cached under key {key}; from {origin})",
                 result.commands.len(),
                 ran as f64 / 1000.0,
                 result.files_added,
+                result.bytes_written,
+                result.bytes_downloaded,
             )
         };
         self.note(now_ms, &text);

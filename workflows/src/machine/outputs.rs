@@ -106,7 +106,7 @@ pub(super) fn validate(spec: &baton_proto::RunSpec) -> Result<(), StateError> {
 
 /// The git repository a run came from: its own `--git` source, or the one of the run whose
 /// workspace it continues.
-fn git_source(spec: &baton_proto::RunSpec) -> Option<&GitSource> {
+pub(super) fn git_source(spec: &baton_proto::RunSpec) -> Option<&GitSource> {
     match spec.workspace.as_ref()?.source.as_ref()? {
         workspace_source::Source::Git(git) => Some(git),
         workspace_source::Source::Snapshot(s) => s.git.as_ref().filter(|g| !g.url.is_empty()),
