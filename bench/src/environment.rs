@@ -64,6 +64,8 @@ pub(crate) struct Start {
     pub(crate) label: &'static str,
     /// Started -> first `llm_generate` scheduled (ms).
     pub(crate) to_first_call_ms: f64,
+    /// `prepare_workspace` (the clone and its snapshot) scheduled -> completed (ms).
+    pub(crate) prepare_ms: f64,
     /// `setup_environment` scheduled -> completed (ms).
     pub(crate) setup_ms: f64,
     /// Setup ran (a cache miss).
@@ -221,20 +223,26 @@ fn start(
         .to_owned();
     let h = history::fetch(server, &id)?;
     let (t0, t1) = h.first_activity("setup_environment")?;
+    let (p0, p1) = h.first_activity("prepare_workspace")?;
     let start = Start {
         label,
         to_first_call_ms: ms_between(
             h.started_at()?,
             h.scheduled_at(crate::agent::TURN_ACTIVITY)?,
         ),
+        prepare_ms: ms_between(p0, p1),
         setup_ms: ms_between(t0, t1),
         set_up: note.contains("environment set up"),
         bytes_written: number_before(&note, " bytes written")?,
         bytes_downloaded: number_before(&note, " bytes downloaded")?,
     };
     eprintln!(
-        "  {label}: started -> first model call {:.0} ms (setup_environment {:.0} ms), {} bytes written, {} downloaded",
-        start.to_first_call_ms, start.setup_ms, start.bytes_written, start.bytes_downloaded
+        "  {label}: started -> first model call {:.0} ms (prepare_workspace {:.0} ms, setup_environment {:.0} ms), {} bytes written, {} downloaded",
+        start.to_first_call_ms,
+        start.prepare_ms,
+        start.setup_ms,
+        start.bytes_written,
+        start.bytes_downloaded
     );
     Ok(start)
 }

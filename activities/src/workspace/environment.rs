@@ -745,6 +745,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_pin_names_its_repositories_and_a_bad_pin_stops_the_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("acme.toml");
+        std::fs::write(&file, "setup = [\"make deps\"]\nverify = [\"make test\"]\n").unwrap();
+        let settings = EnvironmentSettings {
+            pins: vec![EnvironmentPin {
+                repo: "Acme/*".into(),
+                file: file.clone(),
+            }],
+            ..EnvironmentSettings::default()
+        };
+        settings.check().unwrap();
+        let pinned = settings
+            .pinned("https://github.com/acme/api.git")
+            .unwrap()
+            .unwrap();
+        assert_eq!(pinned.setup, ["make deps"]);
+        assert!(
+            pinned.origin.contains("the worker's pin for Acme/*"),
+            "{}",
+            pinned.origin
+        );
+        assert_eq!(
+            settings.pinned("git@github.com:other/api.git").unwrap(),
+            None
+        );
+        std::fs::write(&file, "setup = \"make deps\"\n").unwrap();
+        let e = settings.check().unwrap_err();
+        assert!(e.contains("not a valid environment file"), "{e}");
+    }
+
     #[tokio::test]
     async fn a_secret_written_into_the_tree_is_found() {
         let dir = tempfile::tempdir().unwrap();

@@ -33,6 +33,7 @@ fn environment_toml(site_port: u16) -> String {
          cache_key = [\"package-lock.json\"]\n\
          setup_hosts = [\"127.0.0.1:{site_port}\"]\n\
          setup_secrets = [\"SETUP_TOKEN\"]\n\
+         maintenance = [\"echo maintained > node_modules/maintenance.txt\"]\n\
          verify = [\"test -f node_modules/marker.txt\"]\n"
     )
 }
@@ -60,7 +61,8 @@ fn worker(server: &DevServer, queue: &str, dir: &Path) -> Worker {
 /// The script of every run: one shell call looking at the environment, then an answer.
 fn probe_script(dir: &Path, site_port: u16) -> String {
     let command = format!(
-        "cat node_modules/marker.txt; echo \"token=[$SETUP_TOKEN]\"; \
+        "cat node_modules/marker.txt; cat node_modules/maintenance.txt 2>/dev/null; \
+         echo \"token=[$SETUP_TOKEN]\"; \
          curl -sS -m 5 -o /dev/null http://127.0.0.1:{site_port}/ && echo reached || echo unreachable"
     );
     script(
@@ -155,6 +157,24 @@ fn an_environment_is_set_up_once_per_lockfile_and_its_secret_reaches_only_setup(
         "{events}"
     );
 
+    assert!(
+        !out.contains("maintained"),
+        "same commit: no maintenance: {out}"
+    );
+
+    // A later commit with the same lockfile: the cache, then maintenance.
+    repo.commit(&[("index.js", "module.exports = 2;\n")], "feature")
+        .unwrap();
+    let maintained = run_on("env-maintained");
+    assert_eq!(site.hits(), 1, "still no setup");
+    let out = tool_output(&server, &maintained);
+    assert!(
+        out.contains("maintained"),
+        "maintenance ran on the cached environment: {out}"
+    );
+    let events = baton(&server, &["watch", &maintained]).unwrap().stdout;
+    assert!(events.contains("1 maintenance command(s)"), "{events}");
+
     // Third run, after the lockfile changed: setup again.
     repo.commit(
         &[("package-lock.json", "{\"lockfileVersion\": 3, \"v\": 2}\n")],
@@ -166,7 +186,7 @@ fn an_environment_is_set_up_once_per_lockfile_and_its_secret_reaches_only_setup(
 
     // The secret: setup had it (its hash), nothing else does.
     let hash = hex::encode(sha2::Sha256::digest(SECRET.as_bytes()));
-    for run in [&first, &second, &third] {
+    for run in [&first, &second, &maintained, &third] {
         let history = history_text(&server, run);
         assert!(
             !history.contains(SECRET),
