@@ -228,6 +228,16 @@ fn an_environment_is_set_up_once_per_lockfile_and_its_secret_reaches_only_setup(
             file.display()
         );
     }
+    // Nor is it anywhere in the blob store: conversations (what the model was sent), stored
+    // outputs (setup's, scrubbed), snapshots, the environment cache.
+    for file in walk(&server.blob_dir()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            memchr_find(&bytes, SECRET.as_bytes()).is_none(),
+            "the secret is in the blob store: {}",
+            file.display()
+        );
+    }
     // The change set leaves out what setup added.
     assert_eq!(r["changes"]["files_changed"], 0, "{r}");
 }
@@ -327,4 +337,9 @@ fn a_failing_setup_ends_the_run_before_any_model_call_with_its_output() {
     .unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("unknown field `setpu`"), "{out}");
+}
+
+/// Where `needle` is in `haystack`.
+fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
