@@ -287,6 +287,18 @@ fn a_worker_killed_during_a_check_hands_it_to_another_that_starts_from_the_same_
         Ok(stamp.exists().then_some(()))
     })
     .unwrap();
+    let status = baton(&server, &["status", &run, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(status["state"], "VERIFYING", "{status}");
+    assert!(
+        status["last_event"]
+            .as_str()
+            .unwrap()
+            .starts_with("verifying (1/1, round 1)"),
+        "{status}"
+    );
     first.kill9();
     let second = worker(&server, &queue, tmp.path(), &root);
     let r = result(&server, &run, 0);
