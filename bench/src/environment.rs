@@ -276,14 +276,19 @@ impl EnvironmentReport {
         );
         let _ = writeln!(
             out,
-            "| start | started -> first model call | setup_environment | bytes written | bytes downloaded |"
+            "| start | started -> first model call | prepare_workspace (clone) | setup_environment | bytes written | bytes downloaded |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
         for st in &self.starts {
             let _ = writeln!(
                 out,
-                "| {} | {:.0} ms | {:.0} ms | {} | {} |",
-                st.label, st.to_first_call_ms, st.setup_ms, st.bytes_written, st.bytes_downloaded
+                "| {} | {:.0} ms | {:.0} ms | {:.0} ms | {} | {} |",
+                st.label,
+                st.to_first_call_ms,
+                st.prepare_ms,
+                st.setup_ms,
+                st.bytes_written,
+                st.bytes_downloaded
             );
         }
         out
