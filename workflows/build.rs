@@ -60,17 +60,34 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// Reruns this script when HEAD moves or the index changes (a commit, a checkout).
+/// Reruns this script when the commit moves: HEAD itself (a checkout, a detached HEAD) and the
+/// branch it points to, as a loose ref file or else in `packed-refs`. Only paths that exist
+/// are watched (cargo reruns a script for a watched path that is missing, on every build),
+/// and never the index: `git add` or `git status` changes neither the commit nor the workflow
+/// sources, whose own changes rerun the script through their directories.
 fn watch_git(dir: &Path) {
     let Some(git_dir) = git(dir, &["rev-parse", "--absolute-git-dir"]) else {
         return;
     };
     let git_dir = PathBuf::from(git_dir);
-    for file in ["HEAD", "index", "packed-refs"] {
-        println!("cargo:rerun-if-changed={}", git_dir.join(file).display());
-    }
+    // A linked worktree has its own HEAD; the refs live in the common directory.
+    let common = git(
+        dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )
+    .map_or_else(|| git_dir.clone(), PathBuf::from);
+    let mut watched = vec![git_dir.join("HEAD")];
     if let Some(head) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
-        println!("cargo:rerun-if-changed={}", git_dir.join(head).display());
+        let loose = common.join(&head);
+        let packed = common.join("packed-refs");
+        if loose.is_file() {
+            watched.push(loose);
+        } else if packed.is_file() {
+            watched.push(packed);
+        }
+    }
+    for file in watched.iter().filter(|f| f.exists()) {
+        println!("cargo:rerun-if-changed={}", file.display());
     }
 }
 
