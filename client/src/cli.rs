@@ -81,6 +81,12 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: FleetCommand,
     },
+    /// Runs on a schedule (Temporal Schedules): create, list, describe, pause, unpause,
+    /// trigger, delete.
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
     /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
     /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
     CodecServer(CodecServerArgs),
@@ -460,6 +466,84 @@ pub(crate) struct ReplayCheckArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// A schedule that submits the run the flags describe (as `submit` does, validated now):
+    /// `baton schedule create nightly --cron '0 3 * * *' --git URL "Update the deps"`.
+    Create(Box<ScheduleCreateArgs>),
+    /// Every schedule: name, paused, the next start, the last runs.
+    List(ScheduleListArgs),
+    /// One schedule: its state, recent runs and next starts.
+    Describe(ScheduleNameArgs),
+    /// Starts no more runs until unpaused (the note says why).
+    Pause(ScheduleNoteArgs),
+    /// Starts runs again.
+    Unpause(ScheduleNoteArgs),
+    /// Starts one run now (under the schedule's overlap policy).
+    Trigger(ScheduleNameArgs),
+    /// Deletes the schedule (runs it started go on).
+    Delete(ScheduleNameArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleCreateArgs {
+    /// The schedule's name (its id; each run's id is NAME-<start time>).
+    #[arg(value_parser = parse_run_id)]
+    pub(crate) name: String,
+    /// When to start a run: a cron expression (UTC unless --timezone), e.g. '0 3 * * *'.
+    #[arg(long, required_unless_present = "every", conflicts_with = "every")]
+    pub(crate) cron: Option<String>,
+    /// Or every this long, e.g. 6h, 30m, 90s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub(crate) every: Option<std::time::Duration>,
+    /// IANA time zone of --cron (default UTC).
+    #[arg(long, value_name = "ZONE", requires = "cron")]
+    pub(crate) timezone: Option<String>,
+    /// A start due while the last run still runs: skip it (default), buffer one to run after,
+    /// or allow runs side by side.
+    #[arg(long, value_enum, default_value = "skip")]
+    pub(crate) on_overlap: OnOverlap,
+    /// Create it paused.
+    #[arg(long)]
+    pub(crate) paused: bool,
+    /// The run each start submits: every `submit` flag and the task.
+    #[command(flatten)]
+    pub(crate) run: SubmitArgs,
+}
+
+/// What a start due during a run does (`schedule create --on-overlap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OnOverlap {
+    Skip,
+    BufferOne,
+    Allow,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleListArgs {
+    /// One JSON object per line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNameArgs {
+    /// The schedule's name.
+    pub(crate) name: String,
+    /// JSON output.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleNoteArgs {
+    /// The schedule's name.
+    pub(crate) name: String,
+    /// Why (shown by describe and list).
+    #[arg(long)]
+    pub(crate) note: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -39,6 +39,7 @@ mod patch_paths;
 mod render;
 mod replay_check;
 mod safe_text;
+mod schedule;
 mod strict;
 mod style;
 mod submit;
@@ -116,6 +117,7 @@ async fn main() {
         Command::Fleet {
             command: cli::FleetCommand::Patches(a),
         } => fleet::patches(a).await,
+        Command::Schedule { command } => schedule::run(command).await,
         Command::CodecServer(a) => codec_server::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;

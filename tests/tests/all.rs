@@ -28,6 +28,7 @@ mod suite {
     mod replay;
     mod responses;
     mod retry_budget;
+    mod schedules;
     mod security;
     mod security_cli;
     mod store;

@@ -1,0 +1,311 @@
+//! `baton schedule` (issue 34 item 1): runs started by Temporal Schedules, not a cron of our
+//! own. `create` builds and checks the run's spec exactly as `submit` does (so a bad schedule
+//! is refused now, not at 3 a.m.), labels it `baton.schedule=NAME`, and hands it to the server
+//! with the start times and the overlap policy; the other commands are thin over the
+//! schedule's handle.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton_workflows::AgentRun;
+use futures::StreamExt;
+use serde::Serialize;
+use temporalio_client::{
+    Client, RpcOptions,
+    schedules::{
+        CreateScheduleOptions, DeleteScheduleOptions, ListSchedulesOptions, PauseScheduleOptions,
+        ScheduleAction, ScheduleError, ScheduleOverlapPolicy, ScheduleSpec, TriggerScheduleOptions,
+        UnpauseScheduleOptions,
+    },
+};
+
+use crate::{
+    cli::{OnOverlap, ScheduleCommand, ScheduleCreateArgs},
+    connect::{connect, short},
+    exit::{self, Exit},
+    json, launch, submit,
+};
+
+/// The label every scheduled run carries (`baton list --label baton.schedule=NAME`).
+pub(crate) const SCHEDULE_LABEL: &str = "baton.schedule";
+
+pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
+    match command {
+        ScheduleCommand::Create(args) => create(*args).await,
+        ScheduleCommand::List(args) => list(args.json).await,
+        ScheduleCommand::Describe(args) => describe(&args.name, args.json).await,
+        ScheduleCommand::Pause(args) => {
+            let handle = connect().await?.get_schedule_handle(&args.name);
+            let note = args
+                .note
+                .unwrap_or_else(|| "paused with baton schedule pause".into());
+            handle
+                .pause(Some(note), PauseScheduleOptions::default())
+                .await
+                .map_err(|e| failed(&args.name, "pause", &e))?;
+            eprintln!("paused schedule {}", args.name);
+            Ok(exit::COMPLETED)
+        }
+        ScheduleCommand::Unpause(args) => {
+            let handle = connect().await?.get_schedule_handle(&args.name);
+            let note = args
+                .note
+                .unwrap_or_else(|| "unpaused with baton schedule unpause".into());
+            handle
+                .unpause(Some(note), UnpauseScheduleOptions::default())
+                .await
+                .map_err(|e| failed(&args.name, "unpause", &e))?;
+            eprintln!("unpaused schedule {}", args.name);
+            Ok(exit::COMPLETED)
+        }
+        ScheduleCommand::Trigger(args) => {
+            let handle = connect().await?.get_schedule_handle(&args.name);
+            handle
+                .trigger(
+                    ScheduleOverlapPolicy::Unspecified,
+                    TriggerScheduleOptions::default(),
+                )
+                .await
+                .map_err(|e| failed(&args.name, "trigger", &e))?;
+            eprintln!("triggered schedule {}", args.name);
+            Ok(exit::COMPLETED)
+        }
+        ScheduleCommand::Delete(args) => {
+            let handle = connect().await?.get_schedule_handle(&args.name);
+            handle
+                .delete(DeleteScheduleOptions::default())
+                .await
+                .map_err(|e| failed(&args.name, "delete", &e))?;
+            eprintln!("deleted schedule {} (the runs it started go on)", args.name);
+            Ok(exit::COMPLETED)
+        }
+    }
+}
+
+/// An RPC on schedule `name` failed: a missing schedule is the user's mistake (exit 2).
+fn failed(name: &str, what: &str, e: &ScheduleError) -> Exit {
+    let text = e.to_string();
+    if text.to_lowercase().contains("not found") {
+        return Exit::usage(format!(
+            "there is no schedule '{name}'; `baton schedule list` shows them"
+        ));
+    }
+    Exit::infra(format!("cannot {what} schedule {name}: {}", short(&text)))
+}
+
+async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
+    if args.run.id.is_some() {
+        return Err(Exit::usage(
+            "--id names one run; a schedule's runs are named after it (NAME-<start time>): drop --id",
+        ));
+    }
+    if args.run.wait {
+        return Err(Exit::usage(
+            "--wait follows one run; a schedule's runs start later: follow them with `baton list \
+             --label baton.schedule=NAME` and `baton watch RUN`",
+        ));
+    }
+    let mut spec = submit::build_spec(&args.run)?;
+    spec.labels
+        .insert(SCHEDULE_LABEL.to_owned(), args.name.clone());
+    crate::workspace::check_flags(&args.run)?;
+    let client = connect().await?;
+    crate::workspace::apply_source(&args.run, &client, &mut spec).await?;
+    let spec = launch::fit_in_history(spec).await?;
+    let when = match (&args.cron, args.every) {
+        (Some(cron), _) => ScheduleSpec::builder()
+            .cron_strings(vec![cron.clone()])
+            .timezone_name(args.timezone.clone().unwrap_or_default())
+            .build(),
+        (None, Some(every)) => ScheduleSpec::from_interval(every),
+        (None, None) => return Err(Exit::usage("say when: --cron EXPR or --every DURATION")),
+    };
+    let overlap = match args.on_overlap {
+        OnOverlap::Skip => ScheduleOverlapPolicy::Skip,
+        OnOverlap::BufferOne => ScheduleOverlapPolicy::BufferOne,
+        OnOverlap::Allow => ScheduleOverlapPolicy::AllowAll,
+    };
+    let action =
+        ScheduleAction::start_workflow(AgentRun::run, spec, &args.run.task_queue, &args.name);
+    let options = CreateScheduleOptions::builder()
+        .action(action)
+        .spec(when)
+        .overlap_policy(overlap)
+        .paused(args.paused)
+        .note(format!("created with baton schedule create {}", args.name))
+        .build();
+    client
+        .create_schedule(&args.name, options)
+        .await
+        .map_err(|e| {
+            let text = e.to_string();
+            if text.to_lowercase().contains("already") {
+                Exit::usage(format!(
+                    "a schedule named '{}' exists already; choose another name, or `baton \
+                     schedule delete {}` first",
+                    args.name, args.name
+                ))
+            } else if text.to_lowercase().contains("invalid") {
+                Exit::usage(format!("the server refused the schedule: {}", short(&text)))
+            } else {
+                Exit::infra(format!(
+                    "cannot create schedule {}: {}",
+                    args.name,
+                    short(&text)
+                ))
+            }
+        })?;
+    if args.run.json {
+        println!(
+            "{}",
+            json::line(&Created {
+                schedule: &args.name,
+                task_queue: &args.run.task_queue,
+                paused: args.paused,
+            })?
+        );
+    } else {
+        eprintln!(
+            "created schedule {} on task queue '{}'{}; its runs are labelled {SCHEDULE_LABEL}={}",
+            args.name,
+            args.run.task_queue,
+            if args.paused { " (paused)" } else { "" },
+            args.name
+        );
+    }
+    Ok(exit::COMPLETED)
+}
+
+#[derive(Serialize)]
+struct Created<'a> {
+    schedule: &'a str,
+    task_queue: &'a str,
+    paused: bool,
+}
+
+/// A schedule as `list --json` and `describe --json` print it.
+#[derive(Serialize)]
+struct Line {
+    schedule: String,
+    paused: bool,
+    note: String,
+    /// Workflow ids (run ids) of its recent runs, oldest first.
+    recent_runs: Vec<String>,
+    /// Its next start times, Unix milliseconds.
+    next_starts_ms: Vec<i64>,
+    /// `describe` only: runs started in all, and the runs still running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_started: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    running: Option<Vec<String>>,
+}
+
+fn ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn human(line: &Line) -> String {
+    let next = line
+        .next_starts_ms
+        .first()
+        .map(|t| {
+            let now = ms(SystemTime::now());
+            format!("next in {}", render_secs((t - now).max(0) / 1000))
+        })
+        .unwrap_or_else(|| "no next start".into());
+    format!(
+        "{}  {}  {next}  last runs: {}{}",
+        line.schedule,
+        if line.paused { "PAUSED" } else { "active" },
+        if line.recent_runs.is_empty() {
+            "none".into()
+        } else {
+            line.recent_runs.join(", ")
+        },
+        if line.note.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", line.note)
+        }
+    )
+}
+
+fn render_secs(secs: i64) -> String {
+    let d = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+    match d.as_secs() {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s => format!("{}h", s / 3600),
+    }
+}
+
+async fn list(as_json: bool) -> Result<i32, Exit> {
+    let client: Client = connect().await?;
+    let mut stream = client.list_schedules(ListSchedulesOptions::default());
+    let mut any = false;
+    while let Some(item) = stream.next().await {
+        let s = item.map_err(|e| {
+            Exit::infra(format!("cannot list schedules: {}", short(&e.to_string())))
+        })?;
+        any = true;
+        let line = Line {
+            schedule: s.schedule_id().to_owned(),
+            paused: s.paused(),
+            note: s.note().unwrap_or_default().to_owned(),
+            recent_runs: s
+                .recent_actions()
+                .into_iter()
+                .map(|a| a.workflow_id)
+                .collect(),
+            next_starts_ms: s.future_action_times().into_iter().map(ms).collect(),
+            runs_started: None,
+            running: None,
+        };
+        if as_json {
+            println!("{}", json::line(&line)?);
+        } else {
+            println!("{}", human(&line));
+        }
+    }
+    if !any && !as_json {
+        eprintln!("no schedules (create one with `baton schedule create NAME --cron ... TASK`)");
+    }
+    Ok(exit::COMPLETED)
+}
+
+async fn describe(name: &str, as_json: bool) -> Result<i32, Exit> {
+    let handle = connect().await?.get_schedule_handle(name);
+    let d = handle
+        .describe(RpcOptions::default())
+        .await
+        .map_err(|e| failed(name, "describe", &e))?;
+    let line = Line {
+        schedule: name.to_owned(),
+        paused: d.paused(),
+        note: d.note().unwrap_or_default().to_owned(),
+        recent_runs: d
+            .recent_actions()
+            .into_iter()
+            .map(|a| a.workflow_id)
+            .collect(),
+        next_starts_ms: d.future_action_times().into_iter().map(ms).collect(),
+        runs_started: Some(d.action_count()),
+        running: Some(
+            d.running_actions()
+                .into_iter()
+                .map(|a| a.workflow_id)
+                .collect(),
+        ),
+    };
+    if as_json {
+        println!("{}", json::line(&line)?);
+    } else {
+        println!("{}", human(&line));
+        println!(
+            "runs started: {}, running: {}",
+            d.action_count(),
+            line.running.as_ref().map_or(0, Vec::len)
+        );
+    }
+    Ok(exit::COMPLETED)
+}

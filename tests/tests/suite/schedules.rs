@@ -1,0 +1,183 @@
+//! Schedules (issue 34 item 1), end to end on the dev server's real Temporal Schedules: a
+//! schedule every second of a run that takes about three starts runs one after another (skip
+//! overlap: never two at once), labelled `baton.schedule=NAME`; `pause` stops new runs,
+//! `trigger` starts one anyway, `delete` removes it; a schedule whose run spec is invalid is
+//! refused at create with exit 2.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+/// The schedule's runs as `baton list --label` shows them: (run id, state).
+fn runs_of(server: &DevServer, name: &str) -> Vec<(String, String)> {
+    let label = format!("baton.schedule={name}");
+    let out = baton(server, &["list", "--label", &label, "--json"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let listed = out.json().unwrap();
+    listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["run_id"].as_str().unwrap_or_default().to_owned(),
+                v["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn describe(server: &DevServer, name: &str) -> Value {
+    let out = baton(server, &["schedule", "describe", name, "--json"]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    out.json().unwrap()
+}
+
+fn ended(state: &str) -> bool {
+    matches!(state, "COMPLETED" | "FAILED" | "CANCELLED")
+}
+
+#[test]
+fn a_schedule_starts_runs_one_at_a_time_and_pause_trigger_and_delete_work() {
+    let server = DevServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = unique("sched");
+    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
+    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let slow = script(
+        tmp.path(),
+        "slow",
+        json!([
+            {"text": "Working.", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 3"}}]},
+            {"text": "Done."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let name = unique("nightly");
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "create",
+            &name,
+            "--every",
+            "1s",
+            "--task-queue",
+            &queue,
+            "--script",
+            &slow,
+            "--no-approval",
+            "--json",
+            "tidy up",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.json().unwrap()["schedule"], name.as_str(), "{out}");
+
+    // Runs one after another: never two open at once (skip), until two have completed.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut most_open = 0;
+    loop {
+        let runs = runs_of(&server, &name);
+        let open = runs.iter().filter(|(_, s)| !ended(s)).count();
+        most_open = most_open.max(open);
+        let completed = runs.iter().filter(|(_, s)| s == "COMPLETED").count();
+        if completed >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two runs did not complete: {runs:?}\n{}",
+            w.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(most_open, 1, "skip overlap: one run at a time");
+    let runs = runs_of(&server, &name);
+    assert!(
+        runs.iter()
+            .all(|(id, _)| id.starts_with(&format!("{name}-"))),
+        "{runs:?}"
+    );
+    let first = &runs.iter().find(|(_, s)| s == "COMPLETED").unwrap().0;
+    let r = result(&server, first, 0);
+    assert_eq!(r["answer"], "Done.", "{r}");
+
+    // Paused: no new runs.
+    let out = baton(
+        &server,
+        &["schedule", "pause", &name, "--note", "maintenance window"],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    // Let a run that was starting settle, then count.
+    std::thread::sleep(Duration::from_secs(2));
+    let d = describe(&server, &name);
+    assert_eq!(d["paused"], true, "{d}");
+    assert_eq!(d["note"], "maintenance window", "{d}");
+    let started = d["runs_started"].as_i64().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        describe(&server, &name)["runs_started"],
+        started,
+        "a paused schedule starts nothing"
+    );
+    let listed = baton(&server, &["schedule", "list", "--json"]).unwrap();
+    assert!(
+        listed
+            .stdout
+            .lines()
+            .any(|l| l.contains(&name) && l.contains("\"paused\":true")),
+        "{listed}"
+    );
+
+    // Trigger: one run now, even paused.
+    let out = baton(&server, &["schedule", "trigger", &name]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    wait_until_blocking(Duration::from_secs(30), "the triggered run", || {
+        Ok((describe(&server, &name)["runs_started"].as_i64() == Some(started + 1)).then_some(()))
+    })
+    .unwrap();
+
+    // Delete: gone.
+    let out = baton(&server, &["schedule", "delete", &name]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let out = baton(&server, &["schedule", "describe", &name]).unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("no schedule"), "{out}");
+}
+
+#[test]
+fn a_schedule_with_an_invalid_run_is_refused_at_create() {
+    let server = DevServer::start().unwrap();
+    for (args, said) in [
+        (
+            &["--every", "1h", "--tool", "nope", "x"][..],
+            "unknown tool",
+        ),
+        (
+            &["--every", "1h", "--verify", " ", "x"][..],
+            "verification command 1 is empty",
+        ),
+        (&["--every", "1h", "--id", "r1", "x"][..], "drop --id"),
+        (&["x"][..], "--cron"),
+    ] {
+        let name = unique("bad");
+        let mut all = vec!["schedule", "create", name.as_str()];
+        all.extend_from_slice(args);
+        let out = baton(&server, &all).unwrap();
+        assert_eq!(out.code, 2, "{args:?}: {out}");
+        assert!(out.stderr.contains(said), "{args:?}: {out}");
+        let out = baton(&server, &["schedule", "describe", &name]).unwrap();
+        assert_eq!(out.code, 2, "nothing was created for {args:?}: {out}");
+    }
+}
