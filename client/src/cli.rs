@@ -485,6 +485,21 @@ pub(crate) enum ScheduleCommand {
     Trigger(ScheduleNameArgs),
     /// Deletes the schedule (runs it started go on).
     Delete(ScheduleNameArgs),
+    /// Starts the runs the schedule would have started between two times (RFC 3339, e.g.
+    /// 2026-12-01T00:00:00Z), as if it had been running then.
+    Backfill(ScheduleBackfillArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScheduleBackfillArgs {
+    /// The schedule's name.
+    pub(crate) name: String,
+    /// From (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) from: std::time::SystemTime,
+    /// To (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    pub(crate) to: std::time::SystemTime,
 }
 
 #[derive(Debug, Args)]
@@ -508,6 +523,13 @@ pub(crate) struct ScheduleCreateArgs {
     /// Create it paused.
     #[arg(long)]
     pub(crate) paused: bool,
+    /// Starts missed while the server was down are made up for within this long after (e.g.
+    /// 1h; the server's default is a year).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub(crate) catchup_window: Option<std::time::Duration>,
+    /// Pause the schedule when one of its runs fails (the note says so); unpause to go on.
+    #[arg(long)]
+    pub(crate) pause_on_failure: bool,
     /// The run each start submits: every `submit` flag and the task.
     #[command(flatten)]
     pub(crate) run: SubmitArgs,

@@ -12,8 +12,9 @@ use serde::Serialize;
 use temporalio_client::{
     Client, RpcOptions,
     schedules::{
-        CreateScheduleOptions, DeleteScheduleOptions, ListSchedulesOptions, PauseScheduleOptions,
-        ScheduleAction, ScheduleError, ScheduleOverlapPolicy, ScheduleSpec, TriggerScheduleOptions,
+        BackfillScheduleOptions, CreateScheduleOptions, DeleteScheduleOptions,
+        ListSchedulesOptions, PauseScheduleOptions, ScheduleAction, ScheduleBackfill,
+        ScheduleError, ScheduleOverlapPolicy, ScheduleSpec, TriggerScheduleOptions,
         UnpauseScheduleOptions,
     },
 };
@@ -67,6 +68,21 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 .await
                 .map_err(|e| failed(&args.name, "trigger", &e))?;
             eprintln!("triggered schedule {}", args.name);
+            Ok(exit::COMPLETED)
+        }
+        ScheduleCommand::Backfill(args) => {
+            if args.to <= args.from {
+                return Err(Exit::usage("--to must be after --from"));
+            }
+            let handle = connect().await?.get_schedule_handle(&args.name);
+            handle
+                .backfill(
+                    [ScheduleBackfill::new(args.from, args.to).build()],
+                    BackfillScheduleOptions::default(),
+                )
+                .await
+                .map_err(|e| failed(&args.name, "backfill", &e))?;
+            eprintln!("backfilled schedule {}", args.name);
             Ok(exit::COMPLETED)
         }
         ScheduleCommand::Delete(args) => {
@@ -133,7 +149,7 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
         .paused(args.paused)
         .note(format!("created with baton schedule create {}", args.name))
         .build();
-    client
+    let handle = client
         .create_schedule(&args.name, options)
         .await
         .map_err(|e| {
@@ -154,6 +170,21 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
                 ))
             }
         })?;
+    if args.catchup_window.is_some() || args.pause_on_failure {
+        let (window, pause) = (args.catchup_window, args.pause_on_failure);
+        handle
+            .update(
+                move |u| {
+                    if let Some(w) = window {
+                        u.set_catchup_window(w);
+                    }
+                    u.set_pause_on_failure(pause);
+                },
+                RpcOptions::default(),
+            )
+            .await
+            .map_err(|e| failed(&args.name, "configure", &e))?;
+    }
     if args.run.json {
         println!(
             "{}",
@@ -197,6 +228,32 @@ struct Line {
     runs_started: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     running: Option<Vec<String>>,
+    /// `describe` only: its policies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policies: Option<Policies>,
+}
+
+#[derive(Serialize)]
+struct Policies {
+    /// `skip`, `buffer_one`, `allow` (or the server's name for another policy).
+    on_overlap: String,
+    catchup_window_secs: i64,
+    pause_on_failure: bool,
+}
+
+fn policies_of(d: &temporalio_client::schedules::ScheduleDescription) -> Option<Policies> {
+    let p = d.raw().schedule.as_ref()?.policies.as_ref()?;
+    let on_overlap = match p.overlap_policy {
+        0 | 1 => "skip".to_owned(),
+        2 => "buffer_one".to_owned(),
+        6 => "allow".to_owned(),
+        n => format!("policy {n}"),
+    };
+    Some(Policies {
+        on_overlap,
+        catchup_window_secs: p.catchup_window.as_ref().map_or(0, |w| w.seconds),
+        pause_on_failure: p.pause_on_failure,
+    })
 }
 
 fn ms(t: SystemTime) -> i64 {
@@ -260,6 +317,7 @@ async fn list(as_json: bool) -> Result<i32, Exit> {
             next_starts_ms: s.future_action_times().into_iter().map(ms).collect(),
             runs_started: None,
             running: None,
+            policies: None,
         };
         if as_json {
             println!("{}", json::line(&line)?);
@@ -296,6 +354,7 @@ async fn describe(name: &str, as_json: bool) -> Result<i32, Exit> {
                 .map(|a| a.workflow_id)
                 .collect(),
         ),
+        policies: policies_of(&d),
     };
     if as_json {
         println!("{}", json::line(&line)?);

@@ -143,3 +143,10 @@ pub(crate) fn parse_label(s: &str) -> Result<(String, String), String> {
         _ => Err(format!("'{s}' is not KEY=VALUE")),
     }
 }
+
+/// An RFC 3339 time (`2026-12-01T03:00:00Z`).
+pub(crate) fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339_weak(s.trim()).map_err(|e| {
+        format!("'{s}' is not a time: {e}; write it as RFC 3339, e.g. 2026-12-01T03:00:00Z")
+    })
+}

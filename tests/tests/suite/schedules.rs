@@ -181,3 +181,84 @@ fn a_schedule_with_an_invalid_run_is_refused_at_create() {
         assert_eq!(out.code, 2, "nothing was created for {args:?}: {out}");
     }
 }
+
+#[test]
+fn policies_are_kept_and_a_backfill_starts_the_missed_runs() {
+    let server = DevServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = unique("sched-fill");
+    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
+    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let quick = script(tmp.path(), "quick", json!([{"text": "Done."}]))
+        .display()
+        .to_string();
+    let name = unique("weekly");
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "create",
+            &name,
+            "--every",
+            "1h",
+            "--paused",
+            "--on-overlap",
+            "allow",
+            "--catchup-window",
+            "10m",
+            "--pause-on-failure",
+            "--task-queue",
+            &queue,
+            "--script",
+            &quick,
+            "x",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let d = describe(&server, &name);
+    assert_eq!(d["paused"], true, "{d}");
+    assert_eq!(d["policies"]["on_overlap"], "allow", "{d}");
+    assert_eq!(d["policies"]["catchup_window_secs"], 600, "{d}");
+    assert_eq!(d["policies"]["pause_on_failure"], true, "{d}");
+    assert_eq!(d["runs_started"], 0, "{d}");
+
+    // Three hours that an hourly schedule missed: three runs, even paused.
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "backfill",
+            &name,
+            "--from",
+            "2026-01-01T00:30:00Z",
+            "--to",
+            "2026-01-01T03:30:00Z",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    wait_until_blocking(Duration::from_secs(60), "three backfilled runs", || {
+        let done = runs_of(&server, &name)
+            .iter()
+            .filter(|(_, s)| s == "COMPLETED")
+            .count();
+        Ok((done == 3).then_some(()))
+    })
+    .unwrap();
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "backfill",
+            &name,
+            "--from",
+            "2026-01-02T00:00:00Z",
+            "--to",
+            "yesterday",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("RFC 3339"), "{out}");
+}
