@@ -262,3 +262,62 @@ fn policies_are_kept_and_a_backfill_starts_the_missed_runs() {
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("RFC 3339"), "{out}");
 }
+
+#[test]
+fn starts_missed_while_the_server_was_down_are_made_up_within_the_catch_up_window() {
+    let mut server = DevServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = unique("sched-catchup");
+    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
+    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let quick = script(tmp.path(), "quick", json!([{"text": "Done."}]))
+        .display()
+        .to_string();
+    let name = unique("often");
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "create",
+            &name,
+            "--every",
+            "1s",
+            "--on-overlap",
+            "allow",
+            "--catchup-window",
+            "1m",
+            "--task-queue",
+            &queue,
+            "--script",
+            &quick,
+            "x",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    wait_until_blocking(Duration::from_secs(30), "a first run", || {
+        Ok((!runs_of(&server, &name).is_empty()).then_some(()))
+    })
+    .unwrap();
+    server.stop();
+    let down = std::time::SystemTime::now();
+    std::thread::sleep(Duration::from_secs(6));
+    let up = std::time::SystemTime::now();
+    server.restart().unwrap();
+    // The runs whose start time (the suffix of their id) fell while the server was down.
+    let missed = |runs: &[(String, String)]| {
+        runs.iter()
+            .filter_map(|(id, _)| id.strip_prefix(&format!("{name}-")))
+            .filter_map(|t| humantime::parse_rfc3339_weak(t).ok())
+            .filter(|t| *t > down + Duration::from_millis(1500) && *t < up)
+            .count()
+    };
+    let made_up = wait_until_blocking(Duration::from_secs(60), "the missed starts", || {
+        let runs = runs_of(&server, &name);
+        let n = missed(&runs);
+        Ok((n >= 3).then_some(n))
+    });
+    let _ = baton(&server, &["schedule", "delete", &name]);
+    let n = made_up.unwrap_or_else(|e| panic!("{e}: {:?}", runs_of(&server, &name)));
+    assert!(n >= 3, "{n}");
+}
