@@ -47,6 +47,56 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             "--label {key}=... is given twice; a run has one value per label key"
         )));
     }
+    let task = read_task(args)?;
+    if let Err(unknown) = tools::definitions(&args.tools) {
+        return Err(Exit::usage(format!(
+            "unknown tool(s): {}; available: {}",
+            unknown.join(", "),
+            tools::BUILTIN_TOOLS.join(", ")
+        )));
+    }
+    let approval = build_policy(args)?;
+    let (verify, verify_attempts) = verification(args)?;
+    let environment = environment(args)?;
+    let mcp = mcp_servers(&args.mcp)?;
+    let (provider, script) = provider_and_script(args)?;
+    Ok(RunSpec {
+        sandbox: Some(sandbox_policy(args)),
+        local_read_tools: args.local_read_tools,
+        remote_read_tools: args.remote_read_tools,
+        task,
+        model: Some(ModelConfig {
+            provider,
+            model: args.model.clone().unwrap_or_default(),
+            context_window: args.context_window.unwrap_or(0),
+            max_output_tokens: args.max_output_tokens.unwrap_or(0),
+            script,
+            reasoning_effort: flag_name(args.reasoning_effort),
+            thinking_budget_tokens: thinking_budget(args)?,
+            cache_ttl: flag_name(args.cache_ttl),
+            ..Default::default()
+        }),
+        tools: tool_names(args),
+        approval: Some(approval),
+        limits: Some(limits(args)),
+        labels: labels(args),
+        system_prompt: args.instructions.clone().unwrap_or_default(),
+        continued: None,
+        output_schema: match &args.output_schema {
+            Some(path) => load_output_schema(path)?,
+            None => String::new(),
+        },
+        mcp,
+        mcp_unavailable: flag_name(args.mcp_unavailable),
+        verify,
+        verify_attempts,
+        environment,
+        ..Default::default()
+    })
+}
+
+/// The task: the prompt, `-` for stdin, or `--prompt-file`; never empty.
+fn read_task(args: &SubmitArgs) -> Result<String, Exit> {
     let task = match (&args.prompt, &args.prompt_file) {
         (_, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
             Exit::usage(format!(
@@ -70,17 +120,12 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             "the prompt is empty; say what the agent should do",
         ));
     }
-    if let Err(unknown) = tools::definitions(&args.tools) {
-        return Err(Exit::usage(format!(
-            "unknown tool(s): {}; available: {}",
-            unknown.join(", "),
-            tools::BUILTIN_TOOLS.join(", ")
-        )));
-    }
-    let approval = build_policy(args)?;
-    let (verify, verify_attempts) = verification(args)?;
-    let environment = environment(args)?;
-    let mcp = mcp_servers(&args.mcp)?;
+    Ok(task)
+}
+
+/// The provider (`--provider`, else scripted with `--script`, else openai) and the script,
+/// checked against each other.
+fn provider_and_script(args: &SubmitArgs) -> Result<(String, Option<baton_proto::Script>), Exit> {
     let script = match &args.script {
         Some(path) => Some(load_script(path)?),
         None => None,
@@ -120,79 +165,60 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             )));
         }
     }
-    Ok(RunSpec {
-        sandbox: Some(SandboxPolicy {
-            mode: match args.sandbox {
-                SandboxMode::WorkspaceWrite => String::new(),
-                SandboxMode::ReadOnly => "read-only".to_owned(),
-                SandboxMode::Off => "off".to_owned(),
-            },
-            network: args.network || !args.allow_hosts.is_empty(),
-            allowed_hosts: args.allow_hosts.clone(),
-            on_unknown_host: match args.on_unknown_host {
-                OnUnknownHost::Deny => String::new(),
-                OnUnknownHost::Ask => "ask".to_owned(),
-            },
-        }),
-        local_read_tools: args.local_read_tools,
-        remote_read_tools: args.remote_read_tools,
-        task,
-        model: Some(ModelConfig {
-            provider,
-            model: args.model.clone().unwrap_or_default(),
-            context_window: args.context_window.unwrap_or(0),
-            max_output_tokens: args.max_output_tokens.unwrap_or(0),
-            script,
-            reasoning_effort: flag_name(args.reasoning_effort),
-            thinking_budget_tokens: thinking_budget(args)?,
-            cache_ttl: flag_name(args.cache_ttl),
-            ..Default::default()
-        }),
-        tools: tool_names(args),
-        approval: Some(approval),
-        limits: Some(Limits {
-            max_turns: args.max_turns.unwrap_or(0),
-            max_total_tokens: args.max_tokens.unwrap_or(0),
-            max_cost_usd: args.max_cost.unwrap_or(0.0),
-            deadline_seconds: args
-                .deadline
-                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
-                .unwrap_or(0),
-            on_exhausted: match args.on_exhausted {
-                Exhausted::Stop => String::new(),
-                Exhausted::Ask => "ask".to_owned(),
-            },
-            tool_timeout_seconds: args
-                .tool_timeout
-                .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
-                .unwrap_or(0),
-            history_events_budget: args.history_budget.unwrap_or(0),
-            segment_turns: args.segment_turns.unwrap_or(0),
-            max_subagents: args.max_subagents.unwrap_or(0),
-            max_subagent_depth: args.max_subagent_depth.unwrap_or(0),
-            ..Default::default()
-        }),
-        labels: {
-            let mut labels: std::collections::HashMap<String, String> =
-                args.labels.iter().cloned().collect();
-            labels
-                .entry("submitter".to_owned())
-                .or_insert_with(|| crate::connect::local_user(&|k| std::env::var(k).ok()));
-            labels
+    Ok((provider, script))
+}
+
+/// `--sandbox`, `--network`, `--allow-host`, `--on-unknown-host`.
+fn sandbox_policy(args: &SubmitArgs) -> SandboxPolicy {
+    SandboxPolicy {
+        mode: match args.sandbox {
+            SandboxMode::WorkspaceWrite => String::new(),
+            SandboxMode::ReadOnly => "read-only".to_owned(),
+            SandboxMode::Off => "off".to_owned(),
         },
-        system_prompt: args.instructions.clone().unwrap_or_default(),
-        continued: None,
-        output_schema: match &args.output_schema {
-            Some(path) => load_output_schema(path)?,
-            None => String::new(),
+        network: args.network || !args.allow_hosts.is_empty(),
+        allowed_hosts: args.allow_hosts.clone(),
+        on_unknown_host: match args.on_unknown_host {
+            OnUnknownHost::Deny => String::new(),
+            OnUnknownHost::Ask => "ask".to_owned(),
         },
-        mcp,
-        mcp_unavailable: flag_name(args.mcp_unavailable),
-        verify,
-        verify_attempts,
-        environment,
+    }
+}
+
+/// The turn, token, cost, time and subagent limits.
+fn limits(args: &SubmitArgs) -> Limits {
+    Limits {
+        max_turns: args.max_turns.unwrap_or(0),
+        max_total_tokens: args.max_tokens.unwrap_or(0),
+        max_cost_usd: args.max_cost.unwrap_or(0.0),
+        deadline_seconds: args
+            .deadline
+            .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
+            .unwrap_or(0),
+        on_exhausted: match args.on_exhausted {
+            Exhausted::Stop => String::new(),
+            Exhausted::Ask => "ask".to_owned(),
+        },
+        tool_timeout_seconds: args
+            .tool_timeout
+            .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
+            .unwrap_or(0),
+        history_events_budget: args.history_budget.unwrap_or(0),
+        segment_turns: args.segment_turns.unwrap_or(0),
+        max_subagents: args.max_subagents.unwrap_or(0),
+        max_subagent_depth: args.max_subagent_depth.unwrap_or(0),
         ..Default::default()
-    })
+    }
+}
+
+/// `--label`s, plus `submitter` (the local user) unless given.
+fn labels(args: &SubmitArgs) -> std::collections::HashMap<String, String> {
+    let mut labels: std::collections::HashMap<String, String> =
+        args.labels.iter().cloned().collect();
+    labels
+        .entry("submitter".to_owned())
+        .or_insert_with(|| crate::connect::local_user(&|k| std::env::var(k).ok()));
+    labels
 }
 
 /// The run's environment: `--environment FILE`, else `--workspace-from DIR`'s own
