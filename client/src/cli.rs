@@ -500,6 +500,9 @@ pub(crate) struct ScheduleBackfillArgs {
     /// To (RFC 3339).
     #[arg(long, value_parser = parse_time)]
     pub(crate) to: std::time::SystemTime,
+    /// Say what was done as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -566,6 +569,9 @@ pub(crate) struct ScheduleNoteArgs {
     /// Why (shown by describe and list).
     #[arg(long)]
     pub(crate) note: Option<String>,
+    /// Say what was done as one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -43,8 +43,12 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 .pause(Some(note), PauseScheduleOptions::default())
                 .await
                 .map_err(|e| failed(&args.name, "pause", &e))?;
-            eprintln!("paused schedule {}", args.name);
-            Ok(exit::COMPLETED)
+            done(
+                &args.name,
+                "paused",
+                args.json,
+                &format!("paused schedule {}", args.name),
+            )
         }
         ScheduleCommand::Unpause(args) => {
             let handle = connect().await?.get_schedule_handle(&args.name);
@@ -55,8 +59,12 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 .unpause(Some(note), UnpauseScheduleOptions::default())
                 .await
                 .map_err(|e| failed(&args.name, "unpause", &e))?;
-            eprintln!("unpaused schedule {}", args.name);
-            Ok(exit::COMPLETED)
+            done(
+                &args.name,
+                "unpaused",
+                args.json,
+                &format!("unpaused schedule {}", args.name),
+            )
         }
         ScheduleCommand::Trigger(args) => {
             let handle = connect().await?.get_schedule_handle(&args.name);
@@ -67,8 +75,12 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 )
                 .await
                 .map_err(|e| failed(&args.name, "trigger", &e))?;
-            eprintln!("triggered schedule {}", args.name);
-            Ok(exit::COMPLETED)
+            done(
+                &args.name,
+                "triggered",
+                args.json,
+                &format!("triggered schedule {}", args.name),
+            )
         }
         ScheduleCommand::Backfill(args) => {
             if args.to <= args.from {
@@ -82,8 +94,12 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 )
                 .await
                 .map_err(|e| failed(&args.name, "backfill", &e))?;
-            eprintln!("backfilled schedule {}", args.name);
-            Ok(exit::COMPLETED)
+            done(
+                &args.name,
+                "backfilled",
+                args.json,
+                &format!("backfilled schedule {}", args.name),
+            )
         }
         ScheduleCommand::Delete(args) => {
             let handle = connect().await?.get_schedule_handle(&args.name);
@@ -91,10 +107,27 @@ pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
                 .delete(DeleteScheduleOptions::default())
                 .await
                 .map_err(|e| failed(&args.name, "delete", &e))?;
-            eprintln!("deleted schedule {} (the runs it started go on)", args.name);
-            Ok(exit::COMPLETED)
+            done(
+                &args.name,
+                "deleted",
+                args.json,
+                &format!("deleted schedule {} (the runs it started go on)", args.name),
+            )
         }
     }
+}
+
+/// Says what was done: one JSON object with `--json`, else a line on stderr.
+fn done(name: &str, action: &str, as_json: bool, text: &str) -> Result<i32, Exit> {
+    if as_json {
+        println!(
+            "{}",
+            json::line(&serde_json::json!({"schedule": name, "action": action}))?
+        );
+    } else {
+        eprintln!("{text}");
+    }
+    Ok(exit::COMPLETED)
 }
 
 /// An RPC on schedule `name` failed: a missing schedule is the user's mistake (exit 2).

@@ -115,10 +115,23 @@ fn a_schedule_starts_runs_one_at_a_time_and_pause_trigger_and_delete_work() {
     // Paused: no new runs.
     let out = baton(
         &server,
-        &["schedule", "pause", &name, "--note", "maintenance window"],
+        &[
+            "schedule",
+            "pause",
+            &name,
+            "--note",
+            "maintenance window",
+            "--json",
+        ],
     )
     .unwrap();
     assert_eq!(out.code, 0, "{out}");
+    let said = out.json().unwrap();
+    assert_eq!(
+        (said["schedule"].as_str(), said["action"].as_str()),
+        (Some(name.as_str()), Some("paused")),
+        "{out}"
+    );
     // Let a run that was starting settle, then count.
     std::thread::sleep(Duration::from_secs(2));
     let d = describe(&server, &name);
