@@ -86,6 +86,10 @@ impl Setup {
             self.llama.model(),
             "--max-turns",
             "3",
+            // A 135M model on a loaded 2-core machine can ramble for thousands of tokens,
+            // which took a streamed call past its limits in one CI run: bound each reply.
+            "--max-output-tokens",
+            "512",
             "--no-approval",
             "--wait",
             "--wait-timeout",
