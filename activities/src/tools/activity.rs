@@ -32,12 +32,12 @@ use crate::mcp::{McpError, McpPool, McpSettings, RunScope};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
-fn infrastructure(message: String) -> ActivityError {
+pub(crate) fn infrastructure(message: String) -> ActivityError {
     ActivityError::application(ApplicationFailure::new(message))
 }
 
 /// A failure retrying cannot fix: a bad sandbox policy, or a host that cannot sandbox.
-fn permanent(message: String) -> ActivityError {
+pub(crate) fn permanent(message: String) -> ActivityError {
     ActivityError::application(
         ApplicationFailure::builder(message)
             .type_name(FailureType::BadInput.as_str().to_owned())

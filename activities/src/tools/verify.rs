@@ -12,7 +12,6 @@ use std::time::Duration;
 use baton_proto::{SandboxPolicy, Verification, VerifyRequest};
 use baton_sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
-use temporalio_common::error::ApplicationFailure;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -55,20 +54,13 @@ fn tail(text: &str, max: usize) -> String {
     format!("[... {} bytes before]\n{}", start, &text[start..])
 }
 
+/// A failure of the activity: retried, or (`retryable` false) not, as `BadInput`.
 pub(crate) fn failure(message: String, retryable: bool) -> ActivityError {
     if retryable {
-        return ActivityError::application(ApplicationFailure::new(message));
+        super::activity::infrastructure(message)
+    } else {
+        super::activity::permanent(message)
     }
-    ActivityError::application(
-        ApplicationFailure::builder(message)
-            .type_name(
-                baton_workflows::activities::FailureType::BadInput
-                    .as_str()
-                    .to_owned(),
-            )
-            .non_retryable(true)
-            .build(),
-    )
 }
 
 impl ToolService {

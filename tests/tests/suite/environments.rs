@@ -220,7 +220,7 @@ fn an_environment_is_set_up_once_per_lockfile_and_its_secret_reaches_only_setup(
         &hash[..16],
         "setup read the secret"
     );
-    for file in walk(&tree) {
+    for file in files_under(&tree) {
         let bytes = std::fs::read(&file).unwrap();
         assert!(
             !String::from_utf8_lossy(&bytes).contains(SECRET),
@@ -230,31 +230,16 @@ fn an_environment_is_set_up_once_per_lockfile_and_its_secret_reaches_only_setup(
     }
     // Nor is it anywhere in the blob store: conversations (what the model was sent), stored
     // outputs (setup's, scrubbed), snapshots, the environment cache.
-    for file in walk(&server.blob_dir()) {
+    for file in files_under(&server.blob_dir()) {
         let bytes = std::fs::read(&file).unwrap();
         assert!(
-            memchr_find(&bytes, SECRET.as_bytes()).is_none(),
+            !contains_bytes(&bytes, SECRET.as_bytes()),
             "the secret is in the blob store: {}",
             file.display()
         );
     }
     // The change set leaves out what setup added.
     assert_eq!(r["changes"]["files_changed"], 0, "{r}");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(entry.path());
-            } else {
-                out.push(entry.path());
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -337,9 +322,4 @@ fn a_failing_setup_ends_the_run_before_any_model_call_with_its_output() {
     .unwrap();
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("unknown field `setpu`"), "{out}");
-}
-
-/// Where `needle` is in `haystack`.
-fn memchr_find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }

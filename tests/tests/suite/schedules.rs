@@ -49,8 +49,7 @@ fn a_schedule_starts_runs_one_at_a_time_and_pause_trigger_and_delete_work() {
     let server = DevServer::start().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let queue = unique("sched");
-    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
-    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let w = worker(&server, &queue, &[]);
     let slow = script(
         tmp.path(),
         "slow",
@@ -200,8 +199,7 @@ fn policies_are_kept_and_a_backfill_starts_the_missed_runs() {
     let server = DevServer::start().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let queue = unique("sched-fill");
-    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
-    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let _w = worker(&server, &queue, &[]);
     let quick = script(tmp.path(), "quick", json!([{"text": "Done."}]))
         .display()
         .to_string();
@@ -281,8 +279,7 @@ fn starts_missed_while_the_server_was_down_are_made_up_within_the_catch_up_windo
     let mut server = DevServer::start().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let queue = unique("sched-catchup");
-    let mut w = Worker::spawn(&server, &queue, &[]).unwrap();
-    w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
+    let _w = worker(&server, &queue, &[]);
     let quick = script(tmp.path(), "quick", json!([{"text": "Done."}]))
         .display()
         .to_string();

@@ -72,26 +72,6 @@ fn submit_wait(server: &DevServer, args: &[&str]) -> CmdOutput {
     baton_with_timeout(server, &all, &[], None, Duration::from_secs(180)).unwrap()
 }
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if !dir.exists() {
-        return out;
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 fn checksums(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut all: Vec<(PathBuf, Vec<u8>)> = files_under(dir)
         .into_iter()
@@ -148,7 +128,7 @@ fn a_checkout_goes_in_and_its_fix_comes_out_as_a_patch_that_applies_to_a_fresh_c
         let bytes = std::fs::read(&file).unwrap();
         for marker in [TARGET_MARKER, ENV_MARKER] {
             assert!(
-                !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+                !contains_bytes(&bytes, marker.as_bytes()),
                 "{marker} is in the blob store ({})",
                 file.display()
             );

@@ -37,6 +37,27 @@ fn answer(s: &mut RunState, text: &str) {
     s.on_llm_response(reply(text, vec![], FinishReason::Stop), T0);
 }
 
+/// One model turn that writes a file; the tool leaves the workspace at `snapshot`.
+fn write_a_file(s: &mut RunState, snapshot: &str) {
+    expect_llm(s);
+    s.on_llm_response(
+        reply(
+            "",
+            vec![call("w1", "write_file", r#"{"path":"a","content":"b"}"#)],
+            FinishReason::ToolCalls,
+        ),
+        T0,
+    );
+    expect_tools(s);
+    s.on_tool_results(
+        vec![ToolResult {
+            snapshot: snapshot.to_owned(),
+            ..ok_result("ok")
+        }],
+        T0,
+    );
+}
+
 #[test]
 fn an_answer_waits_for_every_check_and_completes_with_the_evidence() {
     let mut s = RunState::new(
@@ -174,23 +195,7 @@ fn a_check_that_cannot_run_ends_the_run_unverified() {
 fn checks_run_on_the_latest_snapshot() {
     let mut s = RunState::new("run-1", verified_spec(&["pytest"], 0), T0).unwrap();
     s.outputs.collect = true;
-    expect_llm(&mut s);
-    s.on_llm_response(
-        reply(
-            "",
-            vec![call("w1", "write_file", r#"{"path":"a","content":"b"}"#)],
-            FinishReason::ToolCalls,
-        ),
-        T0,
-    );
-    expect_tools(&mut s);
-    s.on_tool_results(
-        vec![ToolResult {
-            snapshot: "f".repeat(64),
-            ..ok_result("ok")
-        }],
-        T0,
-    );
+    write_a_file(&mut s, &"f".repeat(64));
     answer(&mut s, "Done.");
     assert_eq!(expect_verify(&mut s).snapshot, "f".repeat(64));
 }
@@ -223,23 +228,7 @@ fn a_run_that_failed_verification_is_not_delivered_but_its_changes_are_collected
             },
             T0,
         );
-        expect_llm(&mut s);
-        s.on_llm_response(
-            reply(
-                "",
-                vec![call("w1", "write_file", r#"{"path":"a","content":"b"}"#)],
-                FinishReason::ToolCalls,
-            ),
-            T0,
-        );
-        expect_tools(&mut s);
-        s.on_tool_results(
-            vec![ToolResult {
-                snapshot: "b".repeat(64),
-                ..ok_result("ok")
-            }],
-            T0,
-        );
+        write_a_file(&mut s, &"b".repeat(64));
         answer(&mut s, "Done.");
         expect_verify(&mut s);
         s.on_verified(check("cargo test", exit_code, "..."), T0);
