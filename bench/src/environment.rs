@@ -157,6 +157,12 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<EnvironmentReport>
         "the same worker's blob cache holds the environment, yet {} bytes were downloaded",
         same.bytes_downloaded
     );
+    ensure!(
+        same.bytes_written <= setup_bytes / 100,
+        "the same worker keeps the first run's set-up tree (issue 32 item 3), yet {} bytes were \
+         written",
+        same.bytes_written
+    );
     drop((a, b, daemon, moto));
     Ok(EnvironmentReport {
         settings,

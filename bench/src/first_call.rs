@@ -8,9 +8,10 @@
 //! - cold: a fresh worker (empty workspace root), an empty store: the CLI uploads every blob,
 //!   the worker restores every file;
 //! - warm: a new run id on the same worker (its page cache warm, the first run's workspace on
-//!   disk): the CLI sends no blob, but a new run id is a new workspace directory, so the worker
-//!   restores every file again (there is no cross-run workspace cache);
-//! - warm, same workspace: the first run's id again (after it ended): its workspace is at that
+//!   disk): the CLI sends no blob; the new run's workspace takes over the first run's idle tree
+//!   (issue 32 item 3), whose snapshot state is forgotten on the way, so the restore hashes
+//!   every file and writes none;
+//! - warm, same workspace: the second run's id again (after it ended): its workspace is at that
 //!   snapshot already (`.baton/snapshot-state.json`), so `prepare_workspace` skips the restore.
 //!
 //! From each run's history (server clock): `WorkflowExecutionStarted` to the first
@@ -40,6 +41,8 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(600);
 const ANSWER: &str = "Nothing to change.";
 /// What the worker logs each time it restores a snapshot into a workspace.
 const RESTORED_LOG: &str = "workspace restored";
+/// What the worker logs when a new workspace takes over another run's idle tree (issue 32).
+const REUSED_LOG: &str = "workspace reused";
 
 /// One submit of the tree.
 #[derive(Debug)]
@@ -58,6 +61,10 @@ pub(crate) struct Start {
     pub(crate) instructions_ms: f64,
     /// Restores of this run's workspace the worker logged during this run.
     pub(crate) restores: usize,
+    /// Bytes of file content those restores wrote (from the worker's log).
+    pub(crate) bytes_written: u64,
+    /// The workspace took over an idle tree of an earlier run (the worker's log).
+    pub(crate) reused: bool,
 }
 
 /// The result of the submit-to-first-call part.
@@ -108,12 +115,21 @@ pub(crate) async fn run(tree: &Path, files: usize, bytes: u64) -> anyhow::Result
     let (first, second) = (unique("bench-cold"), unique("bench-warm"));
     let cold = bench.start("cold: fresh worker, new run id", &first)?;
     let warm = bench.start("warm: same worker, new run id", &second)?;
-    let same = bench.start("warm: same run id (same workspace)", &first)?;
+    let same = bench.start("warm: same run id (same workspace)", &second)?;
     ensure!(
         cold.restores == 1 && warm.restores == 1,
         "a new workspace is restored once; logged: cold {}, warm {}",
         cold.restores,
         warm.restores
+    );
+    ensure!(
+        !cold.reused && warm.reused && warm.bytes_written == 0 && cold.bytes_written >= bytes,
+        "the warm run takes over the cold run's tree and writes nothing: cold wrote {} bytes \
+         (reused {}), warm {} (reused {})",
+        cold.bytes_written,
+        cold.reused,
+        warm.bytes_written,
+        warm.reused
     );
     ensure!(
         same.restores == 0,
@@ -137,6 +153,7 @@ impl Bench<'_> {
     /// Submits the tree as run `id`, waits for the run to complete, reads its history.
     fn start(&self, label: &'static str, id: &str) -> anyhow::Result<Start> {
         let restored_before = self.restores_of(id);
+        let (written_before, reused_before) = (self.bytes_written_of(id), self.reuses_of(id));
         let blobs_before = count_files(&self.server.blob_dir(), true)?;
         let (tree, script) = (path_arg(self.tree)?, path_arg(&self.script)?);
         let max = self.max_bytes.to_string();
@@ -206,6 +223,8 @@ impl Bench<'_> {
             prepare_ms: span("prepare_workspace")?,
             instructions_ms: span("read_instructions")?,
             restores: self.restores_of(id) - restored_before,
+            bytes_written: self.bytes_written_of(id) - written_before,
+            reused: self.reuses_of(id) > reused_before,
         };
         eprintln!(
             "  {label}: CLI {:.2} s ({}), started -> first model call {:.0} ms",
@@ -221,11 +240,32 @@ impl Bench<'_> {
 
     /// Lines of the worker's log that say it restored run `id`'s workspace.
     fn restores_of(&self, id: &str) -> usize {
+        self.log_lines(RESTORED_LOG, id).len()
+    }
+
+    /// Bytes the worker's log says its restores of run `id`'s workspace wrote.
+    fn bytes_written_of(&self, id: &str) -> u64 {
+        self.log_lines(RESTORED_LOG, id)
+            .iter()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("bytes_written=")?;
+                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+            })
+            .sum()
+    }
+
+    /// Lines of the worker's log that say run `id`'s workspace took over another tree.
+    fn reuses_of(&self, id: &str) -> usize {
+        self.log_lines(REUSED_LOG, id).len()
+    }
+
+    fn log_lines(&self, what: &str, id: &str) -> Vec<String> {
         self.worker
             .log()
             .lines()
-            .filter(|l| l.contains(RESTORED_LOG) && l.contains(id))
-            .count()
+            .filter(|l| l.contains(what) && l.contains(id))
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -265,15 +305,15 @@ impl FirstCallReport {
              one baton-worker, scripted model)\n\n\
              | run | submit -> first model call s | `baton submit` s (upload + start) | blobs added | \
              started -> first llm_generate ms | prepare_workspace ms | read_instructions ms | rest ms | \
-             restores |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+             restores | bytes written | tree reused |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
             self.files,
             self.bytes as f64 / (1024.0 * 1024.0),
         );
         for s in &self.starts {
             let _ = writeln!(
                 out,
-                "| {} | {:.2} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                "| {} | {:.2} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
                 s.label,
                 s.cli.as_secs_f64() + s.to_first_call_ms / 1000.0,
                 s.cli.as_secs_f64(),
@@ -282,15 +322,17 @@ impl FirstCallReport {
                 s.prepare_ms,
                 s.instructions_ms,
                 s.to_first_call_ms - s.prepare_ms - s.instructions_ms,
-                s.restores
+                s.restores,
+                s.bytes_written,
+                if s.reused { "yes" } else { "no" }
             );
         }
         out.push_str(
             "\nsubmit -> first model call: the CLI's wall time plus started -> first llm_generate (the \
              run starts during the CLI's start request, so the sum is high by that request's way \
              back). \"rest\": workflow tasks and dispatch between the activities. A new run id is a new \
-             workspace directory: the warm run restores every file again (no cross-run workspace \
-             cache); only the same run id skips the restore.\n",
+             workspace directory: the warm run takes over the cold run's idle tree (issue 32) and \
+             its restore hashes every file but writes none; the same run id skips the restore.\n",
         );
         out
     }

@@ -130,3 +130,4 @@ pub use settings::{
     SandboxMode, SandboxSettings,
 };
 pub use temp::sweep_stale_temp_dirs;
+pub use tree::{remove_tree, tree_bytes};

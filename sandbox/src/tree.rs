@@ -116,7 +116,7 @@ pub(crate) fn walk(
 
 /// Removes the directory `path` and everything in it, iteratively (see the module docs),
 /// without following symlinks. A missing `path` is fine.
-pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(std::io::Error::other(format!(
             "{} has no parent to remove it from",
@@ -168,6 +168,44 @@ pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The disk space the tree at `path` takes (allocated blocks of every entry, directories
+/// included), walked as [`remove_tree`] does, without following symlinks. A missing `path`
+/// takes 0.
+pub fn tree_bytes(path: &Path) -> std::io::Result<u64> {
+    let root = match nix::fcntl::open(path, DIR_FLAGS, Mode::empty()) {
+        Ok(root) => root,
+        Err(Errno::ENOENT) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut bytes = 0u64;
+    let blocks = |stat: &FileStat| {
+        u64::try_from(stat.st_blocks)
+            .unwrap_or(0)
+            .saturating_mul(512)
+    };
+    walk(
+        root,
+        |dir, stat, _| {
+            bytes = bytes.saturating_add(blocks(stat));
+            let mut subdirs = Vec::new();
+            for entry in entries(dir)? {
+                if entry.is_dir {
+                    subdirs.push(entry.name);
+                    continue;
+                }
+                match fstatat(dir, entry.name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(stat) => bytes = bytes.saturating_add(blocks(&stat)),
+                    Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(subdirs)
+        },
+        |_, _| Ok(()),
+    )?;
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
@@ -194,6 +232,22 @@ mod tests {
         assert!(outside.join("kept/file").exists());
         // Gone already: fine.
         remove_tree(&tree).unwrap();
+    }
+
+    #[test]
+    fn tree_bytes_counts_files_and_directories_but_not_what_links_point_at() {
+        let dir = TempDir::new().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("big"), vec![7u8; 1 << 20]).unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("a/b")).unwrap();
+        std::fs::write(tree.join("a/b/f"), vec![1u8; 256 << 10]).unwrap();
+        symlink(&outside, tree.join("a/link")).unwrap();
+        let bytes = tree_bytes(&tree).unwrap();
+        assert!(bytes >= 256 << 10, "{bytes}");
+        assert!(bytes < 1 << 20, "the linked directory was counted: {bytes}");
+        assert_eq!(tree_bytes(&dir.path().join("missing")).unwrap(), 0);
     }
 
     #[test]

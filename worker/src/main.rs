@@ -410,7 +410,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     )
     .with_sandbox(sandbox)
     .with_inline_bytes(settings.history.inline_bytes)
-    .with_mcp(mcp.clone());
+    .with_mcp(mcp.clone())
+    .with_kept_workspaces(baton_activities::tools::kept::KeptSettings {
+        enabled: settings.workspace_snapshots,
+        budget_bytes: settings.workspace_cache_bytes,
+        idle: Duration::from_secs(settings.workspace_idle_secs),
+    });
+    tools.start_workspace_sweeper();
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
@@ -505,6 +511,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         workspace_root = %workspace_root.display(),
         store = %store.describe(),
         snapshots = settings.workspace_snapshots,
+        workspace_cache_bytes = settings.workspace_cache_bytes,
         deployment = %settings.deployment.name,
         build_id = %settings.deployment.build_id(),
         "worker started"

@@ -24,6 +24,13 @@ pub(crate) struct Settings {
     /// restore it on a worker whose copy is missing or older (default true). Turn off when all
     /// workers share one volume for `workspace_root`.
     pub(crate) workspace_snapshots: bool,
+    /// The disk the workspaces of this worker may take (issue 32 item 3): idle ones beyond it
+    /// are removed, least recently used first; a new run takes over the idle tree closest to
+    /// its snapshot. Only with `workspace_snapshots` (default 10 GiB).
+    pub(crate) workspace_cache_bytes: u64,
+    /// A workspace unused this long is idle (may be reused or removed); one whose run finished
+    /// is idle at once (default 600).
+    pub(crate) workspace_idle_secs: u64,
     /// The blob store (`[store]`): conversations, full tool outputs, workspace snapshots.
     /// Every worker of a task queue must use the same one.
     pub(crate) store: baton_store::StoreSettings,
@@ -110,11 +117,13 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 30] = [
+const SETTING_KEYS: [&str; 32] = [
     "config",
     "task_queue",
     "workspace_root",
     "workspace_snapshots",
+    "workspace_cache_bytes",
+    "workspace_idle_secs",
     "store",
     "graceful_shutdown_secs",
     "sticky_queue_timeout_secs",
@@ -412,6 +421,8 @@ impl Default for Settings {
             task_queue: baton_workflows::DEFAULT_TASK_QUEUE.to_owned(),
             workspace_root: PathBuf::from(".baton/workspaces"),
             workspace_snapshots: true,
+            workspace_cache_bytes: baton_activities::tools::kept::DEFAULT_CACHE_BYTES,
+            workspace_idle_secs: baton_activities::tools::kept::DEFAULT_IDLE.as_secs(),
             store: baton_store::StoreSettings::default(),
             graceful_shutdown_secs: 30,
             sticky_queue_timeout_secs: 3,

@@ -98,6 +98,12 @@ impl McpPool {
         self.slots.keys().map(String::as_str)
     }
 
+    /// The runs with a connection to a `sandbox = true` server (a process in their workspace).
+    pub(crate) fn sandboxed_runs(&self) -> Vec<String> {
+        let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+        runs.keys().map(|(_, run, _)| run.clone()).collect()
+    }
+
     /// Whether `server` runs per run, in its workspace and sandbox (`sandbox = true`).
     pub(crate) fn is_sandboxed(&self, server: &str) -> bool {
         self.settings.servers.get(server).is_some_and(|s| s.sandbox)

@@ -6,7 +6,7 @@
 //! path and its AGENTS.md.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -29,6 +29,7 @@ use baton_store::{BlobId, SharedStore, inline, snapshot};
 
 use crate::heartbeat::{self, Heartbeat};
 use crate::mcp::{McpError, McpPool, McpSettings, RunScope};
+use crate::tools::kept::{InUse, KeptSettings, KeptWorkspaces, Reused};
 use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
@@ -77,6 +78,17 @@ pub struct ToolService {
     /// The worker's MCP servers (`mcp_call_tool`); empty unless `with_mcp`: every MCP call is
     /// then `McpUnavailable` ("not configured on this worker").
     mcp: McpPool,
+    /// The trees under `workspace_root`: held by activities, reused and removed when idle.
+    kept: Arc<KeptWorkspaces>,
+}
+
+/// What bringing a workspace to a snapshot did.
+#[derive(Debug, Default)]
+pub(crate) struct Ensured {
+    /// The restore, unless the tree was there already.
+    pub(crate) restored: Option<snapshot::Restored>,
+    /// Another run's idle tree the workspace took over first.
+    pub(crate) reused: Option<Reused>,
 }
 
 /// What one tool attempt runs.
@@ -102,14 +114,93 @@ impl ToolService {
     /// `snapshots`, workspace snapshots after mutating calls) in `store`.
     pub fn new(workspace_root: PathBuf, store: SharedStore, snapshots: bool) -> Self {
         Self {
-            workspace_root,
+            workspace_root: workspace_root.clone(),
             store,
             snapshots,
             inline_bytes: baton_store::inline::DEFAULT_INLINE_BYTES,
             sandbox: Arc::new(SandboxSettings::default()),
             locks: Arc::default(),
             mcp: McpPool::new(McpSettings::default()),
+            kept: Arc::new(KeptWorkspaces::new(
+                workspace_root.clone(),
+                KeptSettings {
+                    enabled: snapshots,
+                    ..KeptSettings::default()
+                },
+            )),
         }
+    }
+
+    /// Keeps idle workspaces within `settings` (issue 32 item 3; never without snapshots).
+    pub fn with_kept_workspaces(mut self, settings: KeptSettings) -> Self {
+        self.kept = Arc::new(KeptWorkspaces::new(
+            self.workspace_root.clone(),
+            KeptSettings {
+                enabled: settings.enabled && self.snapshots,
+                ..settings
+            },
+        ));
+        self
+    }
+
+    /// Removes idle workspaces beyond the budget every 30 s and after each run (call from
+    /// within a tokio runtime).
+    pub fn start_workspace_sweeper(&self) {
+        let this = self.clone();
+        self.kept.start_sweeper(move || this.busy_workspaces());
+    }
+
+    /// The trees in use beyond activities: those of runs with a live sandboxed MCP server.
+    fn busy_workspaces(&self) -> BTreeSet<String> {
+        self.mcp
+            .sandboxed_runs()
+            .iter()
+            .map(|run| self.workspace_name_of(run))
+            .collect()
+    }
+
+    /// The directory name of run `run_id`'s workspace under the root.
+    fn workspace_name_of(&self, run_id: &str) -> String {
+        self.workspace_of(run_id)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Holds run `run_id`'s workspace for an activity: no other run takes it over and no
+    /// sweep removes it until the guard is dropped.
+    pub(crate) async fn hold_workspace(&self, run_id: &str) -> InUse {
+        self.kept.hold(&self.workspace_name_of(run_id)).await
+    }
+
+    /// The run has ended: its workspace may go to another run or be removed at once.
+    pub(crate) fn workspace_finished(&self, run_id: &str) {
+        self.kept.finished(&self.workspace_name_of(run_id));
+    }
+
+    /// Puts an idle tree that shares more with snapshot `wanted` than the workspace does now
+    /// (`current`) in its place (the caller holds the workspace and restores next).
+    pub(crate) async fn reuse_tree(
+        &self,
+        run_id: &str,
+        wanted: &snapshot::Manifest,
+        current: Option<&snapshot::Manifest>,
+    ) -> Option<Reused> {
+        let name = self.workspace_name_of(run_id);
+        let reused = self
+            .kept
+            .reuse_for(
+                self.store.as_ref(),
+                &name,
+                wanted,
+                current,
+                &self.busy_workspaces(),
+            )
+            .await;
+        if let Some(r) = &reused {
+            info!(run_id, from = %r.from, matching_bytes = r.matching_bytes, "workspace reused: another run's idle tree taken over");
+        }
+        reused
     }
 
     /// Calls MCP tools (`mcp_call_tool`) through `pool` (share it with the `McpService`).
@@ -165,19 +256,28 @@ impl ToolService {
     }
 
     /// Brings the run's workspace to snapshot `id` unless it is known to be there (or
-    /// `force`: a retry starts from what its first attempt started from).
+    /// `force`: a retry starts from what its first attempt started from). A workspace that
+    /// knows no snapshot (new on this worker) first takes over the idle tree sharing the most
+    /// with `id`, so that only the files that differ are written.
     pub(crate) async fn ensure_snapshot(
         &self,
         run_id: &str,
         workspace: &std::path::Path,
         id: &str,
         force: bool,
-    ) -> Result<(), ActivityError> {
+    ) -> Result<Ensured, ActivityError> {
         let id = BlobId::parse(id).map_err(|e| infrastructure(format!("bad snapshot id: {e}")))?;
         let lock = self.lock_of(run_id);
         let _held = lock.lock().await;
-        if !force && snapshot::local_snapshot(workspace).as_ref() == Some(&id) {
-            return Ok(());
+        let local = snapshot::local_snapshot(workspace);
+        if !force && local.as_ref() == Some(&id) {
+            return Ok(Ensured::default());
+        }
+        let mut reused = None;
+        if local.is_none()
+            && let Ok(wanted) = baton_store::get_json(self.store.as_ref(), &id).await
+        {
+            reused = self.reuse_tree(run_id, &wanted, None).await;
         }
         let restored = snapshot::restore(self.store.as_ref(), workspace, &id)
             .await
@@ -187,9 +287,13 @@ impl ToolService {
             snapshot = %id,
             written = restored.written,
             deleted = restored.deleted,
+            bytes_written = restored.bytes_written,
             "workspace restored"
         );
-        Ok(())
+        Ok(Ensured {
+            restored: Some(restored),
+            reused,
+        })
     }
 
     /// Snapshots the run's workspace; `None` (logged) if it cannot: the call's result stands.
@@ -359,6 +463,7 @@ impl ToolService {
     ) -> Result<WorkspaceInstructions, ActivityError> {
         let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let workspace = self.workspace_of(&run_id);
+        let _in_use = self.hold_workspace(&run_id).await;
         tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
             ActivityError::application(ApplicationFailure::new(format!(
                 "cannot create the workspace {}: {e}",
@@ -474,6 +579,7 @@ impl ToolService {
         let run_id = info.workflow_id.clone().unwrap_or_default();
         let attempt = info.attempt;
         let workspace = self.workspace_of(&run_id);
+        let _in_use = self.hold_workspace(&run_id).await;
         let previous: ToolProgress = ctx
             .heartbeat_details()
             .deserialize()

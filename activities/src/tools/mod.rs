@@ -19,6 +19,7 @@ pub mod activity;
 pub mod edit;
 pub mod files;
 pub mod glob;
+pub mod kept;
 pub mod orphans;
 pub mod output;
 pub mod search;

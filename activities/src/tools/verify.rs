@@ -85,6 +85,7 @@ impl ToolService {
             elapsed_secs: started.elapsed().as_secs(),
         });
         let workspace = self.workspace_of(&run_id);
+        let _in_use = self.hold_workspace(&run_id).await;
         let key = format!("{run_id}/verify-{}-{}", request.round, request.index);
         if attempt > 1 {
             let owned = key.clone();

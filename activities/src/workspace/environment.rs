@@ -259,6 +259,7 @@ impl WorkspaceService {
                 Err(why) => return Ok(failed(&key, Vec::new(), why)),
             };
         let workspace = self.tools.workspace_of(&run_id);
+        let _in_use = self.tools.hold_workspace(&run_id).await;
         let lock = self.tools.lock_of(&run_id);
         let _held = lock.lock().await;
         if attempt > 1 {
@@ -368,6 +369,7 @@ impl WorkspaceService {
             bytes_written: restored.bytes_written + bytes,
             cached_commit: request.commit,
             bytes_downloaded: 0,
+            reused_tree: false,
         })
     }
 
@@ -392,6 +394,11 @@ impl WorkspaceService {
         let merged_id = put_json(store.as_ref(), &merged)
             .await
             .map_err(|e| retryable(format!("cannot store the set-up tree: {e}")))?;
+        // An idle tree of an earlier run with this environment holds most of it already.
+        let current = snapshot::local_snapshot(workspace)
+            .filter(|id| id.to_string() == request.snapshot)
+            .map(|_| base);
+        let reused = self.tools.reuse_tree(run_id, &merged, current).await;
         let restored = snapshot::restore(store.as_ref(), workspace, &merged_id)
             .await
             .map_err(|e| retryable(format!("cannot restore the cached environment: {e}")))?;
@@ -404,6 +411,7 @@ impl WorkspaceService {
             files_added: u32::try_from(record.files).unwrap_or(u32::MAX),
             bytes_written: restored.bytes_written,
             cached_commit: record.commit.clone(),
+            reused_tree: reused.is_some(),
             ..SetupResult::default()
         };
         info!(

@@ -147,6 +147,7 @@ impl WorkspaceService {
             .and_then(|s| s.source)
             .ok_or_else(|| unavailable("prepare_workspace needs a source".to_owned()))?;
         let workspace = self.tools.workspace_of(&run_id);
+        let _in_use = self.tools.hold_workspace(&run_id).await;
         tokio::fs::create_dir_all(&workspace).await.map_err(|e| {
             retryable(format!(
                 "cannot create the workspace {}: {e}",
@@ -171,7 +172,7 @@ impl WorkspaceService {
                 let restore = self
                     .tools
                     .ensure_snapshot(&run_id, &workspace, &s.id, false);
-                until_cancelled(&ctx, restore).await??;
+                let ensured = until_cancelled(&ctx, restore).await??;
                 let manifest: snapshot::Manifest = baton_store::get_json(store.as_ref(), &id)
                     .await
                     .map_err(|e| unavailable(format!("snapshot {id} is unreadable: {e}")))?;
@@ -186,7 +187,9 @@ impl WorkspaceService {
                     .map(|g| g.r#ref.clone())
                     .filter(|r| !git::looks_like_sha(r))
                     .unwrap_or_default();
-                info!(run_id, snapshot = %id, files, "workspace prepared from a snapshot");
+                let bytes_written = ensured.restored.map_or(0, |r| r.bytes_written);
+                let reused_tree = ensured.reused.is_some();
+                info!(run_id, snapshot = %id, files, bytes_written, reused_tree, "workspace prepared from a snapshot");
                 let url = s.git.as_ref().map(|g| g.url.clone()).unwrap_or_default();
                 let environment = self.environment_of(&url, spec_environment, None)?;
                 Ok(PreparedWorkspace {
@@ -195,6 +198,8 @@ impl WorkspaceService {
                     files: u32::try_from(files).unwrap_or(u32::MAX),
                     base_branch,
                     environment,
+                    bytes_written,
+                    reused_tree,
                 })
             }
             workspace_source::Source::Git(source) => {
@@ -216,6 +221,7 @@ impl WorkspaceService {
                     files: u32::try_from(taken.files).unwrap_or(u32::MAX),
                     base_branch: cloned.base_branch,
                     environment,
+                    ..PreparedWorkspace::default()
                 })
             }
         }
@@ -253,6 +259,7 @@ impl WorkspaceService {
         // Snapshots off on the workers: the local copy is the only record of the final tree.
         let final_snapshot = if request.final_snapshot.is_empty() {
             let workspace = self.tools.workspace_of(&run_id);
+            let _in_use = self.tools.hold_workspace(&run_id).await;
             self.tools
                 .take_snapshot(&run_id, &workspace)
                 .await
@@ -293,6 +300,8 @@ impl WorkspaceService {
             patch_bytes,
             "change set collected"
         );
+        // The run's last step that reads its tree: another run may take it over from now.
+        self.tools.workspace_finished(&run_id);
         Ok(Changes {
             files_changed: u32::try_from(set.files.len()).unwrap_or(u32::MAX),
             insertions: u32::try_from(set.insertions).unwrap_or(u32::MAX),

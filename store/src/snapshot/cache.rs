@@ -193,6 +193,23 @@ pub fn local_snapshot(root: &Path) -> Option<SnapshotId> {
         .and_then(|id| BlobId::parse(&id).ok())
 }
 
+/// Drops what the local state of the tree at `root` says (its snapshot and every file's
+/// cached hash), so that the next [`restore`] or [`take`] hashes every file again. For a tree
+/// that changes hands (a worker reusing one run's workspace for another, issue 32): its tools
+/// may have written the state, which a run may trust about its own tree but no other run may.
+///
+/// [`take`]: fn@super::take
+/// [`restore`]: fn@super::restore
+pub fn forget_local_state(root: &Path) -> Result<(), SnapshotError> {
+    write_state(
+        root,
+        &LocalState {
+            version: STATE_VERSION,
+            ..LocalState::default()
+        },
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -267,6 +284,40 @@ mod tests {
         let again = take(&store, dst.path()).await.unwrap();
         assert_eq!(again.id, taken.id);
         assert_eq!((again.hashed, again.uploaded), (0, 0));
+    }
+
+    /// Issue 32: a tree handed from one run to another. Its tools wrote the state, claiming
+    /// a file holds what the next run's snapshot has there; once the state is forgotten the
+    /// restore hashes the file and writes the snapshot's content.
+    #[tokio::test]
+    async fn a_forged_state_is_not_trusted_once_forgotten() {
+        let (good, evil) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        write(good.path(), "a.txt", "good\n");
+        write(evil.path(), "a.txt", "evil\n");
+        age(good.path());
+        age(evil.path());
+        let store = MemStore::default();
+        let wanted = take(&store, good.path()).await.unwrap();
+        take(&store, evil.path()).await.unwrap();
+        let manifest: crate::snapshot::Manifest =
+            crate::get_json(&store, &wanted.id).await.unwrap();
+        let crate::snapshot::Entry::File { blob, .. } = &manifest.entries["a.txt"] else {
+            panic!("a.txt is a file");
+        };
+        let path = evil.path().join(LOCAL_DIR).join(STATE_FILE);
+        let mut state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        state["files"]["a.txt"]["blob"] = serde_json::Value::String(blob.clone());
+        std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+
+        forget_local_state(evil.path()).unwrap();
+        assert_eq!(local_snapshot(evil.path()), None);
+        let restored = restore(&store, evil.path(), &wanted.id).await.unwrap();
+        assert_eq!(restored.written, 1);
+        assert_eq!(
+            std::fs::read_to_string(evil.path().join("a.txt")).unwrap(),
+            "good\n"
+        );
     }
 
     /// Issue 30: a tool replaced `.baton` with a link to a directory outside. Neither take nor

@@ -57,7 +57,7 @@ use std::{
 
 use sha2::Digest;
 
-pub use cache::{RACY_WINDOW_NS, STATE_FILE, local_snapshot};
+pub use cache::{RACY_WINDOW_NS, STATE_FILE, forget_local_state, local_snapshot};
 pub use manifest::{Entry, MANIFEST_VERSION, Manifest, SnapshotId};
 pub(crate) use manifest::{Target, check_manifest};
 pub use overlay::{apply_overlay, file_stats, overlay_of};

@@ -693,3 +693,110 @@ fn an_output_schema_gets_a_corrective_turn_and_the_result_carries_the_value() {
     assert_eq!(out.code, 2, "{out}");
     assert!(out.stderr.contains("not a valid JSON Schema"), "{out}");
 }
+
+/// `prepare_workspace`'s result in the run's history.
+fn prepared(server: &DevServer, run: &str) -> Value {
+    let history = server.workflow_history_json(run, None).unwrap();
+    completed_activities(&history)
+        .into_iter()
+        .find(|a| a.name == "prepare_workspace")
+        .map(|a| a.result)
+        .unwrap_or_else(|| panic!("no prepare_workspace in {run}'s history"))
+}
+
+fn bytes_written(prepared: &Value) -> u64 {
+    match &prepared["bytes_written"] {
+        Value::Null => 0,
+        Value::String(s) => s.parse().unwrap(),
+        v => v.as_u64().unwrap(),
+    }
+}
+
+/// Issue 32 item 3: a worker keeps the trees of finished runs; a new run on the same tree
+/// takes one over and the restore writes only the file that differs (the first run fixed
+/// `lib.sh`); a worker with no room for kept trees removes a run's tree once it ended.
+#[test]
+fn a_new_run_on_a_tree_the_worker_has_seen_writes_only_what_differs() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("ws-kept");
+    let w = worker(&server, &queue, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    failing_project(&project);
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(project.join("data.bin"), &data).unwrap();
+    let submit = |queue: &str, run: &str| {
+        let out = submit_wait(
+            &server,
+            &[
+                "--task-queue",
+                queue,
+                "--id",
+                run,
+                "--script",
+                &fix_script(tmp.path()),
+                "--no-approval",
+                "--workspace-from",
+                project.to_str().unwrap(),
+                "fix the failing test",
+            ],
+        );
+        assert_eq!(out.code, 0, "{out}");
+        let r = out.json().unwrap();
+        assert_eq!(r["status"], "COMPLETED", "{r}");
+        r
+    };
+
+    let first = unique("run-kept-1");
+    let r1 = submit(&queue, &first);
+    let p1 = prepared(&server, &first);
+    assert_ne!(p1["reused_tree"], true, "{p1}");
+    assert!(bytes_written(&p1) >= data.len() as u64, "{p1}");
+    assert!(w.workspace_root().join(&first).join("data.bin").exists());
+
+    let second = unique("run-kept-2");
+    let r2 = submit(&queue, &second);
+    let p2 = prepared(&server, &second);
+    assert_eq!(p2["reused_tree"], true, "{p2}");
+    // Only lib.sh, which the first run had fixed, was written back.
+    assert_eq!(bytes_written(&p2), LIB_BUGGY.len() as u64, "{p2}");
+    assert!(
+        !w.workspace_root().join(&first).exists(),
+        "the first tree was taken over"
+    );
+    assert_eq!(
+        std::fs::read(w.workspace_root().join(&second).join("data.bin")).unwrap(),
+        data
+    );
+    // The second run did the same work on a correct tree.
+    assert_eq!(
+        r2["changes"]["files_changed"],
+        r1["changes"]["files_changed"]
+    );
+    let (d1, d2) = (
+        baton(&server, &["diff", &first])
+            .unwrap()
+            .ensure_success()
+            .unwrap(),
+        baton(&server, &["diff", &second])
+            .unwrap()
+            .ensure_success()
+            .unwrap(),
+    );
+    assert_eq!(d1.stdout, d2.stdout);
+    let transcript = baton(&server, &["transcript", &second, "--json"]).unwrap();
+    assert!(transcript.stdout.contains("PASS"), "{transcript}");
+
+    // No room for kept trees: a run's tree goes once the run has ended.
+    let tight = unique("ws-tight");
+    let t = worker(&server, &tight, &[("BATON_WORKSPACE_CACHE_BYTES", "0")]);
+    let third = unique("run-kept-3");
+    submit(&tight, &third);
+    let tree = t.workspace_root().join(&third);
+    wait_until_blocking(
+        Duration::from_secs(20),
+        "the ended run's tree removed from a worker with workspace_cache_bytes = 0",
+        || Ok((!tree.exists()).then_some(())),
+    )
+    .unwrap();
+}

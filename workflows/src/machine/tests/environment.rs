@@ -37,6 +37,7 @@ fn prepared(environment: Option<EnvironmentSpec>) -> PreparedWorkspace {
         files: 3,
         base_branch: "main".into(),
         environment,
+        ..PreparedWorkspace::default()
     }
 }
 
