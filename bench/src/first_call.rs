@@ -257,7 +257,10 @@ impl Bench<'_> {
             .iter()
             .filter_map(|l| {
                 let (_, rest) = l.split_once("bytes_written=")?;
-                rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
             })
             .sum()
     }
