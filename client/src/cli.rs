@@ -303,6 +303,18 @@ pub(crate) struct SubmitArgs {
     /// Label the run (repeatable), e.g. --label repo=acme/api.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub(crate) labels: Vec<(String, String)>,
+    /// Where the run's tasks go in a backlogged queue: 1 first, 5 last (server default 3).
+    /// Every activity of the run inherits it.
+    #[arg(long, value_name = "1..5", value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub(crate) priority: Option<u32>,
+    /// Runs with different keys share a backlogged queue by weight, so one team's many runs do
+    /// not hold up another's (default: the `team` label, if given; at most 64 bytes). Needs a
+    /// server with fairness on (`matching.enableFairness`).
+    #[arg(long, value_name = "KEY", value_parser = parse_fairness_key)]
+    pub(crate) fairness_key: Option<String>,
+    /// The fairness key's weight (default 1.0; 0.001..1000).
+    #[arg(long, value_name = "W", value_parser = parse_fairness_weight)]
+    pub(crate) fairness_weight: Option<f32>,
     /// Run id (the workflow id); default: a new unique id. The run works in a workspace of
     /// that name: an id reused after its run ended finds the files that run left.
     #[arg(long, value_parser = parse_run_id)]

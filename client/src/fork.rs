@@ -69,7 +69,11 @@ pub(crate) async fn run(args: ForkArgs) -> Result<i32, Exit> {
         (None, "") => baton_workflows::DEFAULT_TASK_QUEUE.to_owned(),
         (None, queue) => queue.to_owned(),
     };
-    launch::start(&client, spec, &run_id, &task_queue).await?;
+    if let Some(p) = launch::start(&client, spec, &run_id, &task_queue).await?
+        && !p.applied
+    {
+        eprintln!("{}", p.describe());
+    }
     let how = Launch {
         wait: args.wait,
         wait_timeout: args.wait_timeout,

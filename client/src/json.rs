@@ -58,6 +58,9 @@ pub(crate) struct Submitted<'a> {
     /// Always `RUNNING`.
     pub(crate) status: &'static str,
     pub(crate) task_queue: &'a str,
+    /// With `--priority`/`--fairness-key` (or a `team` label): whether the server kept them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) priority_applied: Option<bool>,
 }
 
 impl<'a> Submitted<'a> {
@@ -66,6 +69,7 @@ impl<'a> Submitted<'a> {
             run_id,
             status: "RUNNING",
             task_queue,
+            priority_applied: None,
         }
     }
 }

@@ -7,9 +7,12 @@ use std::{
     time::Duration,
 };
 
-use baton_proto::RunSpec;
+use baton_proto::{RunPriority, RunSpec};
 use baton_workflows::AgentRun;
-use temporalio_client::{Client, WorkflowStartOptions, errors::WorkflowStartError};
+use temporalio_client::{
+    Client, WorkflowDescribeOptions, WorkflowStartOptions, errors::WorkflowStartError,
+};
+use temporalio_common::Priority;
 
 use crate::{
     connect::short,
@@ -80,30 +83,109 @@ pub(crate) async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
     Ok(spec)
 }
 
-/// Starts run `run_id` of `spec` on `task_queue`.
+/// How a started run's priority came out (`submit --priority`/`--fairness-key`, issue 34).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PriorityOutcome {
+    pub(crate) asked: RunPriority,
+    /// The server keeps the priority with the run (its description echoes it), so the run's
+    /// tasks and every activity it starts carry it.
+    pub(crate) applied: bool,
+}
+
+impl PriorityOutcome {
+    /// What a person reads on stderr after the start.
+    pub(crate) fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.asked.priority_key != 0 {
+            parts.push(format!("priority {}", self.asked.priority_key));
+        }
+        if !self.asked.fairness_key.is_empty() {
+            parts.push(format!("fairness key '{}'", self.asked.fairness_key));
+        }
+        if self.asked.fairness_weight != 0.0 {
+            parts.push(format!("weight {}", self.asked.fairness_weight));
+        }
+        if self.applied {
+            format!(
+                "{} (kept by the server; fairness between keys needs a server with \
+                 matching.enableFairness)",
+                parts.join(", ")
+            )
+        } else {
+            format!(
+                "warning: the server did not keep {}: it predates task priorities (Temporal \
+                 1.27); the run is queued in arrival order",
+                parts.join(", ")
+            )
+        }
+    }
+}
+
+/// The Temporal priority of `asked`.
+pub(crate) fn temporal_priority(asked: &RunPriority) -> Priority {
+    Priority::builder()
+        .maybe_priority_key((asked.priority_key != 0).then_some(asked.priority_key))
+        .maybe_fairness_key((!asked.fairness_key.is_empty()).then(|| asked.fairness_key.clone()))
+        .maybe_fairness_weight((asked.fairness_weight != 0.0).then_some(asked.fairness_weight))
+        .build()
+}
+
+/// Starts run `run_id` of `spec` on `task_queue`, with the spec's priority, if it has one
+/// (then says whether the server kept it).
 pub(crate) async fn start(
     client: &Client,
     spec: RunSpec,
     run_id: &str,
     task_queue: &str,
-) -> Result<(), Exit> {
+) -> Result<Option<PriorityOutcome>, Exit> {
     // The SDK does not pass the static summary through the codec: with encryption on, the task
     // must not appear there in plain text.
     let summary = (!crate::connect::encrypting()).then(|| render::one_line(&spec.task, 120));
+    let asked = spec.priority.clone();
     let options = WorkflowStartOptions::new(task_queue.to_owned(), run_id.to_owned())
         .task_timeout(WORKFLOW_TASK_TIMEOUT)
         .maybe_static_summary(summary)
+        .priority(asked.as_ref().map(temporal_priority).unwrap_or_default())
         .build();
     match client.start_workflow(AgentRun::run, spec, options).await {
-        Ok(_) => Ok(()),
-        Err(WorkflowStartError::AlreadyStarted { .. }) => Err(Exit::usage(format!(
-            "a run with id '{run_id}' already exists; choose another --id or omit it"
-        ))),
-        Err(e) => Err(Exit::infra(format!(
-            "cannot start the run: {}",
-            short(&e.to_string())
-        ))),
+        Ok(_) => {}
+        Err(WorkflowStartError::AlreadyStarted { .. }) => {
+            return Err(Exit::usage(format!(
+                "a run with id '{run_id}' already exists; choose another --id or omit it"
+            )));
+        }
+        Err(e) => {
+            return Err(Exit::infra(format!(
+                "cannot start the run: {}",
+                short(&e.to_string())
+            )));
+        }
     }
+    let Some(asked) = asked else {
+        return Ok(None);
+    };
+    let applied = priority_kept(client, run_id, &asked).await;
+    Ok(Some(PriorityOutcome { asked, applied }))
+}
+
+/// Whether the server's description of run `run_id` carries the priority it was started with
+/// (a server without task priorities drops the field).
+async fn priority_kept(client: &Client, run_id: &str, asked: &RunPriority) -> bool {
+    let Ok(description) = crate::connect::handle(client, run_id)
+        .describe(WorkflowDescribeOptions::default())
+        .await
+    else {
+        return false;
+    };
+    let kept = description
+        .raw_description
+        .workflow_execution_info
+        .and_then(|info| info.priority)
+        .unwrap_or_default();
+    (asked.priority_key == 0 || u32::try_from(kept.priority_key).ok() == Some(asked.priority_key))
+        && kept.fairness_key == asked.fairness_key
+        && (asked.fairness_weight == 0.0
+            || (kept.fairness_weight - asked.fairness_weight).abs() < 1e-6)
 }
 
 /// After the start: prints the run id (and how to follow it), or with `--wait` follows the

@@ -6,16 +6,25 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use baton_proto::RunPriority;
 use baton_workflows::AgentRun;
 use futures::StreamExt;
 use serde::Serialize;
 use temporalio_client::{
-    Client, RpcOptions,
+    Client, NamespacedClient, RpcOptions,
+    grpc::WorkflowService,
     schedules::{
         BackfillScheduleOptions, CreateScheduleOptions, DeleteScheduleOptions,
         ListSchedulesOptions, PauseScheduleOptions, ScheduleAction, ScheduleBackfill,
         ScheduleError, ScheduleOverlapPolicy, ScheduleSpec, TriggerScheduleOptions,
         UnpauseScheduleOptions,
+    },
+};
+
+use temporalio_common::protos::temporal::api::{
+    schedule::v1::schedule_action::Action,
+    workflowservice::v1::{
+        DescribeScheduleRequest, DescribeScheduleResponse, UpdateScheduleRequest,
     },
 };
 
@@ -173,13 +182,17 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
         OnOverlap::BufferOne => ScheduleOverlapPolicy::BufferOne,
         OnOverlap::Allow => ScheduleOverlapPolicy::AllowAll,
     };
+    // The SDK's schedule action has no priority field: a schedule with one is created paused,
+    // then given its priority (and its pause state) in one raw update, so no run starts
+    // without it.
+    let priority = spec.priority.clone();
     let action =
         ScheduleAction::start_workflow(AgentRun::run, spec, &args.run.task_queue, &args.name);
     let options = CreateScheduleOptions::builder()
         .action(action)
         .spec(when)
         .overlap_policy(overlap)
-        .paused(args.paused)
+        .paused(args.paused || priority.is_some())
         .note(format!("created with baton schedule create {}", args.name))
         .build();
     let handle = client
@@ -218,6 +231,25 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
             .await
             .map_err(|e| failed(&args.name, "configure", &e))?;
     }
+    let priority_applied = match &priority {
+        Some(p) => Some(
+            match set_priority(&client, &args.name, p, args.paused).await {
+                Ok(applied) => applied,
+                Err(e) => {
+                    // Nothing starts from a schedule that lacks what its creator asked for.
+                    let _ = handle.delete(DeleteScheduleOptions::default()).await;
+                    return Err(e);
+                }
+            },
+        ),
+        None => None,
+    };
+    if priority_applied == Some(false) {
+        eprintln!(
+            "warning: the server did not keep the schedule's priority: it predates task \
+             priorities (Temporal 1.27); its runs are queued in arrival order"
+        );
+    }
     if args.run.json {
         println!(
             "{}",
@@ -225,6 +257,7 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
                 schedule: &args.name,
                 task_queue: &args.run.task_queue,
                 paused: args.paused,
+                priority_applied,
             })?
         );
     } else {
@@ -239,11 +272,91 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
     Ok(exit::COMPLETED)
 }
 
+/// Gives schedule `name`'s start action the run's Temporal priority and sets its pause state
+/// (the schedule was created paused): one describe, one update with its conflict token.
+/// Whether the server kept the priority (it echoes the field back).
+async fn set_priority(
+    client: &Client,
+    name: &str,
+    asked: &RunPriority,
+    paused: bool,
+) -> Result<bool, Exit> {
+    let mut service = client.clone();
+    let cannot = |what: &str, s: tonic::Status| {
+        Exit::infra(format!(
+            "cannot {what} schedule {name} to give it its priority: {}; the schedule was \
+             removed, create it again",
+            short(s.message())
+        ))
+    };
+    let described = raw_schedule(client, name)
+        .await
+        .map_err(|s| cannot("describe", s))?;
+    let mut schedule = described.schedule.unwrap_or_default();
+    if let Some(Action::StartWorkflow(start)) =
+        schedule.action.as_mut().and_then(|a| a.action.as_mut())
+    {
+        start.priority = Some(launch::temporal_priority(asked).into());
+    }
+    schedule.state.get_or_insert_default().paused = paused;
+    WorkflowService::update_schedule(
+        &mut service,
+        tonic::Request::new(UpdateScheduleRequest {
+            namespace: client.namespace(),
+            schedule_id: name.to_owned(),
+            schedule: Some(schedule),
+            conflict_token: described.conflict_token,
+            identity: client.identity(),
+            request_id: uuid::Uuid::new_v4().to_string(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .map_err(|s| cannot("update", s))?;
+    Ok(priority_of(client, name).await.as_ref() == Some(asked))
+}
+
+/// Schedule `name` as the server holds it, with its conflict token.
+async fn raw_schedule(
+    client: &Client,
+    name: &str,
+) -> Result<DescribeScheduleResponse, tonic::Status> {
+    let mut service = client.clone();
+    let request = DescribeScheduleRequest {
+        namespace: client.namespace(),
+        schedule_id: name.to_owned(),
+    };
+    Ok(
+        WorkflowService::describe_schedule(&mut service, tonic::Request::new(request))
+            .await?
+            .into_inner(),
+    )
+}
+
+/// The priority schedule `name` gives its runs, as baton asked for it (none when the server
+/// keeps none).
+async fn priority_of(client: &Client, name: &str) -> Option<RunPriority> {
+    let schedule = raw_schedule(client, name).await.ok()?.schedule?;
+    let Some(Action::StartWorkflow(start)) = schedule.action?.action else {
+        return None;
+    };
+    let p = start.priority?;
+    let kept = RunPriority {
+        priority_key: u32::try_from(p.priority_key).unwrap_or(0),
+        fairness_key: p.fairness_key,
+        fairness_weight: p.fairness_weight,
+    };
+    (kept != RunPriority::default()).then_some(kept)
+}
+
 #[derive(Serialize)]
 struct Created<'a> {
     schedule: &'a str,
     task_queue: &'a str,
     paused: bool,
+    /// With `--priority`/`--fairness-key` (or a `team` label): whether the server kept it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority_applied: Option<bool>,
 }
 
 /// A schedule as `list --json` and `describe --json` print it.
@@ -264,6 +377,18 @@ struct Line {
     /// `describe` only: its policies.
     #[serde(skip_serializing_if = "Option::is_none")]
     policies: Option<Policies>,
+    /// `describe` only: the Temporal priority its runs start with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<PriorityLine>,
+}
+
+/// A schedule's run priority, as `submit --priority/--fairness-key/--fairness-weight` take it
+/// (0 / "" = the server's default).
+#[derive(Serialize)]
+struct PriorityLine {
+    priority: u32,
+    fairness_key: String,
+    fairness_weight: f32,
 }
 
 #[derive(Serialize)]
@@ -351,6 +476,7 @@ async fn list(as_json: bool) -> Result<i32, Exit> {
             runs_started: None,
             running: None,
             policies: None,
+            priority: None,
         };
         if as_json {
             println!("{}", json::line(&line)?);
@@ -365,7 +491,8 @@ async fn list(as_json: bool) -> Result<i32, Exit> {
 }
 
 async fn describe(name: &str, as_json: bool) -> Result<i32, Exit> {
-    let handle = connect().await?.get_schedule_handle(name);
+    let client = connect().await?;
+    let handle = client.get_schedule_handle(name);
     let d = handle
         .describe(RpcOptions::default())
         .await
@@ -388,6 +515,11 @@ async fn describe(name: &str, as_json: bool) -> Result<i32, Exit> {
                 .collect(),
         ),
         policies: policies_of(&d),
+        priority: priority_of(&client, name).await.map(|p| PriorityLine {
+            priority: p.priority_key,
+            fairness_key: p.fairness_key,
+            fairness_weight: p.fairness_weight,
+        }),
     };
     if as_json {
         println!("{}", json::line(&line)?);

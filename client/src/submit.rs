@@ -4,8 +4,8 @@
 use std::{io::Read, path::Path};
 
 use baton_proto::{
-    ApprovalPolicy, ApprovalTimeoutAction, Limits, McpUse, ModelConfig, RunSpec, SandboxPolicy,
-    Script,
+    ApprovalPolicy, ApprovalTimeoutAction, Limits, McpUse, ModelConfig, RunPriority, RunSpec,
+    SandboxPolicy, Script,
 };
 use baton_workflows::{mcp, policy, tools};
 use serde_json::Value;
@@ -28,13 +28,24 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
     crate::workspace::apply_source(&args, &client, &mut spec).await?;
     let spec = launch::fit_in_history(spec).await?;
     let run_id = args.id.clone().unwrap_or_else(launch::new_run_id);
-    launch::start(&client, spec, &run_id, &args.task_queue).await?;
+    let priority = launch::start(&client, spec, &run_id, &args.task_queue).await?;
+    let mut started = format!("submitted run {run_id} to task queue '{}'", args.task_queue);
+    if let Some(p) = &priority {
+        if p.applied {
+            started.push_str(&format!(", {}", p.describe()));
+        } else {
+            eprintln!("{}", p.describe());
+        }
+    }
     let how = Launch {
         wait: args.wait,
         wait_timeout: args.wait_timeout,
         json: args.json,
-        started: format!("submitted run {run_id} to task queue '{}'", args.task_queue),
-        started_json: json::line(&json::Submitted::new(&run_id, &args.task_queue))?,
+        started,
+        started_json: json::line(&json::Submitted {
+            priority_applied: priority.as_ref().map(|p| p.applied),
+            ..json::Submitted::new(&run_id, &args.task_queue)
+        })?,
     };
     launch::follow(&client, &run_id, &how).await
 }
@@ -91,8 +102,43 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         verify,
         verify_attempts,
         environment,
+        priority: priority(args)?,
         ..Default::default()
     })
+}
+
+/// The run's Temporal priority from `--priority`, `--fairness-key` (default: the `team`
+/// label) and `--fairness-weight`; none without any of them.
+fn priority(args: &SubmitArgs) -> Result<Option<RunPriority>, Exit> {
+    let team = args
+        .labels
+        .iter()
+        .find(|(k, _)| k == "team")
+        .map(|(_, v)| v);
+    let fairness_key = match (&args.fairness_key, team) {
+        (Some(key), _) => key.clone(),
+        (None, Some(team)) => crate::cli::parse_fairness_key(team).map_err(|e| {
+            Exit::usage(format!(
+                "the team label is the run's default fairness key, but {e}; shorten the label \
+                 or pass --fairness-key KEY"
+            ))
+        })?,
+        (None, None) => String::new(),
+    };
+    if args.fairness_weight.is_some() && fairness_key.is_empty() {
+        return Err(Exit::usage(
+            "--fairness-weight weighs a fairness key: give one with --fairness-key KEY (or \
+             --label team=NAME)",
+        ));
+    }
+    if args.priority.is_none() && fairness_key.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(RunPriority {
+        priority_key: args.priority.unwrap_or(0),
+        fairness_key,
+        fairness_weight: args.fairness_weight.unwrap_or(0.0),
+    }))
 }
 
 /// The task: the prompt, `-` for stdin, or `--prompt-file`; never empty.

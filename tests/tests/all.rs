@@ -24,6 +24,7 @@ mod suite {
     mod mcp;
     mod network;
     mod openai_wire;
+    mod priority;
     mod providers;
     mod replay;
     mod responses;

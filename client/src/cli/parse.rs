@@ -144,6 +144,43 @@ pub(crate) fn parse_label(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Longest fairness key the server takes (bytes).
+pub(crate) const MAX_FAIRNESS_KEY_BYTES: usize = 64;
+
+/// A fairness key: 1 to 64 bytes, no control characters.
+pub(crate) fn parse_fairness_key(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the fairness key is empty; give a team or tenant name".to_owned());
+    }
+    if s.len() > MAX_FAIRNESS_KEY_BYTES {
+        return Err(format!(
+            "the fairness key is {} bytes; Temporal takes at most {MAX_FAIRNESS_KEY_BYTES} \
+             (use a short team or tenant id)",
+            s.len()
+        ));
+    }
+    if let Some(c) = s.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the fairness key has the control character {c:?}; use a plain team or tenant id"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+/// A fairness weight: 0.001 to 1000 (what the server clamps to).
+pub(crate) fn parse_fairness_weight(s: &str) -> Result<f32, String> {
+    let w: f32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number; give a weight such as 2 or 0.5"))?;
+    if !(0.001..=1000.0).contains(&w) {
+        return Err(format!(
+            "the fairness weight {w} is out of range: between 0.001 and 1000 (default 1)"
+        ));
+    }
+    Ok(w)
+}
+
 /// An RFC 3339 time (`2026-12-01T03:00:00Z`).
 pub(crate) fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
     humantime::parse_rfc3339_weak(s.trim()).map_err(|e| {
