@@ -25,6 +25,7 @@ mod suite {
     mod network;
     mod openai_wire;
     mod priority;
+    mod provider_rate;
     mod providers;
     mod replay;
     mod responses;

@@ -20,6 +20,7 @@ mod metrics;
 mod observers;
 #[cfg(feature = "otel")]
 mod otel;
+mod provider_pause;
 mod search_attributes;
 mod senders;
 mod settings;
@@ -417,14 +418,60 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         idle: Duration::from_secs(settings.workspace_idle_secs),
     });
     tools.start_workspace_sweeper();
+    // A provider's Retry-After pauses its queue for the whole fleet.
+    let pauses = provider_pause::QueuePauses::new(
+        client.clone(),
+        settings
+            .model_queues()
+            .into_iter()
+            .filter_map(|(provider, _)| {
+                let queue =
+                    baton_workflows::activities::model_queue(&settings.task_queue, provider)?;
+                Some((provider.to_owned(), queue))
+            })
+            .collect(),
+    );
+    pauses.start_sweeper();
+    let llm_service = || -> anyhow::Result<LlmService> {
+        Ok(LlmService::new(
+            Providers::new(&settings.providers())
+                .misconfigured("cannot set up the model providers")?,
+            store.clone(),
+        )
+        .with_models(models.clone())
+        .with_inline_bytes(settings.history.inline_bytes)
+        .with_pause(std::sync::Arc::new(pauses.clone())))
+    };
+    // Each hosted provider's model calls have a task queue of their own, rate-limited
+    // fleet-wide by the server when the settings give a rate.
+    let mut model_workers = Vec::new();
+    for (provider, rate) in settings.model_queues() {
+        let Some(queue) = baton_workflows::activities::model_queue(&settings.task_queue, provider)
+        else {
+            continue;
+        };
+        let options = WorkerOptions::new(queue.clone())
+            .register_activities(llm_service()?)
+            .deployment_options(settings.deployment.options())
+            .graceful_shutdown_period(settings.graceful_shutdown())
+            .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
+            .maybe_max_task_queue_activities_per_second(rate)
+            .activity_inbound_interceptor(ActivityObserver::new(
+                metrics.as_ref().map(|m| m.baton.clone()),
+            ))
+            .build();
+        let worker = Worker::new(&runtime, client.clone(), options)
+            .map_err(|e| anyhow::anyhow!("cannot create the worker of {queue}: {e}"))?;
+        if let Some(rate) = rate {
+            info!(provider, task_queue = %queue, max_requests_per_second = rate, "model calls rate-limited fleet-wide");
+        }
+        model_workers.push(worker);
+    }
+    drop(providers);
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
         .map_err(|e| anyhow::anyhow!("cannot register the AgentRun workflow: {e}"))?
-        .register_activities(
-            LlmService::new(providers, store.clone())
-                .with_models(models)
-                .with_inline_bytes(settings.history.inline_bytes),
-        )
+        .register_activities(llm_service()?)
         .register_activities(tools.clone())
         .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
         .register_activities({
@@ -469,7 +516,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let mut worker = Worker::new(&runtime, client, options)
         .map_err(|e| anyhow::anyhow!("cannot create the worker: {e}"))?;
 
-    let shutdown = worker.shutdown_handle();
+    let shutdowns: Vec<_> = std::iter::once(worker.shutdown_handle())
+        .chain(model_workers.iter().map(|w| w.shutdown_handle()))
+        .collect();
+    let shutdown = move || shutdowns.iter().for_each(|s| s());
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let grace = settings.graceful_shutdown_secs;
@@ -516,9 +566,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         build_id = %settings.deployment.build_id(),
         "worker started"
     );
-    worker
-        .run()
-        .await
+    let model_runs = futures::future::try_join_all(model_workers.iter_mut().map(|w| w.run()));
+    tokio::try_join!(worker.run(), model_runs)
         .map_err(|e| anyhow::anyhow!("worker stopped with an error: {e}"))?;
     mcp.close_all().await;
     info!("worker stopped");

@@ -288,6 +288,12 @@ pub(crate) struct ProviderSection {
     /// `"empty_string"` (the default for other base URLs: Ollama and llama-cpp-python refuse
     /// `null`).
     pub(crate) tool_call_content: Option<ToolCallContent>,
+    /// The fleet's rate of model calls to this provider, per second: the server-side rate
+    /// limit of the provider's task queue (`<task_queue>-llm-<provider>`), which every worker
+    /// of the task queue shares (give every worker the same value; the last to poll wins).
+    /// Default: none (a provider's 429s are still retried, and a `Retry-After` still pauses
+    /// the queue for the whole fleet).
+    pub(crate) max_requests_per_second: Option<f64>,
 }
 
 /// `[openai] tool_call_content`.
@@ -318,6 +324,7 @@ impl std::fmt::Debug for ProviderSection {
             .field("reasoning_models", &self.reasoning_models)
             .field("prompt_cache_key", &self.prompt_cache_key)
             .field("tool_call_content", &self.tool_call_content)
+            .field("max_requests_per_second", &self.max_requests_per_second)
             .finish()
     }
 }
@@ -512,12 +519,29 @@ impl Settings {
     fn check(&self) -> anyhow::Result<()> {
         for (_, key, section) in self.provider_sections() {
             section.budget().check(key)?;
+            if let Some(rate) = section.max_requests_per_second
+                && !(rate.is_finite() && rate > 0.0)
+            {
+                anyhow::bail!(
+                    "[{key}] max_requests_per_second = {rate}: give a rate above 0 (e.g. 5 or \
+                     0.5), or leave it out for no fleet-wide limit"
+                );
+            }
         }
         self.deployment.check()?;
         self.history.check()?;
         self.mcp.check().map_err(anyhow::Error::msg)?;
         self.environments.check().map_err(anyhow::Error::msg)?;
         Ok(())
+    }
+
+    /// Each provider with a task queue of its own (`activities::model_queue`): its name and
+    /// fleet-wide rate (`max_requests_per_second`), if any.
+    pub(crate) fn model_queues(&self) -> Vec<(&'static str, Option<f64>)> {
+        self.provider_sections()
+            .into_iter()
+            .map(|(name, _, section)| (name, section.max_requests_per_second))
+            .collect()
     }
 
     /// Provider settings for the activities.
@@ -838,6 +862,35 @@ output_usd_per_mtok = 0.25
                 "openai.request_timeout_secs = 7200 is out of range: between 1 and 3300"
             ),
         );
+    }
+
+    #[test]
+    fn every_provider_the_workflow_queues_has_a_section_and_a_rate() {
+        let s = read("[anthropic]\nmax_requests_per_second = 2.5\n");
+        s.check().unwrap();
+        let queues = s.model_queues();
+        let names: Vec<&str> = queues.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, baton_workflows::activities::QUEUED_PROVIDERS);
+        assert_eq!(
+            queues,
+            vec![
+                ("openai", None),
+                ("anthropic", Some(2.5)),
+                ("openai-responses", None)
+            ]
+        );
+        for bad in ["0", "-1", "nan", "inf"] {
+            let err = format!(
+                "{:#}",
+                read(&format!("[openai]\nmax_requests_per_second = {bad}\n"))
+                    .check()
+                    .unwrap_err()
+            );
+            assert!(
+                err.starts_with("[openai] max_requests_per_second = "),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

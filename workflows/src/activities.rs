@@ -30,6 +30,25 @@ impl LlmActivities {
     }
 }
 
+/// Providers whose model calls go through a task queue of their own (see [`model_queue`]): the
+/// ones that call a hosted API. The scripted provider answers from the run's spec and stays on
+/// the run's queue.
+pub const QUEUED_PROVIDERS: [&str; 3] = ["openai", "anthropic", "openai-responses"];
+
+/// The task queue of `provider`'s model calls (`llm_generate`, `compact_context`) for runs on
+/// `task_queue`: `<task_queue>-llm-<provider>`, which every worker of `task_queue` also polls,
+/// so that a fleet-wide rate (the worker setting `max_requests_per_second` of the provider's
+/// section, the queue's server-side rate limit) and a provider's `Retry-After` pause apply to
+/// all of the fleet's calls to that provider at once. `None`: the run's own queue.
+///
+/// Changing it changes no command of a history (replay compares an activity's id and type,
+/// not its queue), so runs in flight simply send their next calls there.
+pub fn model_queue(task_queue: &str, provider: &str) -> Option<String> {
+    QUEUED_PROVIDERS
+        .contains(&provider)
+        .then(|| format!("{task_queue}-llm-{provider}"))
+}
+
 /// Tool execution.
 pub struct ToolActivities;
 

@@ -266,11 +266,20 @@ impl Providers {
     }
 }
 
+/// Told when a provider asked the fleet to wait (a 429 with `Retry-After`): the worker pauses
+/// the provider's task queue for everyone (`baton-worker`'s `provider_pause.rs`), so the other
+/// runs' calls wait too instead of meeting the same 429.
+pub trait ProviderPause: Send + Sync {
+    /// `provider` said to come back after `wait`.
+    fn pause(&self, provider: &str, wait: Duration);
+}
+
 /// Implements the `llm_generate` activity contract.
 pub struct LlmService {
     providers: Providers,
     conversations: Conversations,
     models: ModelTable,
+    pause: Option<Arc<dyn ProviderPause>>,
 }
 
 impl LlmService {
@@ -281,6 +290,28 @@ impl LlmService {
             providers,
             conversations: Conversations::new(store),
             models: ModelTable::defaults(),
+            pause: None,
+        }
+    }
+
+    /// Tells `pause` of each 429 that says when to come back.
+    pub fn with_pause(mut self, pause: Arc<dyn ProviderPause>) -> Self {
+        self.pause = Some(pause);
+        self
+    }
+
+    /// A failed call: a 429 with `Retry-After` pauses the provider for the fleet.
+    fn failed(&self, e: &LlmError) {
+        if let (
+            Some(pause),
+            LlmError::RateLimited {
+                provider,
+                retry_after: Some(wait),
+                ..
+            },
+        ) = (&self.pause, e)
+        {
+            pause.pause(provider, *wait);
         }
     }
 
@@ -420,6 +451,7 @@ impl LlmService {
             }
             Err(e) => {
                 warn!(run_id, provider, attempt, retryable = e.is_retryable(), cause = %e, "llm call failed");
+                self.failed(&e);
                 Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }
@@ -481,6 +513,7 @@ impl LlmService {
             }
             Err(e) => {
                 warn!(run_id, provider, attempt, cause = %e, "compaction call failed");
+                self.failed(&e);
                 Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }

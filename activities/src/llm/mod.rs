@@ -47,7 +47,7 @@ mod test_items;
 mod test_server;
 mod transport;
 
-pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderSettings, Providers};
+pub use activity::{HEARTBEAT_EVERY, LlmService, ProviderPause, ProviderSettings, Providers};
 pub use error::LlmError;
 pub use models::{ModelInfo, ModelSettings, ModelTable, ModelTableError};
 pub use provider::Provider;

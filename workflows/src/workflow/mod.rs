@@ -171,10 +171,11 @@ impl AgentRun {
                 }
                 Step::CallLlm(request) => {
                     let token = step_token(ctx);
+                    let queue = model_queue_of(ctx, request.model.as_ref());
                     let call = ctx.execute_activity(
                         LlmActivities::llm_generate,
                         request,
-                        llm_options("llm_generate", &token),
+                        llm_options("llm_generate", queue, &token),
                     );
                     let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await
                     else {
@@ -196,10 +197,11 @@ impl AgentRun {
                 }
                 Step::Compact(request) => {
                     let token = step_token(ctx);
+                    let queue = model_queue_of(ctx, request.model.as_ref());
                     let call = ctx.execute_activity(
                         LlmActivities::compact_context,
                         request,
-                        llm_options("compact_context", &token),
+                        llm_options("compact_context", queue, &token),
                     );
                     let Some(outcome) = within_deadline(ctx, &token, call, OnDeadline::Drain).await
                     else {
@@ -340,6 +342,15 @@ impl AgentRun {
 
 /// Ends this segment of the run and continues it as new with its state carried by reference
 /// (same workflow id: `status`, `watch`, `result` and approvals go on working).
+/// The task queue of this run's model calls to `model`'s provider (`activities::model_queue`).
+fn model_queue_of(
+    ctx: &WorkflowContext<AgentRun>,
+    model: Option<&baton_proto::ModelConfig>,
+) -> Option<String> {
+    let provider = model.map_or("", |m| m.provider.as_str());
+    crate::activities::model_queue(ctx.task_queue(), provider)
+}
+
 fn continue_as_new(
     ctx: &mut WorkflowContext<AgentRun>,
     length: u32,

@@ -80,7 +80,11 @@ pub(super) fn timer_options(duration: Duration, token: &WorkflowCancellationToke
 /// budget of the provider (last attempt non-retryable, next retry delay on every failure), so
 /// the backoff here only paces failures that never reach it (a worker that died, a blob store
 /// failure).
-pub(super) fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> ActivityOptions {
+pub(super) fn llm_options(
+    summary: &str,
+    queue: Option<String>,
+    token: &WorkflowCancellationToken,
+) -> ActivityOptions {
     let non_retryable = [
         FailureType::ProviderFatal,
         FailureType::ContextOverflow,
@@ -100,6 +104,7 @@ pub(super) fn llm_options(summary: &str, token: &WorkflowCancellationToken) -> A
         .cancellation_type(ActivityCancellationType::TryCancel)
         .cancellation_token(token.clone())
         .summary(summary.to_owned())
+        .maybe_task_queue(queue)
         .build()
 }
 
