@@ -4,7 +4,9 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use baton_proto::{CompactRequest, CompactResponse, LlmRequest, LlmResponse};
+use baton_proto::{
+    CompactRequest, CompactResponse, LlmRequest, LlmResponse, StreamProgress, Usage,
+};
 use baton_workflows::{activities::FailureType, view};
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
@@ -335,6 +337,41 @@ impl LlmService {
 /// the provider that failed.
 pub const STORE_MAX_ATTEMPTS: u32 = 8;
 
+/// What the provider billed for the failed attempts of this call so far: the previous
+/// attempt's heartbeat details (`StreamProgress.billed_before` + `billed`); none on a first
+/// attempt or when nothing was billed.
+fn billed_so_far(ctx: &ActivityContext) -> Option<Usage> {
+    if ctx.info().attempt <= 1 {
+        return None;
+    }
+    let previous: StreamProgress = ctx.heartbeat_details().deserialize().ok().flatten()?;
+    match (previous.billed_before, previous.billed) {
+        (None, None) => None,
+        (before, billed) => Some(estimate::sum_usage(before, billed)),
+    }
+}
+
+/// The last heartbeat of a failing attempt: what the provider billed for it (`billed`) and
+/// before it (`carried`), which the failure carries to the server (its last heartbeat details)
+/// for the next attempt to count.
+async fn bill_next_attempt(
+    ctx: &ActivityContext,
+    attempt: u32,
+    carried: Option<Usage>,
+    billed: Option<Usage>,
+) {
+    if billed.is_none() {
+        return;
+    }
+    let details = StreamProgress {
+        attempt,
+        billed,
+        billed_before: carried,
+        ..Default::default()
+    };
+    let _ = ctx.record_heartbeat(details).await;
+}
+
 /// A blob store failure on `attempt`, as an activity failure: retried (the store may be back,
 /// or another worker may reach it) until [`STORE_MAX_ATTEMPTS`], with a message saying what to
 /// check.
@@ -380,13 +417,20 @@ impl LlmService {
         // streams, up to ten times a second with what it has received so far (`baton
         // watch`), under this attempt's number: the server keeps an attempt's last details
         // until the next attempt's first beat.
+        // What the provider billed for the failed attempts before this one, carried in the
+        // heartbeat details from attempt to attempt.
+        let carried = billed_so_far(&ctx);
         let (live, changes) = LiveSink::channel();
+        let before = carried;
         let _beat = Heartbeat::start_on_change(
             &ctx,
             HEARTBEAT_EVERY,
             STREAM_BEAT,
             changes,
-            move |so_far: &Live| so_far.progress(attempt),
+            move |so_far: &Live| StreamProgress {
+                billed_before: before,
+                ..so_far.progress(attempt)
+            },
         );
         let mut resolved = self
             .conversations
@@ -443,15 +487,30 @@ impl LlmService {
                 }
                 self.models
                     .annotate(resolved.request.model.as_ref(), &mut response);
-                self.conversations
-                    .complete(&resolved, &mut response)
-                    .await
-                    .map_err(|e| store_failure(e, attempt))?;
+                if let Some(mut retried) = carried {
+                    self.models
+                        .price(resolved.request.model.as_ref(), &mut retried);
+                    info!(
+                        run_id,
+                        provider,
+                        attempt,
+                        input_tokens = retried.input_tokens,
+                        output_tokens = retried.output_tokens,
+                        "counting what the provider billed for earlier failed attempts"
+                    );
+                    response.retried = Some(retried);
+                }
+                if let Err(e) = self.conversations.complete(&resolved, &mut response).await {
+                    // The provider billed this answer; the next attempt counts it.
+                    bill_next_attempt(&ctx, attempt, carried, response.usage).await;
+                    return Err(store_failure(e, attempt));
+                }
                 Ok(response)
             }
             Err(e) => {
                 warn!(run_id, provider, attempt, retryable = e.is_retryable(), cause = %e, "llm call failed");
                 self.failed(&e);
+                bill_next_attempt(&ctx, attempt, carried, live.current().billed().copied()).await;
                 Err(e.into_failure(attempt, &self.providers.budget(&provider)))
             }
         }

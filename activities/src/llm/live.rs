@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use baton_proto::StreamProgress;
+use baton_proto::{StreamProgress, Usage};
 use tokio::sync::watch;
 
 /// The last bytes of the answer's text the details carry (a watcher that polls less often
@@ -60,11 +60,13 @@ fn boundary_from(s: &str, at: usize) -> usize {
 }
 
 /// What a stream has received so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Live {
     text: Tail,
     reasoning: Tail,
     tool_calls: Vec<String>,
+    /// What the provider reported it bills for this attempt so far.
+    usage: Option<Usage>,
     /// Changes so far.
     seq: u32,
 }
@@ -98,6 +100,19 @@ impl Live {
         }
     }
 
+    /// The provider reported this usage for the attempt so far (cumulative).
+    pub fn usage(&mut self, usage: Usage) {
+        if self.usage.as_ref() != Some(&usage) {
+            self.usage = Some(usage);
+            self.seq = self.seq.wrapping_add(1);
+        }
+    }
+
+    /// The usage the provider reported for the attempt so far, if any.
+    pub fn billed(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
     /// The number of changes so far.
     pub fn seq(&self) -> u32 {
         self.seq
@@ -113,6 +128,8 @@ impl Live {
             text_chars: saturate(self.text.chars),
             reasoning_chars: saturate(self.reasoning.chars),
             tool_calls: self.tool_calls.clone(),
+            billed: self.usage,
+            billed_before: None,
         }
     }
 }
@@ -131,6 +148,11 @@ impl LiveSink {
     pub fn channel() -> (Self, watch::Receiver<Live>) {
         let (tx, rx) = watch::channel(Live::default());
         (Self(tx), rx)
+    }
+
+    /// What was published last.
+    pub fn current(&self) -> Live {
+        self.0.borrow().clone()
     }
 
     /// Publishes `live` if it changed since the last publication (buffers reused).

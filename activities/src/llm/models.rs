@@ -418,6 +418,18 @@ impl ModelTable {
             usage.cost_usd = info.cost_usd(usage);
         }
     }
+
+    /// Sets `usage.cost_usd` for calls to `model` (left as it is for a model without a price).
+    pub fn price(&self, model: Option<&ModelConfig>, usage: &mut Usage) {
+        let mut response = LlmResponse {
+            usage: Some(std::mem::take(usage)),
+            ..Default::default()
+        };
+        self.annotate(model, &mut response);
+        if let Some(priced) = response.usage {
+            *usage = priced;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -265,3 +265,67 @@ fn usage_a_server_does_not_send_is_estimated_marked_and_budgets_hold() {
     assert_eq!(ended["usage"]["estimated_calls"], 1, "{ended}");
     assert_eq!(llm.pending(), 1, "the second call was never made");
 }
+
+/// An Anthropic reply that reports `input` prompt tokens.
+fn reporting(mut reply: Value, input: u32) -> Value {
+    reply["usage"]["input_tokens"] = serde_json::json!(input);
+    reply
+}
+
+/// A run on MockAnthropic whose first model call is cut twice by an in-stream
+/// `overloaded_error` after `message_start` reported 100,000 prompt tokens (billed), then
+/// answered with a tool call; the second call answers. Returns the run's result.
+fn billed_twice_then_answered(extra: &[&str], expect_code: i32) -> Value {
+    let server = DevServer::start().unwrap();
+    let llm = MockAnthropic::start().unwrap();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    llm.set_responder(std::sync::Arc::new(move |_req| {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tool = reporting(
+            MockAnthropic::tool_use_reply(&[("toolu_1", "list_files", "{}")]),
+            100_000,
+        );
+        Some(match n {
+            0 | 1 => MockResponse::stream_error(tool, MockAnthropic::overloaded_body()),
+            2 => MockResponse::ok(tool),
+            _ => MockResponse::ok(MockAnthropic::text_reply("Done.")),
+        })
+    }));
+    let queue = unique("billed");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("ANTHROPIC_BASE_URL", base.as_str())]);
+    let mut args = vec![
+        "--provider",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--no-approval",
+    ];
+    args.extend_from_slice(extra);
+    let run = submit(&server, &queue, &unique("billed"), &args, "look around");
+    let r = result(&server, &run, expect_code);
+    assert!(calls.load(std::sync::atomic::Ordering::SeqCst) >= 3, "{r}");
+    r
+}
+
+#[test]
+fn attempts_the_provider_billed_before_failing_count_in_usage_cost_and_the_budget() {
+    // Without a budget: three attempts of 100,000 prompt tokens, then the short second call.
+    let r = billed_twice_then_answered(&[], 0);
+    assert_eq!(r["reason"], "completed", "{r}");
+    let input = r["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(
+        (300_000..310_000).contains(&input),
+        "the two billed attempts count: {r}"
+    );
+    assert_eq!(r["usage"]["llm_calls"], 2, "answered calls: {r}");
+    // $3 per million prompt tokens (claude-sonnet-4-5): at least $0.90, not the $0.30 of the
+    // answered attempt alone.
+    let cost = r["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((0.90..0.95).contains(&cost), "{r}");
+
+    // A budget between what the answered attempt cost and what was billed: the run stops.
+    let r = billed_twice_then_answered(&["--max-cost", "0.5"], 1);
+    assert_eq!(r["reason"], "budget_exceeded", "{r}");
+}

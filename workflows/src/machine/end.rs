@@ -19,6 +19,7 @@ impl RunState {
             usage: Some(self.usage),
             detail: String::new(),
             output,
+            started_at_ms: self.started_at_ms,
             ..RunResult::default()
         };
         self.announce_or_defer(now_ms, &result);
@@ -40,6 +41,7 @@ impl RunState {
             turns: self.turn,
             usage: Some(self.usage),
             detail,
+            started_at_ms: self.started_at_ms,
             ..RunResult::default()
         };
         self.announce_or_defer(now_ms, &result);

@@ -168,6 +168,10 @@ impl RunState {
             self.calibration = (tokens > 0).then_some((tokens, self.conversation.len() + 1));
         }
         self.usage.llm_calls += 1;
+        // Attempts that failed after the provider billed them count against the limits too.
+        if let Some(u) = &response.retried {
+            add_usage(&mut self.usage, u);
+        }
         let mut message = response.message.unwrap_or_default();
         let finish = FinishReason::try_from(message.finish_reason).unwrap_or_default();
         match finish {

@@ -265,7 +265,10 @@ impl StreamState {
         let Ok(u) = serde_json::from_value::<AnthropicUsage>(u.clone()) else {
             return;
         };
-        self.usage.get_or_insert_default().merge(u);
+        let usage = self.usage.get_or_insert_default();
+        usage.merge(u);
+        // Billed even if the stream fails later (an `overloaded_error` event mid-way).
+        self.live.usage(usage.usage());
     }
 }
 
