@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_temporal
 ensure_moto
+ensure_otlp_receiver
 ensure_git
 ensure_mcp_servers
 ensure_llama_server

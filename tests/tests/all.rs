@@ -30,6 +30,7 @@ mod suite {
     mod replay;
     mod responses;
     mod retry_budget;
+    mod run_traces;
     mod schedules;
     mod security;
     mod security_cli;

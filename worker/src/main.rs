@@ -21,6 +21,7 @@ mod observers;
 #[cfg(feature = "otel")]
 mod otel;
 mod provider_pause;
+mod run_trace;
 mod search_attributes;
 mod senders;
 mod settings;
@@ -418,6 +419,16 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         idle: Duration::from_secs(settings.workspace_idle_secs),
     });
     tools.start_workspace_sweeper();
+    // One trace per run, when a collector is named.
+    let (traces, trace_flush) = match &settings.otel.traces_endpoint {
+        Some(endpoint) => {
+            let (traces, flush) =
+                run_trace::Traces::start(endpoint, settings.otel.capture_content, &identity);
+            info!(endpoint = %endpoint, capture_content = settings.otel.capture_content, "exporting run traces over OTLP/gRPC");
+            (Some(traces), Some(flush))
+        }
+        None => (None, None),
+    };
     // A provider's Retry-After pauses its queue for the whole fleet.
     let pauses = provider_pause::QueuePauses::new(
         client.clone(),
@@ -456,9 +467,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             .graceful_shutdown_period(settings.graceful_shutdown())
             .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
             .maybe_max_task_queue_activities_per_second(rate)
-            .activity_inbound_interceptor(ActivityObserver::new(
-                metrics.as_ref().map(|m| m.baton.clone()),
-            ))
+            .activity_inbound_interceptor(
+                ActivityObserver::new(metrics.as_ref().map(|m| m.baton.clone()))
+                    .with_traces(traces.clone()),
+            )
             .build();
         let worker = Worker::new(&runtime, client.clone(), options)
             .map_err(|e| anyhow::anyhow!("cannot create the worker of {queue}: {e}"))?;
@@ -492,9 +504,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         // heartbeat timeout, which would leave a 4 s timeout a 0.8 s margin), a streaming
         // model call's up to ten a second (what `baton watch` shows as it streams).
         .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
-        .activity_inbound_interceptor(ActivityObserver::new(
-            metrics.as_ref().map(|m| m.baton.clone()),
-        ))
+        .activity_inbound_interceptor(
+            ActivityObserver::new(metrics.as_ref().map(|m| m.baton.clone()))
+                .with_traces(traces.clone()),
+        )
         .build();
     if let Some(m) = &metrics {
         options.workflow_interceptor(RunObserver::constructor(m.baton.clone()));
@@ -505,6 +518,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let senders = std::sync::Arc::new(Senders::default());
     options.worker_interceptor(SenderRecorder(senders.clone()));
     options.workflow_interceptor(SenderStamp::constructor(senders));
+    if let Some(traces) = &traces {
+        // After SenderStamp: reads the identity it stamps on approval decisions.
+        options.workflow_interceptor(run_trace::RunTracer::constructor(traces.clone()));
+    }
     if let Some(h) = &health {
         h.clone().watch_temporal(client.clone());
     }
@@ -570,6 +587,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     tokio::try_join!(worker.run(), model_runs)
         .map_err(|e| anyhow::anyhow!("worker stopped with an error: {e}"))?;
     mcp.close_all().await;
+    // Every holder of the span queue goes, so the exporter sends what is left and ends.
+    drop(worker);
+    drop(model_workers);
+    drop(traces);
+    if let Some(flush) = trace_flush {
+        flush.flush().await;
+    }
     info!("worker stopped");
     Ok(())
 }

@@ -434,12 +434,23 @@ pub(crate) fn llm_outcome(result: &ExecuteActivityResult) -> &'static str {
 #[derive(Debug, Default)]
 pub(crate) struct ActivityObserver {
     metrics: Option<Arc<BatonMetrics>>,
+    /// The run traces' exporter, with `[otel] endpoint`.
+    traces: Option<crate::run_trace::Traces>,
 }
 
 impl ActivityObserver {
     /// Spans only, or spans and metrics.
     pub(crate) fn new(metrics: Option<Arc<BatonMetrics>>) -> Self {
-        Self { metrics }
+        Self {
+            metrics,
+            traces: None,
+        }
+    }
+
+    /// Each attempt also becomes a span of its run's trace.
+    pub(crate) fn with_traces(mut self, traces: Option<crate::run_trace::Traces>) -> Self {
+        self.traces = traces;
+        self
     }
 }
 
@@ -498,10 +509,55 @@ impl ActivityInboundInterceptor for ActivityObserver {
             span.record("provider", call.provider.as_str());
             span.record("model", call.model.as_str());
         }
+        let traced = self.traces.clone().and_then(|traces| {
+            let what = match &observed {
+                Observed::Llm(call) => crate::run_trace::What::Chat {
+                    provider: call.provider.clone(),
+                    model: call.model.clone(),
+                    compaction: call.kind != GENERATE,
+                },
+                Observed::Tool(_) => {
+                    crate::run_trace::What::tool(input.args_ref::<ToolRequest>()?)?
+                }
+                Observed::Other => return None,
+            };
+            Some((
+                traces,
+                crate::run_trace::AttemptSpan {
+                    run: info.workflow_id.clone().unwrap_or_default(),
+                    segment: info.workflow_run_id.clone().unwrap_or_default(),
+                    activity_id: info.activity_id.clone(),
+                    activity_type: info.activity_type.clone(),
+                    attempt: info.attempt,
+                    start: SystemTime::now(),
+                    what,
+                },
+            ))
+        });
         let metrics = self.metrics.clone();
         let started = Instant::now();
         async move {
             let result = next.run(input).await;
+            if let Some((traces, attempt)) = &traced {
+                use crate::run_trace::Outcome;
+                let failure;
+                let outcome = match &result {
+                    Ok(v) => {
+                        if let Some(r) = v.downcast_ref::<LlmResponse>() {
+                            Outcome::Llm(r)
+                        } else if let Some(r) = v.downcast_ref::<ToolResult>() {
+                            Outcome::Tool(r)
+                        } else {
+                            Outcome::Other
+                        }
+                    }
+                    Err(e) => {
+                        failure = activity_error_type(e);
+                        Outcome::Failed(&failure)
+                    }
+                };
+                traces.activity(attempt, outcome);
+            }
             if let Some(m) = metrics {
                 let took = started.elapsed();
                 match &observed {
@@ -529,6 +585,20 @@ impl ActivityInboundInterceptor for ActivityObserver {
         }
         .instrument(span)
         .boxed()
+    }
+}
+
+/// What a failed attempt's span names as its `error.type`: the application failure's type
+/// (`RateLimited`, `ToolTimeout`, ...), else what kind of failure it was.
+fn activity_error_type(e: &ActivityError) -> String {
+    match e {
+        ActivityError::Application(f) => f
+            .type_name()
+            .filter(|t| !t.is_empty())
+            .unwrap_or("activity_failed")
+            .to_owned(),
+        ActivityError::Cancelled { .. } => "cancelled".to_owned(),
+        _ => "activity_failed".to_owned(),
     }
 }
 

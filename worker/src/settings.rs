@@ -98,6 +98,8 @@ pub(crate) struct Settings {
     pub(crate) tool_env: Vec<String>,
     /// What stays in workflow history (`[history]`).
     pub(crate) history: HistorySection,
+    /// One trace per run, exported over OTLP/gRPC (`[otel]`).
+    pub(crate) otel: OtelSection,
     /// OpenAI-compatible provider.
     pub(crate) openai: ProviderSection,
     /// Anthropic Messages provider.
@@ -117,7 +119,7 @@ pub(crate) struct Settings {
 }
 
 /// The top-level settings keys: a `BATON_<KEY>` or `BATON_<KEY>__...` variable sets one.
-const SETTING_KEYS: [&str; 32] = [
+const SETTING_KEYS: [&str; 33] = [
     "config",
     "task_queue",
     "workspace_root",
@@ -145,6 +147,7 @@ const SETTING_KEYS: [&str; 32] = [
     "sandbox_private_ranges",
     "tool_env",
     "history",
+    "otel",
     "openai",
     "anthropic",
     "openai_responses",
@@ -389,6 +392,40 @@ impl ProviderSection {
     }
 }
 
+/// `[otel]`: each run's trace (`invoke_agent`, `chat`, `execute_tool` and `approval` spans,
+/// GenAI semantic conventions), exported over OTLP/gRPC; see `run_trace.rs`. Apart from the
+/// top-level `otel_endpoint` (the worker's own spans and metrics over OTLP/HTTP, cargo
+/// feature `otel`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct OtelSection {
+    /// The collector's OTLP/gRPC address, e.g. `http://127.0.0.1:4317` (default: no traces).
+    pub(crate) traces_endpoint: Option<String>,
+    /// Put the answer's text and tool calls' arguments and outputs on the spans (default
+    /// false: they may hold code and secrets the run read).
+    pub(crate) capture_content: bool,
+}
+
+impl OtelSection {
+    fn check(&self) -> anyhow::Result<()> {
+        if let Some(endpoint) = &self.traces_endpoint {
+            let url = url::Url::parse(endpoint).map_err(|e| {
+                anyhow::anyhow!(
+                    "otel.traces_endpoint = {endpoint:?} is not a URL ({e}); write e.g. \
+                     \"http://127.0.0.1:4317\""
+                )
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                anyhow::bail!(
+                    "otel.traces_endpoint = {endpoint:?}: OTLP/gRPC needs an http:// or https:// \
+                     URL, e.g. \"http://127.0.0.1:4317\""
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `[history]`: what stays in workflow history.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -453,6 +490,7 @@ impl Default for Settings {
             sandbox_private_ranges: Vec::new(),
             tool_env: Vec::new(),
             history: HistorySection::default(),
+            otel: OtelSection::default(),
             openai: ProviderSection::default(),
             anthropic: ProviderSection::default(),
             openai_responses: ProviderSection::default(),
@@ -530,6 +568,7 @@ impl Settings {
         }
         self.deployment.check()?;
         self.history.check()?;
+        self.otel.check()?;
         self.mcp.check().map_err(anyhow::Error::msg)?;
         self.environments.check().map_err(anyhow::Error::msg)?;
         Ok(())
