@@ -542,9 +542,15 @@ pub(crate) struct ScheduleCreateArgs {
     /// 1h; the server's default is a year).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) catchup_window: Option<std::time::Duration>,
-    /// Pause the schedule when one of its runs fails (the note says so); unpause to go on.
+    /// Pause the schedule when one of its runs' workflows fails (Temporal's own policy: a
+    /// run that ends without completing, e.g. max_turns_exceeded, is not a failed workflow;
+    /// see --pause-after-failures); unpause to go on.
     #[arg(long)]
     pub(crate) pause_on_failure: bool,
+    /// Pause the schedule once N of its runs in a row ended without completing (any reason
+    /// but completed; checked by the worker that ends a run, the note names the runs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) pause_after_failures: Option<u32>,
     /// The run each start submits: every `submit` flag and the task.
     #[command(flatten)]
     pub(crate) run: SubmitArgs,

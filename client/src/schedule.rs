@@ -36,7 +36,7 @@ use crate::{
 };
 
 /// The label every scheduled run carries (`baton list --label baton.schedule=NAME`).
-pub(crate) const SCHEDULE_LABEL: &str = "baton.schedule";
+pub(crate) use baton_workflows::SCHEDULE_LABEL;
 
 pub(crate) async fn run(command: ScheduleCommand) -> Result<i32, Exit> {
     match command {
@@ -165,6 +165,12 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
     let mut spec = submit::build_spec(&args.run)?;
     spec.labels
         .insert(SCHEDULE_LABEL.to_owned(), args.name.clone());
+    if let Some(n) = args.pause_after_failures {
+        spec.labels.insert(
+            baton_workflows::PAUSE_AFTER_FAILURES_LABEL.to_owned(),
+            n.to_string(),
+        );
+    }
     crate::workspace::check_flags(&args.run)?;
     let client = connect().await?;
     crate::workspace::apply_source(&args.run, &client, &mut spec).await?;

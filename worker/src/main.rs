@@ -22,6 +22,7 @@ mod observers;
 mod otel;
 mod provider_pause;
 mod run_trace;
+mod schedule_guard;
 mod search_attributes;
 mod senders;
 mod settings;
@@ -518,6 +519,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let senders = std::sync::Arc::new(Senders::default());
     options.worker_interceptor(SenderRecorder(senders.clone()));
     options.workflow_interceptor(SenderStamp::constructor(senders));
+    options.workflow_interceptor(schedule_guard::start(client.clone()));
     if let Some(traces) = &traces {
         // After SenderStamp: reads the identity it stamps on approval decisions.
         options.workflow_interceptor(run_trace::RunTracer::constructor(traces.clone()));

@@ -527,7 +527,7 @@ impl WorkflowInterceptor for RunTracer {
 }
 
 /// The result of a run that ended (not one that continued as new or was evicted).
-fn finished(result: &ExecuteWorkflowResult) -> Option<&RunResult> {
+pub(crate) fn finished(result: &ExecuteWorkflowResult) -> Option<&RunResult> {
     match result {
         Ok(value) => value.downcast_ref::<RunResult>(),
         Err(WorkflowTermination::Cancelled { details }) => details

@@ -331,3 +331,73 @@ fn starts_missed_while_the_server_was_down_are_made_up_within_the_catch_up_windo
     let n = made_up.unwrap_or_else(|e| panic!("{e}: {:?}", runs_of(&server, &name)));
     assert!(n >= 3, "{n}");
 }
+
+/// Runs of a schedule created with `--pause-after-failures 2` (`extra`) that end as `script`
+/// says, on a worker of their own; the schedule's description once `done` says so.
+fn pausing_schedule(turns: Value, done: impl Fn(&Value, &[(String, String)]) -> bool) -> Value {
+    let server = DevServer::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let queue = unique("sched-fail");
+    let w = worker(&server, &queue, &[]);
+    let script = script(tmp.path(), "runs", turns).display().to_string();
+    let name = unique("flaky");
+    let out = baton(
+        &server,
+        &[
+            "schedule",
+            "create",
+            &name,
+            "--every",
+            "1s",
+            "--task-queue",
+            &queue,
+            "--script",
+            &script,
+            "--no-approval",
+            "--max-turns",
+            "1",
+            "--pause-after-failures",
+            "2",
+            "--json",
+            "tidy up",
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let d = wait_until_blocking(Duration::from_secs(90), "the schedule's runs", || {
+        let d = describe(&server, &name);
+        let runs = runs_of(&server, &name);
+        Ok(done(&d, &runs).then_some(d))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", w.log()));
+    let out = baton(&server, &["schedule", "delete", &name]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    d
+}
+
+#[test]
+fn a_schedule_pauses_itself_after_n_runs_in_a_row_end_without_completing() {
+    // Every run wants a second turn that --max-turns 1 refuses: max_turns_exceeded.
+    let d = pausing_schedule(
+        json!([
+            {"text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Done."}
+        ]),
+        |d, _| d["paused"] == true,
+    );
+    let note = d["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("paused by baton: the last 2 run(s) ended without completing"),
+        "{d}"
+    );
+    assert!(note.contains("(max_turns_exceeded)"), "{d}");
+    assert!(d["runs_started"].as_i64().unwrap() >= 2, "{d}");
+}
+
+#[test]
+fn a_schedule_whose_runs_complete_is_not_paused() {
+    let d = pausing_schedule(json!([{"text": "Done."}]), |_, runs| {
+        runs.iter().filter(|(_, s)| s == "COMPLETED").count() >= 3
+    });
+    assert_eq!(d["paused"], false, "{d}");
+}
