@@ -644,8 +644,7 @@ pub(crate) struct RunObserver {
     metrics: Arc<BatonMetrics>,
     /// A continue-as-new continuation is not a new run.
     continued: bool,
-    /// Workflow time at which `BatonAwaitingApproval` last turned true (rebuilt on replay).
-    awaiting_since: Cell<Option<SystemTime>>,
+    approvals: ApprovalWatch,
 }
 
 impl RunObserver {
@@ -655,31 +654,57 @@ impl RunObserver {
             metrics: metrics.clone(),
             continued: ctx.continued_from_run_id().is_some()
                 || ctx.workflow_type() != WORKFLOW_TYPE,
-            awaiting_since: Cell::new(None),
+            approvals: ApprovalWatch::default(),
         })
     }
+}
 
-    /// After each step of the run: notices `BatonAwaitingApproval` flipping.
-    fn observe_approval(&self, ctx: &WorkflowInterceptorContext) {
+/// Notices a run's `BatonAwaitingApproval` turning true and back, after each step of the run.
+#[derive(Default)]
+pub(crate) struct ApprovalWatch {
+    /// Workflow time at which it last turned true (rebuilt on replay).
+    since: Cell<Option<SystemTime>>,
+}
+
+impl ApprovalWatch {
+    /// The wait for a human that ended at this step, outside replay: its start and end in
+    /// workflow time.
+    pub(crate) fn ended_wait(
+        &self,
+        ctx: &WorkflowInterceptorContext,
+    ) -> Option<(SystemTime, SystemTime)> {
         let awaiting = ctx
             .search_attributes()
             .get(&SA_AWAITING_APPROVAL)
             .unwrap_or(false);
-        let Some(now) = ctx.workflow_time() else {
-            return;
-        };
-        match (self.awaiting_since.get(), awaiting) {
-            (None, true) => self.awaiting_since.set(Some(now)),
-            (Some(since), false) => {
-                self.awaiting_since.set(None);
-                if !ctx.is_replaying() {
-                    self.metrics
-                        .approval_waited(now.duration_since(since).unwrap_or_default());
-                }
+        let now = ctx.workflow_time()?;
+        match (self.since.get(), awaiting) {
+            (None, true) => {
+                self.since.set(Some(now));
+                None
             }
-            _ => {}
+            (Some(since), false) => {
+                self.since.set(None);
+                (!ctx.is_replaying()).then_some((since, now))
+            }
+            _ => None,
         }
     }
+}
+
+/// `run`, calling `each` after every poll with the run's result once there is one.
+pub(crate) fn after_each_poll<'a>(
+    mut run: WorkflowInterceptorFuture<'a, ExecuteWorkflowResult>,
+    mut each: impl FnMut(Option<&ExecuteWorkflowResult>) + 'a,
+) -> WorkflowInterceptorFuture<'a, ExecuteWorkflowResult> {
+    WorkflowInterceptorFuture::new(std::future::poll_fn(move |cx| {
+        let polled = run.poll_unpin(cx);
+        match &polled {
+            Poll::Ready(result) => each(Some(result)),
+            Poll::Pending => each(None),
+        }
+        polled
+    }))
 }
 
 /// The `reason` label of a finished run; `None` when the run did not finish (continue-as-new,
@@ -722,18 +747,18 @@ impl WorkflowInterceptor for RunObserver {
         if !ctx.is_replaying() {
             self.metrics.run_started();
         }
-        let mut run = next.run(input);
-        WorkflowInterceptorFuture::new(std::future::poll_fn(move |cx| {
-            let polled = run.poll_unpin(cx);
-            self.observe_approval(&ctx);
-            if let Poll::Ready(result) = &polled
+        after_each_poll(next.run(input), move |result| {
+            if let Some((since, until)) = self.approvals.ended_wait(&ctx) {
+                self.metrics
+                    .approval_waited(until.duration_since(since).unwrap_or_default());
+            }
+            if let Some(result) = result
                 && !ctx.is_replaying()
                 && let Some(reason) = completion_reason(result)
             {
                 self.metrics.run_completed(&reason);
             }
-            polled
-        }))
+        })
     }
 }
 

@@ -21,13 +21,12 @@
 //! answer's text and a tool call's arguments and output, cut at [`MAX_CONTENT_BYTES`]).
 
 use std::{
-    cell::{Cell, RefCell},
+    cell::RefCell,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use baton_proto::{LlmResponse, RunResult, ToolRequest, ToolResult, Usage};
-use baton_workflows::workflow::{APPROVAL_SIGNAL, APPROVE_UPDATE, SA_AWAITING_APPROVAL};
-use futures::FutureExt;
+use baton_workflows::workflow::{APPROVAL_SIGNAL, APPROVE_UPDATE};
 use opentelemetry_proto::tonic::{
     collector::trace::v1::{ExportTraceServiceRequest, trace_service_client::TraceServiceClient},
     common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value},
@@ -46,6 +45,8 @@ use temporalio_sdk::{
 };
 use tokio::sync::mpsc;
 use tracing::warn;
+
+use crate::observers::{ApprovalWatch, after_each_poll};
 
 /// Spans sent in one export at most.
 const BATCH: usize = 512;
@@ -416,8 +417,7 @@ async fn send_batches(endpoint: String, worker: String, mut rx: mpsc::UnboundedR
 /// The workflow side of a run's trace: its approval waits and, when it ends, its root span.
 pub(crate) struct RunTracer {
     traces: Traces,
-    /// Workflow time at which `BatonAwaitingApproval` last turned true (rebuilt on replay).
-    awaiting_since: Cell<Option<SystemTime>>,
+    approvals: ApprovalWatch,
     /// Who sent the last approval decision.
     approver: RefCell<String>,
 }
@@ -427,7 +427,7 @@ impl RunTracer {
     pub(crate) fn constructor(traces: Traces) -> WorkflowInterceptorConstructor {
         WorkflowInterceptorConstructor::new(move |_| RunTracer {
             traces: traces.clone(),
-            awaiting_since: Cell::new(None),
+            approvals: ApprovalWatch::default(),
             approver: RefCell::new(String::new()),
         })
     }
@@ -459,38 +459,18 @@ impl WorkflowInterceptor for RunTracer {
             WorkflowInterceptorFuture<'a, ExecuteWorkflowResult>,
         >,
     ) -> WorkflowInterceptorFuture<'a, ExecuteWorkflowResult> {
-        let mut run = next.run(input);
-        WorkflowInterceptorFuture::new(std::future::poll_fn(move |cx| {
-            let polled = run.poll_unpin(cx);
-            let awaiting = ctx
-                .search_attributes()
-                .get(&SA_AWAITING_APPROVAL)
-                .unwrap_or(false);
-            if let Some(now) = ctx.workflow_time() {
-                match (self.awaiting_since.get(), awaiting) {
-                    (None, true) => self.awaiting_since.set(Some(now)),
-                    (Some(since), false) => {
-                        self.awaiting_since.set(None);
-                        if !ctx.is_replaying() {
-                            self.traces.approval(
-                                ctx.workflow_id(),
-                                since,
-                                now,
-                                &self.approver.borrow(),
-                            );
-                        }
-                    }
-                    _ => {}
-                }
+        after_each_poll(next.run(input), move |result| {
+            if let Some((since, until)) = self.approvals.ended_wait(&ctx) {
+                self.traces
+                    .approval(ctx.workflow_id(), since, until, &self.approver.borrow());
             }
-            if let std::task::Poll::Ready(result) = &polled
+            if let Some(result) = result
                 && !ctx.is_replaying()
                 && let Some(result) = finished(result)
             {
                 self.traces.root(ctx.workflow_id(), result);
             }
-            polled
-        }))
+        })
     }
 
     fn handle_signal<'a>(

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use baton_proto::{RunSpec, RunState};
 use baton_workflows::{PAUSE_AFTER_FAILURES_LABEL, SCHEDULE_LABEL, WORKFLOW_TYPE};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use temporalio_client::{Client, WorkflowListOptions, schedules::PauseScheduleOptions};
 use temporalio_sdk::workflow_interceptors::{
     ExecuteWorkflowInput, ExecuteWorkflowResult, InitializeWorkflowInput, InitializeWorkflowOutput,
@@ -136,10 +136,8 @@ impl WorkflowInterceptor for ScheduleGuard {
             WorkflowInterceptorFuture<'a, ExecuteWorkflowResult>,
         >,
     ) -> WorkflowInterceptorFuture<'a, ExecuteWorkflowResult> {
-        let mut run = next.run(input);
-        WorkflowInterceptorFuture::new(std::future::poll_fn(move |cx| {
-            let polled = run.poll_unpin(cx);
-            if let std::task::Poll::Ready(result) = &polled
+        crate::observers::after_each_poll(next.run(input), move |result| {
+            if let Some(result) = result
                 && !ctx.is_replaying()
                 && let Some((schedule, after)) = self.labels.borrow().clone()
                 && let Some(result) = crate::run_trace::finished(result)
@@ -152,7 +150,6 @@ impl WorkflowInterceptor for ScheduleGuard {
                     reason: result.reason().as_str_name().to_owned(),
                 });
             }
-            polled
-        }))
+        })
     }
 }
