@@ -222,18 +222,8 @@ fn a_429_with_retry_after_pauses_the_providers_queue_for_every_run_then_lifts_it
     .unwrap();
     // The queue is paused for the fleet, with the end in its reason.
     let config = wait_until_blocking(Duration::from_secs(5), "the pause", || {
-        let out = server.temporal(&[
-            "task-queue",
-            "config",
-            "get",
-            "--task-queue",
-            &model_queue,
-            "--task-queue-type",
-            "activity",
-            "-o",
-            "json",
-        ])?;
-        Ok(out.stdout.contains("paused until").then_some(out.stdout))
+        let config = queue_config(&server, &model_queue);
+        Ok(config.contains("paused until").then_some(config))
     })
     .unwrap();
     assert!(config.contains("Retry-After 4s"), "{config}");
@@ -269,18 +259,26 @@ fn a_429_with_retry_after_pauses_the_providers_queue_for_every_run_then_lifts_it
         "a call reached the provider {soonest:?} after it said to wait 4 s"
     );
     // The pause is lifted: the queue has no limit in force.
-    let out = server
+    let config = queue_config(&server, &model_queue);
+    assert!(!config.contains("paused until"), "{config}");
+}
+
+/// The activity task queue `queue`'s configuration, as the `temporal` CLI prints it (JSON).
+fn queue_config(server: &DevServer, queue: &str) -> String {
+    server
         .temporal(&[
             "task-queue",
             "config",
             "get",
             "--task-queue",
-            &model_queue,
+            queue,
             "--task-queue-type",
             "activity",
             "-o",
             "json",
         ])
-        .unwrap();
-    assert!(!out.stdout.contains("paused until"), "{out}");
+        .unwrap()
+        .ensure_success()
+        .unwrap()
+        .stdout
 }
