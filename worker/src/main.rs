@@ -206,81 +206,12 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let (conn_opts, mut client_opts) =
-        ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
-            .map_err(|e| anyhow::anyhow!("{e:?}"))
-            .misconfigured("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile)")?;
-    // Payload encryption (README "Encrypted history"): the SDK worker takes the data converter
-    // from the client.
-    match baton_codec::Keyring::from_env()
-        .misconfigured("cannot load the payload encryption keys")?
-    {
-        Some(keys) => {
-            info!(
-                active_key = keys.active_id(),
-                keys = keys.ids().count(),
-                "payload encryption on"
-            );
-            client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
-        }
-        None => info!("payload encryption off (no {})", baton_codec::KEYS_ENV),
-    }
-    let address = conn_opts.target.to_string();
-    let frontend = conn_opts.target.clone();
-    let mut conn_opts = conn_opts;
-    let identity = settings.identity.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "localhost".to_owned());
-        format!("baton-worker@{host}:{}", std::process::id())
-    });
-    conn_opts.identity = identity.clone();
-    let connection = Connection::connect(conn_opts).await.with_context(|| {
-        format!(
-            "cannot reach Temporal at {address}: start a dev server with `temporal server start-dev` or set TEMPORAL_ADDRESS"
-        )
-    })?;
-    let client =
-        Client::new(connection, client_opts).context("cannot create the Temporal client")?;
-    // A namespace that does not exist would only show once the worker polls (after "worker
-    // started"): say so now, as the configuration's error it is.
-    match health::describe_namespace(&client, Duration::from_secs(30)).await {
-        Err(Some(status)) if status.code() == tonic::Code::NotFound => {
-            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
-                "namespace '{}' does not exist on {address}; set TEMPORAL_NAMESPACE (or the \
-                 profile's namespace) to an existing one, or create it (`temporal operator \
-                 namespace create`)",
-                client.namespace()
-            ));
-        }
-        Err(Some(status))
-            if status.code() == tonic::Code::PermissionDenied
-                || status.code() == tonic::Code::Unauthenticated =>
-        {
-            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
-                "Temporal at {address} refused this worker's credentials for namespace '{}' \
-                 ({:?}); check TEMPORAL_API_KEY / the TLS client certificate",
-                client.namespace(),
-                status.code()
-            ));
-        }
-        // Anything else (slow, unavailable) the worker rides out as it polls.
-        _ => {}
-    }
-    match search_attributes::check(&client, settings.register_search_attributes).await {
-        search_attributes::Checked::Complete => {}
-        search_attributes::Checked::Unknown(why) => warn!(
-            cause = %why,
-            "could not list the namespace's search attributes; if one of baton's is missing, \
-             every run stops at its first workflow task"
-        ),
-        search_attributes::Checked::Missing(what) => {
-            return Err(anyhow::anyhow!(
-                "the worker stops here rather than start runs that cannot make progress"
-            ))
-            .misconfigured(what);
-        }
-    }
+    let Connected {
+        client,
+        address,
+        frontend,
+        identity,
+    } = connect(&settings).await?;
 
     let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(
         "bad workspace root (workspace_root) {}",
@@ -456,30 +387,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     };
     // Each hosted provider's model calls have a task queue of their own, rate-limited
     // fleet-wide by the server when the settings give a rate.
-    let mut model_workers = Vec::new();
-    for (provider, rate) in settings.model_queues() {
-        let Some(queue) = baton_workflows::activities::model_queue(&settings.task_queue, provider)
-        else {
-            continue;
-        };
-        let options = WorkerOptions::new(queue.clone())
-            .register_activities(llm_service()?)
-            .deployment_options(settings.deployment.options())
-            .graceful_shutdown_period(settings.graceful_shutdown())
-            .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
-            .maybe_max_task_queue_activities_per_second(rate)
-            .activity_inbound_interceptor(
-                ActivityObserver::new(metrics.as_ref().map(|m| m.baton.clone()))
-                    .with_traces(traces.clone()),
-            )
-            .build();
-        let worker = Worker::new(&runtime, client.clone(), options)
-            .map_err(|e| anyhow::anyhow!("cannot create the worker of {queue}: {e}"))?;
-        if let Some(rate) = rate {
-            info!(provider, task_queue = %queue, max_requests_per_second = rate, "model calls rate-limited fleet-wide");
-        }
-        model_workers.push(worker);
-    }
+    let observer = || {
+        ActivityObserver::new(metrics.as_ref().map(|m| m.baton.clone())).with_traces(traces.clone())
+    };
+    let mut model_workers = model_workers(&settings, &runtime, &client, &llm_service, &observer)?;
     drop(providers);
     let mut options = WorkerOptions::new(settings.task_queue.clone())
         .register_workflow::<AgentRun>()
@@ -505,10 +416,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         // heartbeat timeout, which would leave a 4 s timeout a 0.8 s margin), a streaming
         // model call's up to ten a second (what `baton watch` shows as it streams).
         .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
-        .activity_inbound_interceptor(
-            ActivityObserver::new(metrics.as_ref().map(|m| m.baton.clone()))
-                .with_traces(traces.clone()),
-        )
+        .activity_inbound_interceptor(observer())
         .build();
     if let Some(m) = &metrics {
         options.workflow_interceptor(RunObserver::constructor(m.baton.clone()));
@@ -598,6 +506,135 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     info!("worker stopped");
     Ok(())
+}
+
+/// One activity-only worker per hosted provider, on the provider's task queue
+/// (`activities::model_queue`), whose server-side rate is the provider section's
+/// `max_requests_per_second`: model calls are rate-limited for the whole fleet.
+fn model_workers(
+    settings: &Settings,
+    runtime: &Runtime,
+    client: &Client,
+    llm_service: &dyn Fn() -> anyhow::Result<LlmService>,
+    observer: &dyn Fn() -> ActivityObserver,
+) -> anyhow::Result<Vec<Worker>> {
+    let mut workers = Vec::new();
+    for (provider, rate) in settings.model_queues() {
+        let Some(queue) = baton_workflows::activities::model_queue(&settings.task_queue, provider)
+        else {
+            continue;
+        };
+        let options = WorkerOptions::new(queue.clone())
+            .register_activities(llm_service()?)
+            .deployment_options(settings.deployment.options())
+            .graceful_shutdown_period(settings.graceful_shutdown())
+            .max_heartbeat_throttle_interval(HEARTBEAT_THROTTLE)
+            .maybe_max_task_queue_activities_per_second(rate)
+            .activity_inbound_interceptor(observer())
+            .build();
+        let worker = Worker::new(runtime, client.clone(), options)
+            .map_err(|e| anyhow::anyhow!("cannot create the worker of {queue}: {e}"))?;
+        if let Some(rate) = rate {
+            info!(provider, task_queue = %queue, max_requests_per_second = rate, "model calls rate-limited fleet-wide");
+        }
+        workers.push(worker);
+    }
+    Ok(workers)
+}
+
+/// The worker's Temporal client, and what it connected with.
+struct Connected {
+    client: Client,
+    address: String,
+    frontend: url::Url,
+    identity: String,
+}
+
+/// Connects to Temporal (the connection settings, the payload codec, the identity), then
+/// checks what would only fail later: the namespace exists and takes these credentials, and
+/// baton's search attributes are registered.
+async fn connect(settings: &Settings) -> anyhow::Result<Connected> {
+    let (conn_opts, mut client_opts) =
+        ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
+            .map_err(|e| anyhow::anyhow!("{e:?}"))
+            .misconfigured("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile)")?;
+    // Payload encryption (README "Encrypted history"): the SDK worker takes the data converter
+    // from the client.
+    match baton_codec::Keyring::from_env()
+        .misconfigured("cannot load the payload encryption keys")?
+    {
+        Some(keys) => {
+            info!(
+                active_key = keys.active_id(),
+                keys = keys.ids().count(),
+                "payload encryption on"
+            );
+            client_opts.data_converter = baton_codec::data_converter(BatonCodec::new(keys));
+        }
+        None => info!("payload encryption off (no {})", baton_codec::KEYS_ENV),
+    }
+    let address = conn_opts.target.to_string();
+    let frontend = conn_opts.target.clone();
+    let mut conn_opts = conn_opts;
+    let identity = settings.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".to_owned());
+        format!("baton-worker@{host}:{}", std::process::id())
+    });
+    conn_opts.identity = identity.clone();
+    let connection = Connection::connect(conn_opts).await.with_context(|| {
+        format!(
+            "cannot reach Temporal at {address}: start a dev server with `temporal server start-dev` or set TEMPORAL_ADDRESS"
+        )
+    })?;
+    let client =
+        Client::new(connection, client_opts).context("cannot create the Temporal client")?;
+    // A namespace that does not exist would only show once the worker polls (after "worker
+    // started"): say so now, as the configuration's error it is.
+    match health::describe_namespace(&client, Duration::from_secs(30)).await {
+        Err(Some(status)) if status.code() == tonic::Code::NotFound => {
+            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
+                "namespace '{}' does not exist on {address}; set TEMPORAL_NAMESPACE (or the \
+                 profile's namespace) to an existing one, or create it (`temporal operator \
+                 namespace create`)",
+                client.namespace()
+            ));
+        }
+        Err(Some(status))
+            if status.code() == tonic::Code::PermissionDenied
+                || status.code() == tonic::Code::Unauthenticated =>
+        {
+            return Err(anyhow::anyhow!("{}", status.message())).misconfigured(format!(
+                "Temporal at {address} refused this worker's credentials for namespace '{}' \
+                 ({:?}); check TEMPORAL_API_KEY / the TLS client certificate",
+                client.namespace(),
+                status.code()
+            ));
+        }
+        // Anything else (slow, unavailable) the worker rides out as it polls.
+        _ => {}
+    }
+    match search_attributes::check(&client, settings.register_search_attributes).await {
+        search_attributes::Checked::Complete => {}
+        search_attributes::Checked::Unknown(why) => warn!(
+            cause = %why,
+            "could not list the namespace's search attributes; if one of baton's is missing, \
+             every run stops at its first workflow task"
+        ),
+        search_attributes::Checked::Missing(what) => {
+            return Err(anyhow::anyhow!(
+                "the worker stops here rather than start runs that cannot make progress"
+            ))
+            .misconfigured(what);
+        }
+    }
+    Ok(Connected {
+        client,
+        address,
+        frontend,
+        identity,
+    })
 }
 
 /// How often the worker resolves the Temporal frontend's name again.
