@@ -703,8 +703,46 @@ pub(crate) struct CancelArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SendArgs {
-    /// Run id.
-    pub(crate) run: String,
-    /// The message.
-    pub(crate) text: String,
+    /// `RUN TEXT`; with `--id`, just `TEXT`.
+    #[arg(value_name = "RUN TEXT", num_args = 1..=2, required = true)]
+    pub(crate) words: Vec<String>,
+    /// The run (instead of RUN); with --start, the run to start when there is none.
+    #[arg(long, value_parser = parse_run_id)]
+    pub(crate) id: Option<String>,
+    /// A conversation: when run --id does not exist (or has ended), start it with this message
+    /// as its task (update-with-start: two sends at once make one run, the other message its
+    /// next). After each answer the run waits --idle-timeout for the next message, which
+    /// becomes its next task. Flags for the new run's spec (as for `baton submit`) go after
+    /// `--`, e.g. `-- --git URL --deliver pr`.
+    #[arg(long, requires = "id")]
+    pub(crate) start: bool,
+    /// With --start: how long the run waits for the next message after an answer, then ends
+    /// (e.g. 30m, 1h, 2d).
+    #[arg(long, value_parser = parse_idle_timeout, default_value = "1h", requires = "start")]
+    pub(crate) idle_timeout: std::time::Duration,
+    /// This message's id: a message sent again with the same id is taken once (a retried
+    /// send, a redelivered webhook). Default: a new id.
+    #[arg(long, value_name = "ID")]
+    pub(crate) message_id: Option<String>,
+    /// Wait for the answer to this message (the run is idle again, or has ended) and print
+    /// it; exit codes as `result`.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: stop waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "wait")]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// With --start: `baton submit` flags for the new run (after `--`).
+    #[arg(last = true, value_name = "SUBMIT FLAGS")]
+    pub(crate) submit: Vec<String>,
+}
+
+fn parse_idle_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e}; e.g. 30m, 1h, 2d"))?;
+    if d.as_secs() == 0 || d.as_secs() > u64::from(u32::MAX) {
+        return Err("the idle timeout must be at least 1s".to_owned());
+    }
+    Ok(d)
 }

@@ -13,7 +13,7 @@ use temporalio_client::{
 
 use crate::{
     ask, calls,
-    cli::{CancelArgs, DecideArgs, SendArgs},
+    cli::{CancelArgs, DecideArgs},
     connect::{connect, handle, interaction_error, not_found, short},
     exit::{self, Exit},
     inspect,
@@ -502,37 +502,6 @@ pub(crate) async fn cancel(args: CancelArgs) -> Result<i32, Exit> {
     eprintln!(
         "cancellation requested for {}; running tools are stopped. `baton result {} --wait` shows the end.",
         args.run, args.run
-    );
-    Ok(exit::COMPLETED)
-}
-
-/// `baton send`.
-pub(crate) async fn send(args: SendArgs) -> Result<i32, Exit> {
-    if args.text.trim().is_empty() {
-        return Err(Exit::usage(
-            "the message is empty; give the text the agent should read, e.g. \
-             baton send RUN \"use the staging database\"",
-        ));
-    }
-    let client = connect().await?;
-    let h = handle(&client, &args.run);
-    match h
-        .signal(
-            AgentRun::message,
-            serde_json::Value::String(args.text),
-            WorkflowSignalOptions::default(),
-        )
-        .await
-    {
-        Ok(()) => {}
-        Err(WorkflowInteractionError::NotFound(_)) => {
-            return Err(not_running(&h, &args.run, "no agent is there to read a message").await);
-        }
-        Err(e) => return Err(interaction_error(&args.run, e)),
-    }
-    eprintln!(
-        "message sent to {}; the agent sees it before its next model call",
-        args.run
     );
     Ok(exit::COMPLETED)
 }

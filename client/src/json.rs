@@ -410,6 +410,12 @@ pub(crate) struct StatusFields<'a> {
     pub(crate) usage: Option<Tokens>,
     pub(crate) last_event: &'a str,
     pub(crate) reason: Option<&'static str>,
+    /// A conversation's current task (absent for other runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) task: Option<u32>,
+    /// A conversation's last answer, while it is `IDLE`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) answer: Option<&'a str>,
 }
 
 impl<'a> From<&'a RunStatus> for StatusFields<'a> {
@@ -421,6 +427,8 @@ impl<'a> From<&'a RunStatus> for StatusFields<'a> {
             usage: s.usage.as_ref().map(Tokens::from),
             last_event: &s.last_event,
             reason: (s.reason != 0).then(|| s.reason().as_str_name()),
+            task: (s.task != 0).then_some(s.task),
+            answer: (!s.answer.is_empty()).then_some(s.answer.as_str()),
         }
     }
 }

@@ -61,6 +61,8 @@ fn awaiting() -> RunStatus {
         }),
         last_event: "awaiting approval".to_owned(),
         reason: 0,
+        task: 0,
+        answer: String::new(),
     }
 }
 

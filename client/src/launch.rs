@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// Workflow task timeout of a run: low, so a run whose worker died moves on in seconds.
-const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WORKFLOW_TASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Largest workflow input baton submits (history payloads stay under 256 KiB).
 pub(crate) const MAX_INPUT_BYTES: usize = 256 * 1024;

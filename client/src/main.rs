@@ -25,6 +25,7 @@ mod ci_examples;
 mod cli;
 mod codec_server;
 mod connect;
+mod converse;
 mod decide;
 mod exit;
 mod fleet;
@@ -102,7 +103,7 @@ async fn main() {
         Command::Result(a) => inspect::result(a).await,
         Command::Watch(a) => watch::watch(a).await,
         Command::Cancel(a) => decide::cancel(a).await,
-        Command::Send(a) => decide::send(a).await,
+        Command::Send(a) => converse::run(a).await,
         Command::Transcript(a) => inspect::transcript(a).await,
         Command::Show(a) => calls::show(a).await,
         Command::List(a) => visibility::list(a).await,

@@ -11,6 +11,7 @@ mod suite {
     mod approvals;
     mod cli;
     mod context_capacity;
+    mod conversations;
     mod cost;
     mod environments;
     mod failover;

@@ -111,6 +111,7 @@ pub(crate) fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
         RunState::AwaitingApproval,
         RunState::Compacting,
         RunState::Verifying,
+        RunState::Idle,
         RunState::Completed,
         RunState::Failed,
         RunState::Cancelled,

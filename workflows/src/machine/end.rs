@@ -142,11 +142,17 @@ impl RunState {
     /// The deadline passed while an activity or approval wait was in flight (which the
     /// workflow cancelled).
     pub fn on_deadline_passed(&mut self, now_ms: i64) {
+        let secs = self.limits().deadline_seconds;
+        self.end_conversation(
+            now_ms,
+            &format!(
+                "the run passed its deadline of {secs} s between tasks: the conversation ends"
+            ),
+        );
         if matches!(self.phase, Phase::Finished(_)) {
             // The run ended first: that ending stands, and stays its last event.
             return;
         }
-        let secs = self.limits().deadline_seconds;
         self.finish(
             now_ms,
             TerminationReason::BudgetExceeded,
@@ -156,6 +162,7 @@ impl RunState {
 
     /// Workflow cancellation was requested.
     pub fn on_cancelled(&mut self, reason: Option<String>, now_ms: i64) {
+        self.end_conversation(now_ms, "cancelled between tasks: the conversation ends");
         if matches!(self.phase, Phase::Finished(_)) {
             // The run ended first: that ending stands, and stays its last event.
             return;

@@ -48,7 +48,12 @@
 //! | `Verifying` | `on_verified`, failed in the last round; `on_verify_failed` | `Finished` (`VerificationFailed`; not delivered) | |
 //! | `Finished` | `next_step`, outputs collected (patch `run-outputs-v1`), change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
 //! | `Finished` | `next_step`, change set collected, delivery asked for and not done, a patch to deliver | `Finished` | `Deliver` |
-//! | `Finished` | `next_step`, otherwise | `Finished` | `Finish` (the result with `changes` and `delivered`) |
+//! | `Finished` | `next_step`, otherwise (not a conversation between tasks) | `Finished` | `Finish` (the result with `changes` and `delivered`) |
+//! | `Finished` (`Completed`), a conversation (`idle_timeout_seconds`) | `next_step`, outputs done, inbox empty | `Finished`, status `Idle` | `AwaitMessage` |
+//! | `Finished` (`Completed`), a conversation | `next_step`, outputs done, a message in the inbox | `Thinking` (the next task: turn limit counted afresh, change set from the last delivery) | `CallLlm` |
+//! | `Finished`, a conversation between tasks | `on_message` (`on_user_message`) | unchanged (the inbox) | note |
+//! | `Finished`, a conversation between tasks | `on_idle_timeout`, `on_cancelled`, `on_deadline_passed` | `Finished` (the last task's result) | note, then `Finish` |
+//! | any | `on_message` with an id taken before (or the task's `task_message_id`) | unchanged | note |
 //! | `Finished` | `on_changes`, `on_changes_failed`, `on_delivered`, `on_delivery_failed` | `Finished` | note |
 //! | not `Finished` | `on_deadline_passed` | `Finished` (`BudgetExceeded`) | open calls answered |
 //! | not `Finished` | `on_cancelled` | `Finished` (`Cancelled`) | open calls answered |
@@ -106,6 +111,7 @@ mod approvals;
 mod batch;
 mod checkpoint;
 mod context;
+mod conversation;
 mod end;
 mod environment;
 mod fork;
@@ -117,6 +123,7 @@ mod subagents;
 mod turn;
 mod verify;
 
+pub use conversation::{FollowUps, MAX_MESSAGE_IDS};
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
 pub use status::describe_event;
 pub use verify::{
@@ -198,6 +205,13 @@ pub enum Step {
     /// Deliver the change set (activity `deliver`), then report with
     /// [`RunState::on_delivered`] or [`RunState::on_delivery_failed`].
     Deliver(baton_proto::DeliverRequest),
+    /// A conversation answered its task: wait for the next message (then
+    /// [`RunState::next_step`] begins the next task) at most `timeout_seconds`, then report
+    /// [`RunState::on_idle_timeout`].
+    AwaitMessage {
+        /// The idle timeout.
+        timeout_seconds: u32,
+    },
     /// The run is over.
     Finish(RunResult),
 }
@@ -414,6 +428,9 @@ pub struct RunState {
     /// The verification gate's rounds and results ([`verify`]).
     #[serde(default)]
     pub verify: VerifyState,
+    /// A conversation's tasks and the message ids it took ([`conversation`]).
+    #[serde(default)]
+    pub follow_ups: FollowUps,
 }
 
 /// A compaction summary.
@@ -529,6 +546,7 @@ impl RunState {
             mcp_listed: false,
             subagents_started: 0,
             verify: VerifyState::default(),
+            follow_ups: FollowUps::default(),
         }
     }
 
@@ -540,6 +558,7 @@ impl RunState {
                 let result = (**result).clone();
                 match self.outputs_step(&result, now_ms) {
                     Some(step) => step,
+                    None if let Some(step) = self.between_tasks_step(now_ms) => step,
                     None => {
                         let result = self.with_outputs(result);
                         self.announce(now_ms, &result);

@@ -19,6 +19,9 @@ impl RunState {
             Phase::Executing(_) => (StateName::Executing, TerminationReason::Unspecified),
             Phase::Compacting { .. } => (StateName::Compacting, TerminationReason::Unspecified),
             Phase::Verifying { .. } => (StateName::Verifying, TerminationReason::Unspecified),
+            Phase::Finished(_) if self.follow_ups.idle => {
+                (StateName::Idle, TerminationReason::Unspecified)
+            }
             Phase::Finished(r) => (r.status(), r.reason()),
         };
         RunStatus {
@@ -34,6 +37,15 @@ impl RunState {
                 .as_ref()
                 .map(|p| p.run_id.clone())
                 .unwrap_or_default(),
+            task: if self.spec.idle_timeout_seconds > 0 {
+                self.task_number()
+            } else {
+                0
+            },
+            answer: match &self.phase {
+                Phase::Finished(r) if self.follow_ups.idle => r.answer.clone(),
+                _ => String::new(),
+            },
         }
     }
 

@@ -289,7 +289,8 @@ impl RunState {
     /// The turn guards: max turns, token budget, cost budget, deadline.
     pub(super) fn guard(&self, now_ms: i64) -> Option<(TerminationReason, String)> {
         let limits = self.limits();
-        if self.turn >= limits.max_turns {
+        // A conversation's turn limit is per task (0 for other runs).
+        if self.turn.saturating_sub(self.follow_ups.task_turn) >= limits.max_turns {
             return Some((
                 TerminationReason::MaxTurnsExceeded,
                 format!(
@@ -333,7 +334,7 @@ impl RunState {
 
     /// A user message (signal `message`) for the model, added before the next LLM call.
     pub fn on_user_message(&mut self, text: String, now_ms: i64) {
-        if matches!(self.phase, Phase::Finished(_)) {
+        if !self.takes_messages() {
             // Too late: no turn follows. Nothing is recorded, so the run's last event stays
             // its `finished` one (what `status` shows).
             return;

@@ -18,6 +18,7 @@
 
 mod approval;
 mod batch;
+mod conversation;
 mod deadline;
 mod mcp;
 mod options;
@@ -31,6 +32,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use baton_proto::{
     ApprovalDecision, ApprovalOutcome, EventsPage, EventsRequest, RunResult, RunSpec, RunStatus,
+    SendMessage, SendOutcome,
 };
 use temporalio_common::error::IncomingError;
 use temporalio_macros::{workflow, workflow_methods};
@@ -222,6 +224,9 @@ impl AgentRun {
                 Step::AwaitApproval { timeout_seconds } => {
                     approval::await_approval(ctx, timeout_seconds).await;
                 }
+                Step::AwaitMessage { timeout_seconds } => {
+                    conversation::await_message(ctx, timeout_seconds).await;
+                }
                 Step::RunTools {
                     requests,
                     max_parallel,
@@ -254,24 +259,53 @@ impl AgentRun {
         }
     }
 
-    /// Guidance from a user (a JSON string, or `{"text": "..."}`), added to the conversation
-    /// before the next LLM call.
+    /// Guidance from a user (a JSON string, or [`SendMessage`] as JSON: `{"text": "...",
+    /// "id": "..."}`), added to the conversation before the next LLM call; a conversation
+    /// between tasks takes it as its next task. A message whose id was taken before changes
+    /// nothing.
     #[signal(name = "message")]
-    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, text: serde_json::Value) {
+    pub fn message(&mut self, ctx: &mut SyncWorkflowContext<Self>, message: serde_json::Value) {
         let now = now_ms(ctx.workflow_time());
-        let text = match &text {
-            serde_json::Value::String(s) => Some(s.clone()),
-            other => other
-                .get("text")
-                .and_then(|t| t.as_str())
-                .map(str::to_owned),
-        };
-        match text {
-            Some(t) if !t.trim().is_empty() => self.run.on_user_message(t, now),
-            _ => self.run.note(
-                now,
-                "message signal ignored: send a JSON string or {\"text\": \"...\"}",
-            ),
+        match parse_message(message) {
+            Ok(m) => {
+                let _ = self.run.on_message(m.text, &m.id, now);
+            }
+            Err(e) => self.run.note(now, &format!("message signal ignored: {e}")),
+        }
+    }
+
+    #[update_validator(send)]
+    fn validate_send(
+        &self,
+        _ctx: &WorkflowContextView,
+        message: &serde_json::Value,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let message = parse_message(message.clone())?;
+        if self.run.is_duplicate_message(&message.id) || self.run.takes_messages() {
+            return Ok(());
+        }
+        Err(format!(
+            "run {} has ended and takes no more messages; start a new run (baton send --start              with a new --id, or baton submit)",
+            self.run.run_id
+        )
+        .into())
+    }
+
+    /// A message ([`SendMessage`] as JSON, or a JSON string), as signal `message` but
+    /// validated: refused when the run has ended; says whether it was taken or a duplicate
+    /// (the same id again), and the task it belongs to. With update-with-start, the message
+    /// that starts a conversation is its task (`RunSpec.task_message_id`): a duplicate.
+    #[update(name = "send")]
+    pub fn send(
+        &mut self,
+        ctx: &mut SyncWorkflowContext<Self>,
+        message: serde_json::Value,
+    ) -> SendOutcome {
+        let now = now_ms(ctx.workflow_time());
+        // The validator ran against this same state.
+        match parse_message(message) {
+            Ok(m) => self.run.on_message(m.text, &m.id, now),
+            Err(_) => SendOutcome::default(),
         }
     }
 
@@ -410,6 +444,23 @@ fn parse_decision(value: serde_json::Value) -> Result<ApprovalDecision, String> 
         return Err("the decision has no call_id; name a pending call or \"*\"".to_owned());
     }
     Ok(decision)
+}
+
+/// A message from JSON: a string, or `{"text": "...", "id": "..."}` (text not blank).
+fn parse_message(value: serde_json::Value) -> Result<SendMessage, String> {
+    let message = match value {
+        serde_json::Value::String(text) => SendMessage {
+            text,
+            id: String::new(),
+        },
+        other => serde_json::from_value(other).map_err(|e| {
+            format!("malformed message ({e}); send a JSON string or {{\"text\": \"...\", \"id\": \"...\"}}")
+        })?,
+    };
+    if message.text.trim().is_empty() {
+        return Err("the message is empty; send a JSON string or {\"text\": \"...\"}".to_owned());
+    }
+    Ok(message)
 }
 
 /// The message a person (or the model) should see for a failed activity: the underlying

@@ -18,6 +18,7 @@ mod approvals;
 mod batch;
 mod checkpoint;
 mod context;
+mod conversation;
 mod cost;
 mod environment;
 mod fork;
