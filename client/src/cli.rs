@@ -90,6 +90,10 @@ pub(crate) enum Command {
     /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
     /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
     CodecServer(CodecServerArgs),
+    /// Serve GitHub webhooks: an issue labelled `baton`, or a `/baton <task>` comment on an
+    /// issue or pull request, from a user with the permission, starts (or continues) that
+    /// issue's run; README "Running from GitHub".
+    Serve(ServeArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -385,6 +389,16 @@ pub(crate) struct CodecServerArgs {
     /// `*` allows any).
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     pub(crate) cors_origin: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The settings file (TOML: [github], [[repos]]; README "Running from GitHub").
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: std::path::PathBuf,
+    /// Address to listen on (host:port), instead of the file's `listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -243,8 +243,10 @@ pub(crate) struct Delivered {
 }
 
 /// Sends `outgoing`: with a start spec as update-with-start (the run is made when it does not
-/// exist or has ended; the message is its task then), else as update `send` (the signal when
-/// no worker answers within [`UPDATE_BUDGET`]).
+/// exist or has ended; the message is its task then, and its update says so: not a
+/// duplicate, task 1), else as update `send` (the signal when no worker answers within
+/// [`UPDATE_BUDGET`]). The run takes a message id once: the same message sent again answers
+/// `duplicate`.
 pub(crate) async fn deliver(client: &Client, outgoing: Outgoing) -> Result<Delivered, Exit> {
     let Outgoing {
         run_id,
@@ -267,7 +269,6 @@ pub(crate) async fn deliver(client: &Client, outgoing: Outgoing) -> Result<Deliv
                 .map(launch::temporal_priority)
                 .unwrap_or_default(),
         )
-        .update_id(message.id.clone())
         .build();
         return match client
             .execute_update_with_start_workflow(AgentRun::run, spec, AgentRun::send, value, options)
@@ -290,12 +291,12 @@ pub(crate) async fn deliver(client: &Client, outgoing: Outgoing) -> Result<Deliv
         };
     }
     let h = handle(client, &run_id);
+    // A new update id each time: the run itself knows message ids (across continue-as-new
+    // too), and says `duplicate` for one it took.
     let update = h.execute_update(
         AgentRun::send,
         value.clone(),
-        WorkflowExecuteUpdateOptions::builder()
-            .update_id(message.id.clone())
-            .build(),
+        WorkflowExecuteUpdateOptions::default(),
     );
     match tokio::time::timeout(UPDATE_BUDGET, update).await {
         Ok(Ok(outcome)) => Ok(Delivered {

@@ -41,6 +41,7 @@ mod render;
 mod replay_check;
 mod safe_text;
 mod schedule;
+mod serve;
 mod strict;
 mod style;
 mod submit;
@@ -120,6 +121,7 @@ async fn main() {
         } => fleet::patches(a).await,
         Command::Schedule { command } => schedule::run(command).await,
         Command::CodecServer(a) => codec_server::run(a).await,
+        Command::Serve(a) => serve::run(a).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "baton", &mut std::io::stdout());

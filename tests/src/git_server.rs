@@ -22,7 +22,7 @@ mod repos;
 pub(crate) use repos::repo_name;
 
 pub use daemon::{GIT_DAEMON_START_TIMEOUT, GitDaemon};
-pub use http::{GIT_HTTP_REALM, GitHttp};
+pub use http::{AcceptToken, GIT_HTTP_REALM, GitHttp};
 pub use repos::{
     BareRepo, GIT_AUTHOR, GIT_DATE, GIT_ISOLATION_ENV, GitRepos, MAIN_BRANCH,
     TOKEN_CREDENTIAL_HELPER, TOKEN_ENV, git_command, run_git,

@@ -28,7 +28,13 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::git_server::{BareRepo, GitRepos, repo_name};
+mod app;
+mod issues;
+
+pub use app::IssuedToken;
+pub use issues::IssueComment;
+
+use crate::git_server::{AcceptToken, BareRepo, GitRepos, repo_name};
 use crate::http_thread::{HttpThread, header_map};
 use crate::mock_http::json_response;
 
@@ -130,12 +136,21 @@ struct HubState {
     pulls: Vec<PullRequest>,
     create_delay: Duration,
     create_started: Option<Instant>,
+    /// Installation tokens issued (app mode).
+    tokens: Vec<IssuedToken>,
+    comments: Vec<IssueComment>,
+    next_comment_id: u64,
+    /// Repository roles by lowercase login (others: `read`, as on a public repository).
+    permissions: BTreeMap<String, String>,
+    /// Where clone URLs point (`GET /repos/{owner}/{repo}`'s `clone_url`).
+    clone_base: String,
 }
 
 struct Hub {
     token: String,
     root: PathBuf,
     state: Mutex<HubState>,
+    app: Option<app::AppIdentity>,
 }
 
 impl Hub {
@@ -155,10 +170,43 @@ impl GitHubStandIn {
     /// Starts it; `token` is the only token it accepts, `repos` the repositories it serves
     /// (they must outlive it).
     pub fn start(token: &str, repos: &GitRepos) -> anyhow::Result<GitHubStandIn> {
+        Self::start_with(token, repos, None)
+    }
+
+    /// [`GitHubStandIn::start`] with a GitHub App `app_id`, installed on `owner` (installation
+    /// 4242), whose JWTs must verify under the public key of `private_key_pem`; the installation
+    /// tokens it issues are accepted for their repositories besides `token`.
+    pub fn start_app(
+        token: &str,
+        repos: &GitRepos,
+        app_id: &str,
+        private_key_pem: &str,
+        owner: &str,
+    ) -> anyhow::Result<GitHubStandIn> {
+        let public_key = baton_github::public_key_of(private_key_pem)
+            .map_err(|e| anyhow::anyhow!("the app's key: {e}"))?;
+        Self::start_with(
+            token,
+            repos,
+            Some(app::AppIdentity {
+                app_id: app_id.to_owned(),
+                owner: owner.to_owned(),
+                public_key,
+                installation_id: 4242,
+            }),
+        )
+    }
+
+    fn start_with(
+        token: &str,
+        repos: &GitRepos,
+        app: Option<app::AppIdentity>,
+    ) -> anyhow::Result<GitHubStandIn> {
         let hub = Arc::new(Hub {
             token: token.to_owned(),
             root: repos.root().to_path_buf(),
             state: Mutex::default(),
+            app,
         });
         let app = Router::new().fallback(handle).with_state(Arc::clone(&hub));
         let server = HttpThread::start("github stand-in", app)?;
@@ -169,6 +217,39 @@ impl GitHubStandIn {
     /// `http://127.0.0.1:<port>`: the API's base URL (GitHub's is `https://api.github.com`).
     pub fn api_url(&self) -> String {
         format!("http://{}", self.server.addr())
+    }
+
+    /// Gives `login` the repository role `role` (`read`, `triage`, `write`, `maintain`,
+    /// `admin`) on every repository.
+    pub fn set_permission(&self, login: &str, role: &str) {
+        self.hub
+            .lock()
+            .permissions
+            .insert(login.to_ascii_lowercase(), role.to_owned());
+    }
+
+    /// Clone URLs are `<base>/<owner>/<repo>.git` (e.g. a [`crate::GitHttp`]'s base URL).
+    pub fn set_clone_base(&self, base: &str) {
+        self.hub.lock().clone_base = base.trim_end_matches('/').to_owned();
+    }
+
+    /// Every comment, in order.
+    pub fn comments(&self) -> Vec<IssueComment> {
+        self.hub.lock().comments.clone()
+    }
+
+    /// Every installation token issued, in order.
+    pub fn issued_tokens(&self) -> Vec<IssuedToken> {
+        self.hub.lock().tokens.clone()
+    }
+
+    /// For [`crate::GitHttp::start_accepting`]: a push or fetch with an unexpired installation
+    /// token of the repository is let in.
+    pub fn token_check(&self) -> AcceptToken {
+        let hub = Arc::clone(&self.hub);
+        Arc::new(move |password: &str, repo: &str| {
+            app::token_valid(&hub.lock().tokens, password, repo)
+        })
     }
 
     /// Every request so far, in arrival order.
@@ -363,15 +444,50 @@ async fn route(
              User-Agent header.",
         );
     }
-    if !authorized(headers, &hub.token) {
-        return Answer::message(StatusCode::UNAUTHORIZED, "Bad credentials");
-    }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let ["repos", owner, name, "pulls", rest @ ..] = segments.as_slice() else {
-        return Answer::not_found();
+    if let Some(answer) = app::route(
+        hub,
+        method.as_str(),
+        &segments,
+        headers,
+        body.as_ref().unwrap_or(&Value::Null),
+    ) {
+        return answer;
+    }
+    let ["repos", owner, name, rest @ ..] = segments.as_slice() else {
+        return if authorized(headers, &hub.token) {
+            Answer::not_found()
+        } else {
+            Answer::message(StatusCode::UNAUTHORIZED, "Bad credentials")
+        };
+    };
+    let full_name = format!("{owner}/{name}");
+    let author = if authorized(headers, &hub.token) {
+        "baton-test".to_owned()
+    } else if presented(headers)
+        .is_some_and(|t| app::token_valid(&hub.lock().tokens, t, &full_name))
+    {
+        "baton-app[bot]".to_owned()
+    } else {
+        return Answer::message(StatusCode::UNAUTHORIZED, "Bad credentials");
     };
     let Some(repo) = served_repo(hub, owner, name) else {
         return Answer::not_found();
+    };
+    let rest = match rest {
+        ["pulls", rest @ ..] => rest,
+        other => {
+            return issues::route(
+                hub,
+                &repo,
+                &full_name,
+                method.as_str(),
+                other,
+                body,
+                &author,
+            )
+            .unwrap_or_else(Answer::not_found);
+        }
     };
     match (method, rest) {
         (&Method::GET, []) => list(hub, owner, name, query),
@@ -392,6 +508,14 @@ async fn route(
         }
         _ => Answer::not_found(),
     }
+}
+
+/// The token of `Authorization: Bearer <token>` or `token <token>`.
+fn presented(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token"))
+        .then(|| token.trim())
 }
 
 /// `Authorization: Bearer <token>` or `token <token>`.

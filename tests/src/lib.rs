@@ -84,11 +84,11 @@ mod worker;
 pub use cli::{baton, baton_at, baton_spawn, baton_with, baton_with_timeout};
 pub use codec::{PayloadSeen, codec_key, history_payloads};
 pub use git_server::{
-    BareRepo, GIT_AUTHOR, GIT_DAEMON_START_TIMEOUT, GIT_DATE, GIT_HTTP_REALM, GIT_ISOLATION_ENV,
-    GitDaemon, GitHttp, GitRepos, MAIN_BRANCH, TOKEN_CREDENTIAL_HELPER, TOKEN_ENV, git_command,
-    run_git,
+    AcceptToken, BareRepo, GIT_AUTHOR, GIT_DAEMON_START_TIMEOUT, GIT_DATE, GIT_HTTP_REALM,
+    GIT_ISOLATION_ENV, GitDaemon, GitHttp, GitRepos, MAIN_BRANCH, TOKEN_CREDENTIAL_HELPER,
+    TOKEN_ENV, git_command, run_git,
 };
-pub use github::{ApiRequest, GitHubStandIn, PullRequest};
+pub use github::{ApiRequest, GitHubStandIn, IssueComment, IssuedToken, PullRequest};
 pub use history::{
     CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
 };

@@ -18,6 +18,7 @@ mod suite {
     mod fleet;
     mod fork;
     mod git_harness;
+    mod github;
     mod handoff;
     mod harness;
     mod history_budget;

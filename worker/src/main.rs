@@ -285,7 +285,14 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
                 .as_deref()
                 .unwrap_or(std::path::Path::new("baton.toml")),
             &|name| std::env::var(name).ok(),
-            &hidden::temporal_tls_paths(),
+            &hidden::temporal_tls_paths()
+                .into_iter()
+                // The GitHub App's private key.
+                .chain(
+                    (!settings.git.github.private_key_file.is_empty())
+                        .then(|| settings.git.github.private_key_file.clone().into()),
+                )
+                .collect::<Vec<_>>(),
         ))
         .collect();
     info!(
@@ -295,6 +302,13 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let providers =
         Providers::new(&settings.providers()).misconfigured("cannot set up the model providers")?;
     let models = settings.models().misconfigured("[models]")?;
+    let github_app = settings
+        .git
+        .github
+        .app(&|name| std::env::var(name).ok())
+        .map_err(anyhow::Error::msg)
+        .misconfigured("[git.github]")?
+        .map(std::sync::Arc::new);
 
     let metrics = metrics::start(&settings).misconfigured("metrics_addr / otel_endpoint")?;
     let mut telemetry = TelemetryOptions::builder().build();
@@ -400,7 +414,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
         .register_activities({
             let workspaces = WorkspaceService::new(tools, settings.git.clone())
-                .with_environments(settings.environments.clone());
+                .with_environments(settings.environments.clone())
+                .with_github_app(github_app.clone());
             match cache_counters {
                 Some(counters) => workspaces.with_cache_counters(counters),
                 None => workspaces,

@@ -116,22 +116,40 @@ impl Git {
                         )));
                     }
                 };
-                let value = env(&credential.token_env)
-                    .filter(|value| !value.is_empty())
-                    .ok_or_else(|| {
-                        GitError::Unavailable(format!(
+                let (var, label) = if credential.github_app {
+                    (
+                        credential.token_var(),
+                        "the GitHub App's installation token ([git.github] app_id)".to_owned(),
+                    )
+                } else {
+                    (credential.token_var(), credential.token_env.clone())
+                };
+                let value = env(var).filter(|value| !value.is_empty()).ok_or_else(|| {
+                    GitError::Unavailable(if credential.github_app {
+                        format!(
+                            "git credentials for {key}: github_app = true, but the worker has \
+                             no GitHub App ([git.github] app_id and its private key)"
+                        )
+                    } else if credential.token_env.is_empty() {
+                        format!(
+                            "git credentials for {key}: set token_env (the variable holding \
+                             the token) or github_app = true"
+                        )
+                    } else {
+                        format!(
                             "git credentials for {key}: environment variable {} is not set on \
                              the worker",
                             credential.token_env
-                        ))
-                    })?;
+                        )
+                    })
+                })?;
                 let host = key.split(':').next().unwrap_or(&key).to_owned();
                 Some(Token {
                     host,
                     protocol,
                     username: credential.username.clone(),
                     value,
-                    env: credential.token_env.clone(),
+                    env: label,
                 })
             }
         };

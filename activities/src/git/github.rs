@@ -37,14 +37,20 @@ pub(crate) async fn pull_request(
     wanted: Wanted<'_>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<PullRequest, Stop> {
-    let token = env(&settings.token_env)
+    let token = env(settings.token_var())
         .filter(|token| !token.is_empty())
         .ok_or_else(|| {
-            Stop::Refused(format!(
-                "cannot open the pull request: environment variable {} (the GitHub token, \
-                 [git.github] token_env) is not set on the workers; set it there",
-                settings.token_env
-            ))
+            Stop::Refused(if settings.uses_app() {
+                "cannot open the pull request: the worker has no installation token of its \
+                 GitHub App ([git.github] app_id) for the repository"
+                    .to_owned()
+            } else {
+                format!(
+                    "cannot open the pull request: environment variable {} (the GitHub token, \
+                     [git.github] token_env) is not set on the workers; set it there",
+                    settings.token_env
+                )
+            })
         })?;
     let (owner, repo) = owner_and_repo(wanted.git_url).ok_or_else(|| {
         Stop::Refused(format!(
@@ -70,7 +76,11 @@ pub(crate) async fn pull_request(
             settings.api_url.trim_end_matches('/')
         ),
         token,
-        token_env: &settings.token_env,
+        token_env: if settings.uses_app() {
+            "the GitHub App's installation token ([git.github] app_id)"
+        } else {
+            &settings.token_env
+        },
     };
     let head = format!("{owner}:{}", wanted.branch);
     if let Some(found) = api.find(&head).await? {

@@ -42,6 +42,58 @@ pub(crate) fn glob_matches(pattern: &str, text: &str) -> bool {
     settings::glob(pattern.as_bytes(), text.as_bytes())
 }
 
+/// The installation token of the GitHub App `app` for the repository of `url`, when the
+/// settings use the app for it: the URL's credential says `github_app = true`, or (`pr`) a
+/// pull request is to be opened and `[git.github]` names an app. Fetched (or taken from the
+/// app's cache) per activity, never kept in a run's history.
+pub async fn app_token(
+    settings: &GitSettings,
+    app: Option<&baton_github::App>,
+    url: &str,
+    pr: bool,
+) -> Result<Option<String>, GitError> {
+    let for_git = settings
+        .credential_for(url)
+        .is_some_and(|(_, credential)| credential.github_app);
+    let for_pr = pr && settings.github.uses_app();
+    if !(for_git || for_pr) {
+        return Ok(None);
+    }
+    let Some(app) = app else {
+        return Err(GitError::Unavailable(
+            "the worker settings use a GitHub App ([git.github] app_id, or github_app = true), \
+             but the worker has none: set [git.github] app_id and private_key_file"
+                .into(),
+        ));
+    };
+    let (owner, repo) = baton_github::owner_and_repo(url).ok_or_else(|| {
+        GitError::Unavailable(format!(
+            "cannot tell the GitHub owner and repository from {url}: the GitHub App's token is \
+             made for one repository, named by a URL ending in /<owner>/<repo>"
+        ))
+    })?;
+    match app.installation_token(&owner, &repo).await {
+        Ok(token) => Ok(Some(token.token)),
+        Err(e) if e.is_transient() => Err(GitError::Transient(e.to_string())),
+        Err(e) => Err(GitError::Unavailable(e.to_string())),
+    }
+}
+
+/// The worker's environment, with the app's installation token (when there is one) where a
+/// credential of the app looks for its token.
+pub fn credential_env<'a>(
+    worker: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    app_token: Option<String>,
+) -> impl Fn(&str) -> Option<String> + Sync + 'a {
+    move |name: &str| {
+        if name == settings::APP_TOKEN_VAR {
+            app_token.clone()
+        } else {
+            worker(name)
+        }
+    }
+}
+
 /// Why a git operation failed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -67,7 +119,10 @@ impl GitSettings {
         self.credentials
             .values()
             .map(|c| c.token_env.clone())
-            .chain([self.github.token_env.clone()])
+            .chain([
+                self.github.token_env.clone(),
+                self.github.private_key_env.clone(),
+            ])
             .filter(|n| !n.is_empty())
             .collect()
     }

@@ -52,8 +52,14 @@ impl Default for GitSettings {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct GitCredential {
-    /// Name of the worker's environment variable that holds the token.
+    /// Name of the worker's environment variable that holds the token ("" with
+    /// `github_app`).
+    #[serde(default)]
     pub token_env: String,
+    /// Use the GitHub App of `[git.github]` instead: an installation token made for the
+    /// repository at hand (pushes then trigger CI, and commits show the app's bot).
+    #[serde(default)]
+    pub github_app: bool,
     /// User name sent with the token.
     #[serde(default = "default_username")]
     pub username: String,
@@ -79,8 +85,16 @@ fn default_username() -> String {
 pub struct GitHubSettings {
     /// Base URL of the REST API.
     pub api_url: String,
-    /// Name of the worker's environment variable that holds the API token.
+    /// Name of the worker's environment variable that holds the API token (not used when
+    /// `app_id` is set).
     pub token_env: String,
+    /// A GitHub App's id: pull requests are opened with the app's installation token for the
+    /// repository (and credentials with `github_app = true` push with it).
+    pub app_id: String,
+    /// The app's private key (PEM, as GitHub downloads it), a file on the worker...
+    pub private_key_file: String,
+    /// ... or the name of an environment variable holding it.
+    pub private_key_env: String,
 }
 
 impl Default for GitHubSettings {
@@ -88,7 +102,71 @@ impl Default for GitHubSettings {
         Self {
             api_url: "https://api.github.com".into(),
             token_env: "GITHUB_TOKEN".into(),
+            app_id: String::new(),
+            private_key_file: String::new(),
+            private_key_env: String::new(),
         }
+    }
+}
+
+/// The name under which an app's installation token is looked up where a credential's token
+/// is: no environment variable can have it (it holds a NUL).
+pub(crate) const APP_TOKEN_VAR: &str = "\0github-app-installation-token";
+
+impl GitHubSettings {
+    /// Whether a GitHub App is configured.
+    pub fn uses_app(&self) -> bool {
+        !self.app_id.trim().is_empty()
+    }
+
+    /// Where the API token is looked up: the app's installation token, else `token_env`.
+    pub(crate) fn token_var(&self) -> &str {
+        if self.uses_app() {
+            APP_TOKEN_VAR
+        } else {
+            &self.token_env
+        }
+    }
+
+    /// The configured GitHub App (`None` without `app_id`), its key read now: a worker with a
+    /// key it cannot use refuses to start.
+    pub fn app(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<baton_github::App>, String> {
+        if !self.uses_app() {
+            return Ok(None);
+        }
+        let app = match (self.private_key_file.trim(), self.private_key_env.trim()) {
+            ("", "") => {
+                return Err(format!(
+                    "[git.github] app_id = \"{}\" needs the app's private key: set \
+                     private_key_file (a PEM file) or private_key_env (a variable holding it)",
+                    self.app_id
+                ));
+            }
+            (file, "") => baton_github::App::from_key_file(
+                &self.app_id,
+                std::path::Path::new(file),
+                &self.api_url,
+            ),
+            ("", var) => {
+                let pem = env(var).filter(|v| !v.is_empty()).ok_or_else(|| {
+                    format!(
+                        "[git.github] private_key_env = \"{var}\": that variable is not set on \
+                         the worker"
+                    )
+                })?;
+                baton_github::App::new(&self.app_id, &pem, &self.api_url)
+            }
+            _ => {
+                return Err(
+                    "[git.github]: set private_key_file or private_key_env, not both".into(),
+                );
+            }
+        };
+        app.map(Some)
+            .map_err(|e| format!("[git.github] the GitHub App's private key: {e}"))
     }
 }
 
@@ -110,6 +188,15 @@ impl GitSettings {
 }
 
 impl GitCredential {
+    /// Where the token is looked up: the app's installation token, or `token_env`.
+    pub(crate) fn token_var(&self) -> &str {
+        if self.github_app {
+            APP_TOKEN_VAR
+        } else {
+            &self.token_env
+        }
+    }
+
     /// Whether the token may be used for `repo` (a URL path as [`repo_path`] gives it).
     pub(crate) fn covers(&self, repo: &str) -> bool {
         self.repos.is_empty()
@@ -229,6 +316,7 @@ mod tests {
                 (*key).into(),
                 GitCredential {
                     token_env: format!("TOKEN_{}", key.len()),
+                    github_app: false,
                     username: default_username(),
                     repos: Vec::new(),
                     allow_plain_http_on_loopback: false,

@@ -45,6 +45,8 @@ pub struct WorkspaceService {
     environments: Arc<EnvironmentSettings>,
     /// The worker's local blob cache's counters, when it has one (setup reports downloads).
     cache: Option<Arc<baton_store::cached::CacheCounters>>,
+    /// The GitHub App whose installation tokens push and open pull requests, when configured.
+    github_app: Option<Arc<baton_github::App>>,
 }
 
 impl WorkspaceService {
@@ -56,7 +58,15 @@ impl WorkspaceService {
             git: Arc::new(git),
             environments: Arc::default(),
             cache: None,
+            github_app: None,
         }
+    }
+
+    /// Pushes and opens pull requests with `app`'s installation tokens where the settings say
+    /// so (`[git.github] app_id`, credentials with `github_app = true`).
+    pub fn with_github_app(mut self, app: Option<Arc<baton_github::App>>) -> Self {
+        self.github_app = app;
+        self
     }
 
     /// Reports the downloads of `counters` (the worker's local blob cache) in setup results.
@@ -206,7 +216,12 @@ impl WorkspaceService {
                 check_source_url(&source.url, self.git.allow_file_urls)?;
                 let lock = self.tools.lock_of(&run_id);
                 let _held = lock.lock().await;
-                let clone = git::clone_into(&self.git, &source, &workspace, &worker_env);
+                let app = self.github_app.as_deref();
+                let token = git::app_token(&self.git, app, &source.url, false)
+                    .await
+                    .map_err(git_failure)?;
+                let env = git::credential_env(&worker_env, token);
+                let clone = git::clone_into(&self.git, &source, &workspace, &env);
                 let cloned = until_cancelled(&ctx, clone).await?.map_err(git_failure)?;
                 let take = snapshot::take(store.as_ref(), &workspace);
                 let taken = until_cancelled(&ctx, take)
@@ -386,6 +401,24 @@ impl WorkspaceService {
             .tools
             .scratch_dir(&run_id)
             .map_err(|e| retryable(format!("cannot make a scratch directory: {e}")))?;
+        let url = request.git.as_ref().map_or("", |g| g.url.as_str());
+        let pr = request
+            .delivery
+            .as_ref()
+            .is_some_and(|d| d.mode == baton_workflows::machine::DELIVER_PR);
+        let token = match git::app_token(&self.git, self.github_app.as_deref(), url, pr).await {
+            Ok(token) => token,
+            Err(GitError::Transient(m)) => return Err(retryable(m)),
+            Err(GitError::Unavailable(m)) => {
+                return Ok(Delivered {
+                    mode: request.delivery.map(|d| d.mode).unwrap_or_default(),
+                    error: m,
+                    url: url.to_owned(),
+                    ..Delivered::default()
+                });
+            }
+        };
+        let env = git::credential_env(&worker_env, token);
         let work = git::deliver(
             &self.git,
             &request,
@@ -393,7 +426,7 @@ impl WorkspaceService {
             &run_id,
             &body,
             scratch.path(),
-            &worker_env,
+            &env,
         );
         let delivered = until_cancelled(&ctx, work).await?;
         let url = request

@@ -30,9 +30,14 @@ pub const GIT_HTTP_REALM: &str = "baton-test";
 /// Largest request body the server takes (a push of a test repository is far smaller).
 const MAX_BODY: usize = 256 * 1024 * 1024;
 
+/// Decides on a password other than the server's own token, for a repository (`acme/parser`):
+/// e.g. a GitHub App's installation tokens, which the GitHub stand-in issues.
+pub type AcceptToken = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 struct Shared {
     root: PathBuf,
     token: String,
+    also: Option<AcceptToken>,
     requests: AtomicUsize,
     refused: AtomicUsize,
     refused_credentials: AtomicUsize,
@@ -62,9 +67,19 @@ pub struct GitHttp {
 impl GitHttp {
     /// Starts the server; `token` is the only password it accepts.
     pub fn start(repos: &GitRepos, token: &str) -> anyhow::Result<GitHttp> {
+        Self::start_accepting(repos, token, None)
+    }
+
+    /// [`GitHttp::start`], also accepting the passwords `also` accepts for the repository.
+    pub fn start_accepting(
+        repos: &GitRepos,
+        token: &str,
+        also: Option<AcceptToken>,
+    ) -> anyhow::Result<GitHttp> {
         let shared = Arc::new(Shared {
             root: repos.root().to_path_buf(),
             token: token.to_owned(),
+            also,
             requests: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             refused_credentials: AtomicUsize::new(0),
@@ -144,7 +159,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .uri
         .path_and_query()
         .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
-    let user = match authorized_user(&parts.headers, &shared.token) {
+    let repo = repo_of_path(parts.uri.path());
+    let accepts = |password: &str| {
+        password == shared.token
+            || shared
+                .also
+                .as_ref()
+                .is_some_and(|also| also(password, &repo))
+    };
+    let user = match authorized_user(&parts.headers, &accepts) {
         Ok(user) => user,
         Err(presented) => {
             shared.refused.fetch_add(1, Ordering::SeqCst);
@@ -198,9 +221,17 @@ fn unauthorized() -> Response {
         .into_response()
 }
 
-/// The user name of a request whose Basic credentials carry `token` as the password;
+/// `acme/parser` of `/acme/parser.git/info/refs`.
+fn repo_of_path(path: &str) -> String {
+    let mut parts = path.trim_start_matches('/').split('/');
+    let owner = parts.next().unwrap_or("");
+    let name = parts.next().unwrap_or("");
+    format!("{owner}/{}", name.strip_suffix(".git").unwrap_or(name))
+}
+
+/// The user name of a request whose Basic credentials carry a password `accepts` takes;
 /// `Err(presented)` otherwise, `presented` telling whether it had credentials at all.
-fn authorized_user(headers: &HeaderMap, token: &str) -> Result<String, bool> {
+fn authorized_user(headers: &HeaderMap, accepts: &dyn Fn(&str) -> bool) -> Result<String, bool> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Err(false);
     };
@@ -215,7 +246,7 @@ fn authorized_user(headers: &HeaderMap, token: &str) -> Result<String, bool> {
         })
         .and_then(|raw| String::from_utf8(raw).ok());
     match credentials.as_deref().and_then(|c| c.split_once(':')) {
-        Some((user, password)) if password == token => Ok(user.to_owned()),
+        Some((user, password)) if accepts(password) => Ok(user.to_owned()),
         _ => Err(true),
     }
 }

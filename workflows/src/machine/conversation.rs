@@ -1,9 +1,10 @@
 //! Conversations (`RunSpec.idle_timeout_seconds`): a run that answered its task stays open
 //! ([`Step::AwaitMessage`], status `IDLE`) for the next message, which becomes its next task;
 //! the idle timeout, the run's deadline or a cancel end it with the last task's result.
-//! Messages may carry an id; an id already taken (or the id of the run's own task,
-//! `RunSpec.task_message_id`) changes nothing, so a redelivered webhook or a retried send is
-//! taken once. Each task hands back its own change set, delivered on top of the last one (the
+//! Messages may carry an id; an id already taken changes nothing, so a redelivered webhook
+//! or a retried send is taken once. The id of the run's own task (`RunSpec.task_message_id`)
+//! is taken when its message first comes (update-with-start sends the task as the update
+//! too), and a duplicate after that. Each task hands back its own change set, delivered on top of the last one (the
 //! same branch gets one more commit).
 //!
 //! `max_turns` counts the turns of the current task; tokens, cost and the deadline count the
@@ -36,6 +37,10 @@ pub struct FollowUps {
     /// Ids of the messages taken, the newest [`MAX_MESSAGE_IDS`].
     #[serde(default)]
     pub message_ids: Vec<String>,
+    /// The message of `RunSpec.task_message_id` came (update-with-start's own update): the
+    /// next one with that id is a duplicate.
+    #[serde(default)]
+    pub task_message_taken: bool,
 }
 
 impl RunState {
@@ -62,10 +67,10 @@ impl RunState {
         1 + self.follow_ups.later_tasks
     }
 
-    /// Whether message `id` was taken already (or is the run's own task).
+    /// Whether message `id` was taken already (the run's own task counts once it came).
     pub fn is_duplicate_message(&self, id: &str) -> bool {
         !id.is_empty()
-            && (id == self.spec.task_message_id
+            && ((id == self.spec.task_message_id && self.follow_ups.task_message_taken)
                 || self.follow_ups.message_ids.iter().any(|seen| seen == id))
     }
 
@@ -74,6 +79,16 @@ impl RunState {
     /// run has ended.
     pub fn on_message(&mut self, text: String, id: &str, now_ms: i64) -> SendOutcome {
         let task = self.task_number();
+        if !id.is_empty() && id == self.spec.task_message_id && !self.follow_ups.task_message_taken
+        {
+            // Update-with-start's own update: the message is the run's task already.
+            self.follow_ups.task_message_taken = true;
+            return SendOutcome {
+                accepted: true,
+                duplicate: false,
+                task: 1,
+            };
+        }
         if self.is_duplicate_message(id) {
             self.note(now_ms, &format!("message {id} was taken before; ignored"));
             // In the run already (as its task, or queued before): taken, once.

@@ -195,6 +195,7 @@ fn with_token(host: &str) -> super::super::GitSettings {
         host.into(),
         GitCredential {
             token_env: "BATON_TEST_GIT_TOKEN".into(),
+            github_app: false,
             username: "x-access-token".into(),
             repos: Vec::new(),
             allow_plain_http_on_loopback: false,

@@ -136,6 +136,7 @@ fn credential(host: &str, tune: impl FnOnce(&mut GitCredential)) -> GitSettings 
     let mut settings = settings();
     let mut credential = GitCredential {
         token_env: TOKEN_ENV.into(),
+        github_app: false,
         username: "x-access-token".into(),
         repos: Vec::new(),
         allow_plain_http_on_loopback: false,

@@ -181,13 +181,17 @@ fn an_answered_conversation_waits_and_a_message_is_its_next_task_delivered_on_to
 }
 
 #[test]
-fn a_message_id_is_taken_once_and_the_tasks_own_id_is_a_duplicate() {
+fn a_message_id_is_taken_once_and_the_tasks_own_id_after_its_first_coming() {
     let mut s = started(conversation(600));
     let own = s.on_message("do the thing".into(), "delivery-1", T0);
     assert!(
-        own.duplicate && own.accepted,
+        !own.duplicate && own.accepted,
         "update-with-start's own message"
     );
+    assert_eq!(own.task, 1);
+    assert!(s.inbox.is_empty(), "it is the task already");
+    let redelivered = s.on_message("do the thing".into(), "delivery-1", T0);
+    assert!(redelivered.duplicate && redelivered.accepted);
     assert!(s.inbox.is_empty());
     assert!(s.on_message("more".into(), "delivery-2", T0).accepted);
     let again = s.on_message("more".into(), "delivery-2", T0);

@@ -1,0 +1,370 @@
+//! Running from GitHub: `baton serve` takes signed webhook deliveries (payloads written from
+//! GitHub's documented examples, `tests/github/*.json`) and a worker acts as a GitHub App
+//! against the GitHub stand-in, which checks the app's JWTs and scopes its installation
+//! tokens, and a git server that takes pushes made with those tokens only.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use baton_tests::*;
+use common::*;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+const SECRET: &str = "webhook-secret-5e1f";
+const APP_ID: &str = "31337";
+const RUN: &str = "gh-acme-parser-7";
+
+/// The repository, the stand-in acting as GitHub with the app installed on `acme`, a git
+/// server taking the app's tokens, a worker with the app's key, and `baton serve`.
+struct Hub {
+    _repos: GitRepos,
+    repo: BareRepo,
+    http: GitHttp,
+    github: GitHubStandIn,
+    serve: Option<RunningCmd>,
+    port: u16,
+    runtime: tokio::runtime::Runtime,
+    _worker: Worker,
+}
+
+fn app_key(dir: &Path) -> (PathBuf, String) {
+    let out = std::process::Command::new("openssl")
+        .args(["genrsa", "-traditional", "2048"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("openssl makes the app's test key (apt-get install openssl): {e}")
+        });
+    assert!(out.status.success());
+    let pem = String::from_utf8(out.stdout).unwrap();
+    let path = dir.join("app.pem");
+    std::fs::write(&path, &pem).unwrap();
+    (path, pem)
+}
+
+/// Two writes then an answer, twice: one per task.
+fn two_task_script(dir: &Path) -> String {
+    let write = |path: &str, content: &str| {
+        json!({"text": "Writing.", "tool_calls": [{"name": "write_file",
+            "arguments": {"path": path, "content": content}}]})
+    };
+    script(
+        dir,
+        "gh",
+        json!([
+            write("CHANGELOG.md", "# Changes\n\n- fixed the parser\n"),
+            {"text": "Added CHANGELOG.md."},
+            write("TESTING.md", "Run cargo test.\n"),
+            {"text": "Added TESTING.md too."}
+        ]),
+    )
+    .display()
+    .to_string()
+}
+
+impl Hub {
+    fn start(server: &DevServer, dir: &Path) -> Hub {
+        let repos = GitRepos::new().unwrap();
+        let repo = repos
+            .create("acme/parser.git", &[("README.md", "parser\n")])
+            .unwrap();
+        let (key_path, pem) = app_key(dir);
+        let github =
+            GitHubStandIn::start_app("no-static-token", &repos, APP_ID, &pem, "acme").unwrap();
+        let http = GitHttp::start_accepting(&repos, "no-static-token", Some(github.token_check()))
+            .unwrap();
+        github.set_clone_base(&http.base_url());
+        github.set_permission("ann", "maintain");
+        github.set_permission("bob", "read");
+        let queue = unique("gh");
+        let key = key_path.display();
+        let worker_config = dir.join("worker.toml");
+        std::fs::write(
+            &worker_config,
+            format!(
+                "[git]\nauthor_name = \"baton-app[bot]\"\nauthor_email = \"bot@example.invalid\"\n\
+                 [git.credentials.\"127.0.0.1:{}\"]\ngithub_app = true\n\
+                 allow_plain_http_on_loopback = true\n\
+                 [git.github]\napi_url = \"{}\"\napp_id = \"{APP_ID}\"\nprivate_key_file = \"{key}\"\n",
+                http.port(),
+                github.api_url()
+            ),
+        )
+        .unwrap();
+        let worker_config = worker_config.display().to_string();
+        let worker = worker(server, &queue, &[("BATON_CONFIG", &worker_config)]);
+        let port = free_port().unwrap();
+        let serve_config = dir.join("serve.toml");
+        let script = two_task_script(dir);
+        std::fs::write(
+            &serve_config,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\n[github]\napi_url = \"{}\"\napp_id = \"{APP_ID}\"\n\
+                 private_key_file = \"{key}\"\nwebhook_secret_env = \"TEST_WEBHOOK_SECRET\"\n\
+                 [[repos]]\nname = \"acme/*\"\nidle_timeout = \"10m\"\n\
+                 submit = [\"--task-queue\", \"{queue}\", \"--script\", \"{script}\", \"--no-approval\"]\n",
+                github.api_url()
+            ),
+        )
+        .unwrap();
+        let serve = baton_spawn(
+            server,
+            &["serve", "--config", &serve_config.display().to_string()],
+            &[("TEST_WEBHOOK_SECRET", SECRET)],
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let hub = Hub {
+            _repos: repos,
+            repo,
+            http,
+            github,
+            serve: Some(serve),
+            port,
+            runtime,
+            _worker: worker,
+        };
+        wait_until_blocking(Duration::from_secs(30), "baton serve answers", || {
+            let url = format!("http://127.0.0.1:{port}/healthz");
+            Ok(hub
+                .runtime
+                .block_on(reqwest::get(&url))
+                .is_ok_and(|r| r.status().is_success())
+                .then_some(()))
+        })
+        .unwrap();
+        hub
+    }
+
+    /// A payload from the fixture `name`, for issue `number`, its clone URL the git server's.
+    fn payload(&self, name: &str, number: u64, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("github")
+            .join(name);
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["issue"]["number"] = json!(number);
+        v["repository"]["clone_url"] = json!(self.http.url("acme/parser.git"));
+        edit(&mut v);
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn labeled(&self, number: u64) -> Vec<u8> {
+        self.payload("issues-labeled.json", number, |_| {})
+    }
+
+    fn comment(&self, number: u64, login: &str, body: &str) -> Vec<u8> {
+        self.payload("issue-comment-created.json", number, |v| {
+            v["comment"]["body"] = json!(body);
+            v["comment"]["user"]["login"] = json!(login);
+            v["sender"]["login"] = json!(login);
+        })
+    }
+
+    /// Posts a delivery signed with `secret`; the status and the JSON answer.
+    fn post(&self, event: &str, delivery: &str, body: &[u8], secret: &str) -> (u16, Value) {
+        let signature = baton_github::signature::sign(secret.as_bytes(), body);
+        let url = format!("http://127.0.0.1:{}/github/webhook", self.port);
+        self.runtime.block_on(async {
+            let response = reqwest::Client::new()
+                .post(&url)
+                .header("X-GitHub-Event", event)
+                .header("X-GitHub-Delivery", delivery)
+                .header("X-Hub-Signature-256", signature)
+                .header("Content-Type", "application/json")
+                .body(body.to_vec())
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json().await.unwrap_or(Value::Null))
+        })
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if let Some(mut serve) = self.serve.take() {
+            let _ = serve.signal(nix::sys::signal::Signal::SIGTERM);
+            let _ = serve.wait(Duration::from_secs(10));
+        }
+    }
+}
+
+fn executions(server: &DevServer, run: &str) -> usize {
+    let out = server
+        .temporal(&[
+            "workflow",
+            "list",
+            "--query",
+            &format!("WorkflowId = '{run}'"),
+            "--output",
+            "json",
+        ])
+        .unwrap();
+    serde_json::from_str::<Value>(out.stdout.trim())
+        .ok()
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+fn wait_idle(server: &DevServer, run: &str, task: u64) -> Value {
+    wait_until_blocking(Duration::from_secs(90), "the run answers its task", || {
+        let out = baton(server, &["status", run, "--json"])?;
+        let v = out.json().unwrap_or_default();
+        Ok((v["state"] == "IDLE" && v["task"].as_u64() >= Some(task)).then_some(v))
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_labelled_issue_starts_one_run_that_opens_one_pull_request_with_the_apps_token() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&server, dir.path());
+
+    // A delivery with a wrong signature: 401, nothing started.
+    let (status, answer) = hub.post("issues", "d-forged", &hub.labeled(9), "not-the-secret");
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("does not match"));
+
+    let body = hub.labeled(7);
+    let (status, answer) = hub.post("issues", "d-1", &body, SECRET);
+    assert_eq!(
+        (status, answer["run_id"].as_str()),
+        (200, Some(RUN)),
+        "{answer}"
+    );
+    // The same delivery again (GitHub's redelivery): the same run, nothing twice.
+    let (status, again) = hub.post("issues", "d-1", &body, SECRET);
+    assert_eq!(
+        (status, again["duplicate"].as_bool()),
+        (200, Some(true)),
+        "{again}"
+    );
+
+    let status = wait_idle(&server, RUN, 1);
+    assert_eq!(status["answer"], "Added CHANGELOG.md.", "{status}");
+    assert_eq!(executions(&server, RUN), 1);
+    assert_eq!(
+        executions(&server, "gh-acme-parser-9"),
+        0,
+        "the forged delivery"
+    );
+
+    // One pull request, opened and pushed with an installation token scoped to the repo.
+    let pulls = hub.github.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert_eq!(
+        (pulls[0].head.as_str(), pulls[0].base.as_str()),
+        ("baton/gh-acme-parser-7", "main")
+    );
+    let tokens = hub.github.issued_tokens();
+    assert!(!tokens.is_empty());
+    assert!(
+        tokens
+            .iter()
+            .all(|t| t.repos == vec!["acme/parser".to_owned()]),
+        "{tokens:?}"
+    );
+    let create = hub
+        .github
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path == "/repos/acme/parser/pulls")
+        .unwrap();
+    let presented = create.header("authorization").unwrap().to_owned();
+    assert!(
+        tokens.iter().any(|t| presented.ends_with(&t.token)),
+        "the pull request was opened with an installation token"
+    );
+    let commits = hub.repo.commits("baton/gh-acme-parser-7").unwrap();
+    assert_eq!(commits.len(), 2, "one commit on main: {commits:?}");
+    assert_eq!(hub.http.refused_credentials(), 0);
+    assert!(
+        hub.github.refused_requests().is_empty(),
+        "{:?}",
+        hub.github.refused_requests()
+    );
+    let acks: Vec<IssueComment> = hub
+        .github
+        .comments()
+        .into_iter()
+        .filter(|c| c.body.contains("baton started run"))
+        .collect();
+    assert_eq!(acks.len(), 1, "one acknowledgement, not one per delivery");
+    assert_eq!(acks[0].author, "baton-app[bot]");
+
+    // A follow-up comment is the same run's next task; the pull request gets a second commit.
+    let (status, answer) = hub.post(
+        "issue_comment",
+        "d-2",
+        &hub.comment(7, "ann", "/baton also say how to run the tests"),
+        SECRET,
+    );
+    assert_eq!(
+        (status, answer["task"].as_u64()),
+        (200, Some(2)),
+        "{answer}"
+    );
+    let status = wait_idle(&server, RUN, 2);
+    assert_eq!(status["answer"], "Added TESTING.md too.", "{status}");
+    assert_eq!(executions(&server, RUN), 1, "the same run");
+    let commits = hub.repo.commits("baton/gh-acme-parser-7").unwrap();
+    assert_eq!(
+        commits.len(),
+        3,
+        "a second commit on top of the first: {commits:?}"
+    );
+    assert_eq!(
+        hub.repo
+            .show("baton/gh-acme-parser-7", "TESTING.md")
+            .unwrap(),
+        "Run cargo test.\n"
+    );
+    assert_eq!(hub.github.pulls().len(), 1, "the same pull request");
+    let _ = baton(&server, &["cancel", RUN]);
+}
+
+#[test]
+fn a_comment_from_a_reader_starts_nothing_and_is_told_why() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&server, dir.path());
+    let (status, answer) = hub.post(
+        "issue_comment",
+        "d-bob",
+        &hub.comment(8, "bob", "/baton delete the tests"),
+        SECRET,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["refused"].as_str().is_some(), "{answer}");
+    let replies = hub.github.comments();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].issue, 8);
+    assert!(
+        replies[0].body.contains("@bob") && replies[0].body.contains("write permission"),
+        "{}",
+        replies[0].body
+    );
+    // Comments not for baton, and baton's own, start nothing and get no reply.
+    let (_, ignored) = hub.post(
+        "issue_comment",
+        "d-x",
+        &hub.comment(8, "ann", "LGTM"),
+        SECRET,
+    );
+    assert!(ignored["ignored"].is_string(), "{ignored}");
+    let (status, _) = hub.post(
+        "ping",
+        "d-ping",
+        br#"{"zen": "Keep it logically awesome."}"#,
+        SECRET,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(hub.github.comments().len(), 1);
+    assert_eq!(executions(&server, "gh-acme-parser-8"), 0);
+}
