@@ -13,6 +13,8 @@
 //!   `edit_file`, `list_files`, `search_files`, `glob`), all confined to the run's workspace.
 //! - [`workspace`]: the workspace activities (`prepare_workspace`, `collect_changes`, `deliver`:
 //!   [`workspace::WorkspaceService`]): a run's source in, its change set and delivery out.
+//! - [`progress`]: `report_progress` ([`progress::ProgressService`]): a run's comment and
+//!   check run on its GitHub issue or pull request.
 //! - `heartbeat`: heartbeats from a task of their own for a whole activity attempt (tool, model
 //!   and workspace activities); [`HEARTBEAT_THROTTLE`], the worker's heartbeat throttle.
 //! - [`git`]: clones of a run's git source and delivery (commit, push, GitHub pull request),
@@ -27,5 +29,6 @@ mod heartbeat;
 pub use heartbeat::HEARTBEAT_THROTTLE;
 pub mod llm;
 pub mod mcp;
+pub mod progress;
 pub mod tools;
 pub mod workspace;

@@ -17,7 +17,9 @@ pub mod webhook;
 
 pub use app::{App, InstallationToken, JwtClaims, KeyError, public_key_of, verify_jwt};
 pub use error::GitHubError;
-pub use rest::{Auth, Comment, GitHub, Permission, PullRequest, Repository};
+pub use rest::{
+    Auth, CheckRun, Comment, GitHub, IssueComment, Permission, PullRequest, Repository,
+};
 pub use signature::SignatureError;
 pub use webhook::Event;
 

@@ -258,6 +258,60 @@ pub struct Comment {
     pub html_url: String,
 }
 
+/// A comment as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct IssueComment {
+    /// Its id.
+    pub id: u64,
+    /// Its text.
+    #[serde(default)]
+    pub body: String,
+}
+
+/// A check run's state (`POST`/`PATCH .../check-runs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRun<'a> {
+    /// Shown on the commit (e.g. `baton`).
+    pub name: &'a str,
+    /// The commit.
+    pub head_sha: &'a str,
+    /// Finds it again.
+    pub external_id: &'a str,
+    /// queued, in_progress or completed.
+    pub status: &'a str,
+    /// With completed: success, failure, cancelled, neutral, action_required.
+    pub conclusion: &'a str,
+    /// Output title.
+    pub title: &'a str,
+    /// Output summary (markdown).
+    pub summary: &'a str,
+}
+
+impl CheckRun<'_> {
+    fn body(&self, create: bool) -> Value {
+        let mut body = json!({
+            "name": self.name,
+            "external_id": self.external_id,
+            "status": self.status,
+            "output": {"title": self.title, "summary": self.summary},
+        });
+        if create {
+            body["head_sha"] = json!(self.head_sha);
+        }
+        if self.status == "completed" && !self.conclusion.is_empty() {
+            body["conclusion"] = json!(self.conclusion);
+        }
+        body
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CheckRunId {
+    id: u64,
+    #[serde(default)]
+    external_id: Option<String>,
+}
+
 /// GitHub's REST API for one configuration of credentials.
 #[derive(Clone, Debug)]
 pub struct GitHub {
@@ -368,6 +422,82 @@ impl GitHub {
             .json(&json!({ "body": body }));
         let what = format!("comment on #{number} of {owner}/{repo}");
         self.call(owner, repo, request, &what).await
+    }
+
+    /// The comments of issue or pull request `number`, oldest first, up to 100 per page, at
+    /// most `pages` pages (`GET /repos/{owner}/{repo}/issues/{number}/comments`).
+    pub async fn comments(
+        &self,
+        owner: &str,
+        repo: &str,
+        number: u64,
+        pages: u32,
+    ) -> Result<Vec<IssueComment>, GitHubError> {
+        let mut all = Vec::new();
+        for page in 1..=pages.max(1) {
+            let request = self
+                .endpoint
+                .get(&format!("/repos/{owner}/{repo}/issues/{number}/comments"))
+                .query(&[("per_page", "100"), ("page", &page.to_string())]);
+            let what = format!("list the comments of #{number} of {owner}/{repo}");
+            let got: Vec<IssueComment> = self.call(owner, repo, request, &what).await?;
+            let last = got.len() < 100;
+            all.extend(got);
+            if last {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// Makes check run `check` (`POST /repos/{owner}/{repo}/check-runs`), or updates it when
+    /// `id` is known or a check run of the same name and external id is on the commit
+    /// already (`GET /repos/{owner}/{repo}/commits/{sha}/check-runs?check_name=`); its id.
+    pub async fn check_run(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: u64,
+        check: &CheckRun<'_>,
+    ) -> Result<u64, GitHubError> {
+        #[derive(Deserialize)]
+        struct Listed {
+            check_runs: Vec<CheckRunId>,
+        }
+        let mut id = id;
+        if id == 0 {
+            let request = self
+                .endpoint
+                .get(&format!(
+                    "/repos/{owner}/{repo}/commits/{}/check-runs",
+                    check.head_sha
+                ))
+                .query(&[("check_name", check.name), ("per_page", "100")]);
+            let what = format!("list the check runs of {owner}/{repo}@{}", check.head_sha);
+            let listed: Listed = self.call(owner, repo, request, &what).await?;
+            id = listed
+                .check_runs
+                .into_iter()
+                .find(|c| c.external_id.as_deref() == Some(check.external_id))
+                .map_or(0, |c| c.id);
+        }
+        let (request, what) = if id == 0 {
+            (
+                self.endpoint
+                    .post(&format!("/repos/{owner}/{repo}/check-runs"))
+                    .json(&check.body(true)),
+                format!("make a check run on {owner}/{repo}@{}", check.head_sha),
+            )
+        } else {
+            (
+                self.endpoint
+                    .patch(&format!("/repos/{owner}/{repo}/check-runs/{id}"))
+                    .json(&check.body(false)),
+                format!("update check run {id} of {owner}/{repo}"),
+            )
+        };
+        let made: CheckRunId = self.call(owner, repo, request, &what).await?;
+        Ok(made.id)
     }
 
     /// Replaces comment `id`'s body (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`).

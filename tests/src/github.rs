@@ -29,9 +29,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 mod app;
+mod checks;
 mod issues;
 
 pub use app::IssuedToken;
+pub use checks::CheckRunRecord;
 pub use issues::IssueComment;
 
 use crate::git_server::{AcceptToken, BareRepo, GitRepos, repo_name};
@@ -140,6 +142,7 @@ struct HubState {
     tokens: Vec<IssuedToken>,
     comments: Vec<IssueComment>,
     next_comment_id: u64,
+    check_runs: Vec<CheckRunRecord>,
     /// Repository roles by lowercase login (others: `read`, as on a public repository).
     permissions: BTreeMap<String, String>,
     /// Where clone URLs point (`GET /repos/{owner}/{repo}`'s `clone_url`).
@@ -236,6 +239,11 @@ impl GitHubStandIn {
     /// Every comment, in order.
     pub fn comments(&self) -> Vec<IssueComment> {
         self.hub.lock().comments.clone()
+    }
+
+    /// Every check run, in order.
+    pub fn check_runs(&self) -> Vec<CheckRunRecord> {
+        self.hub.lock().check_runs.clone()
     }
 
     /// Every installation token issued, in order.
@@ -477,16 +485,20 @@ async fn route(
     let rest = match rest {
         ["pulls", rest @ ..] => rest,
         other => {
-            return issues::route(
-                hub,
-                &repo,
-                &full_name,
-                method.as_str(),
-                other,
-                body,
-                &author,
-            )
-            .unwrap_or_else(Answer::not_found);
+            let by_app = author.ends_with("[bot]");
+            return checks::route(hub, &repo, &full_name, method.as_str(), other, body, by_app)
+                .or_else(|| {
+                    issues::route(
+                        hub,
+                        &repo,
+                        &full_name,
+                        method.as_str(),
+                        other,
+                        body,
+                        &author,
+                    )
+                })
+                .unwrap_or_else(Answer::not_found);
         }
     };
     match (method, rest) {

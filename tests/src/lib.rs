@@ -88,7 +88,9 @@ pub use git_server::{
     GIT_ISOLATION_ENV, GitDaemon, GitHttp, GitRepos, MAIN_BRANCH, TOKEN_CREDENTIAL_HELPER,
     TOKEN_ENV, git_command, run_git,
 };
-pub use github::{ApiRequest, GitHubStandIn, IssueComment, IssuedToken, PullRequest};
+pub use github::{
+    ApiRequest, CheckRunRecord, GitHubStandIn, IssueComment, IssuedToken, PullRequest,
+};
 pub use history::{
     CompletedActivity, completed_activities, decode_history_payloads, history_search_text,
 };

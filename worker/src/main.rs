@@ -412,6 +412,12 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         .register_activities(llm_service()?)
         .register_activities(tools.clone())
         .register_activities(McpService::new(mcp.clone()).with_workspaces(tools.clone()))
+        .register_activities(baton_activities::progress::ProgressService::new(
+            settings
+                .git
+                .github
+                .client(github_app.clone(), &|name| std::env::var(name).ok()),
+        ))
         .register_activities({
             let workspaces = WorkspaceService::new(tools, settings.git.clone())
                 .with_environments(settings.environments.clone())

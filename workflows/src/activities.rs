@@ -6,8 +6,9 @@
 use baton_proto::{
     Changes, CollectRequest, CompactRequest, CompactResponse, DeliverRequest, Delivered,
     InstructionsRequest, LlmRequest, LlmResponse, McpListRequest, McpToolList, MergeRequest,
-    MergeResult, PrepareRequest, PreparedWorkspace, SetupRequest, SetupResult, ToolRequest,
-    ToolResult, Verification, VerifyRequest, WorkspaceInstructions,
+    MergeResult, PrepareRequest, PreparedWorkspace, ProgressReported, ProgressRequest,
+    SetupRequest, SetupResult, ToolRequest, ToolResult, Verification, VerifyRequest,
+    WorkspaceInstructions,
 };
 use temporalio_common::ActivityError;
 use temporalio_macros::activity_definitions;
@@ -143,6 +144,23 @@ impl WorkspaceActivities {
     }
 }
 
+/// Where people look: the run's GitHub issue or pull request.
+pub struct GitHubActivities;
+
+#[activity_definitions]
+impl GitHubActivities {
+    /// Brings the run's comment (found again by its marker when its id is not known) and the
+    /// task's check run (found again by its external id) up to date. A refusal (no such
+    /// repository, no permission) fails with [`FailureType::GitHubRefused`], not retried.
+    #[activity(name = "report_progress")]
+    pub fn report_progress(request: ProgressRequest) -> Result<ProgressReported, ActivityError> {
+        unimplemented!()
+    }
+}
+
+/// Marker of the `report_progress` activity, for implementations.
+pub use git_hub_activities::ReportProgress;
+
 /// Marker of the `collect_changes` activity, for implementations.
 pub use workspace_activities::CollectChanges;
 /// Marker of the `deliver` activity, for implementations.
@@ -198,11 +216,14 @@ pub enum FailureType {
     /// An MCP server that cannot be used by this worker: not configured, its program missing,
     /// or it refused the handshake (not retried).
     McpUnavailable,
+    /// GitHub refused a report (no such repository, no permission, no app installed), or the
+    /// worker has no GitHub credentials (not retried).
+    GitHubRefused,
 }
 
 impl FailureType {
     /// Every failure type.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::ProviderFatal,
         Self::ContextOverflow,
         Self::StoreUnavailable,
@@ -213,6 +234,7 @@ impl FailureType {
         Self::ProviderBadResponse,
         Self::WorkspaceUnavailable,
         Self::McpUnavailable,
+        Self::GitHubRefused,
     ];
 
     /// The type name on the wire.
@@ -228,6 +250,7 @@ impl FailureType {
             Self::ProviderBadResponse => "ProviderBadResponse",
             Self::WorkspaceUnavailable => "WorkspaceUnavailable",
             Self::McpUnavailable => "McpUnavailable",
+            Self::GitHubRefused => "GitHubRefused",
         }
     }
 
@@ -265,6 +288,7 @@ mod tests {
                 "ProviderBadResponse",
                 "WorkspaceUnavailable",
                 "McpUnavailable",
+                "GitHubRefused",
             ]
         );
         for t in FailureType::ALL {

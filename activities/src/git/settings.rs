@@ -128,6 +128,20 @@ impl GitHubSettings {
         }
     }
 
+    /// The REST client runs report progress with: the app's installation tokens when there is
+    /// an app, else the token in `token_env` when set; `None` without either.
+    pub fn client(
+        &self,
+        app: Option<std::sync::Arc<baton_github::App>>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<baton_github::GitHub> {
+        let auth = match app {
+            Some(app) => baton_github::Auth::App(app),
+            None => baton_github::Auth::Token(env(&self.token_env).filter(|t| !t.is_empty())?),
+        };
+        Some(baton_github::GitHub::new(&self.api_url, auth))
+    }
+
     /// The configured GitHub App (`None` without `app_id`), its key read now: a worker with a
     /// key it cannot use refuses to start.
     pub fn app(

@@ -4,7 +4,7 @@
 
 use baton_github::webhook::{EventRepository, Issue};
 use baton_github::{Event, GitHubError};
-use baton_proto::SendMessage;
+use baton_proto::{GitHubThread, SendMessage};
 use serde_json::{Value, json};
 
 use super::Serve;
@@ -195,24 +195,6 @@ pub(crate) async fn handle(serve: &Serve, event: Event, delivery: &str) -> Resul
     .await
     .map_err(|e| Failed::Unavailable(e.message))?;
     let outcome = delivered.outcome;
-    if !outcome.duplicate {
-        let note = if outcome.task <= 1 {
-            format!(
-                "baton started run `{run_id}` for @{}. Follow it with `baton watch {run_id}`; \
-                 comment `{} <more>` to give it its next task.",
-                trigger.author, rule.command
-            )
-        } else {
-            format!(
-                "baton took this as task {} of run `{run_id}`.",
-                outcome.task
-            )
-        };
-        // The run is started either way: a lost acknowledgement is not worth a redelivery.
-        if let Err(e) = serve.github.comment(owner, repo, number, &note).await {
-            eprintln!("cannot acknowledge on {owner}/{repo}#{number}: {e}");
-        }
-    }
     Ok(json!({
         "run_id": run_id,
         "task": outcome.task,
@@ -288,6 +270,12 @@ async fn start_spec(
     let submit = converse::submit_args(&argv).map_err(|e| Refusal(e.message))?;
     let mut spec = converse::conversation(&submit, rule.idle_timeout, delivery)
         .map_err(|e| Refusal(e.message))?;
+    // The run keeps its comment (and check run) there up to date.
+    spec.github = Some(GitHubThread {
+        repo: trigger.repository.full_name.clone(),
+        number,
+        pull_request: trigger.issue.is_pull_request(),
+    });
     crate::workspace::apply_source(&submit, &serve.client, &mut spec)
         .await
         .map_err(|e| Refusal(e.message))?;

@@ -289,14 +289,40 @@ fn a_labelled_issue_starts_one_run_that_opens_one_pull_request_with_the_apps_tok
         "{:?}",
         hub.github.refused_requests()
     );
-    let acks: Vec<IssueComment> = hub
-        .github
-        .comments()
-        .into_iter()
-        .filter(|c| c.body.contains("baton started run"))
-        .collect();
-    assert_eq!(acks.len(), 1, "one acknowledgement, not one per delivery");
-    assert_eq!(acks[0].author, "baton-app[bot]");
+    // The run's one comment holds the answer and the change; the task's check run went
+    // in progress, then completed with the diffstat, on the commit the task started from.
+    let progress = progress_comments(&hub);
+    assert_eq!(progress.len(), 1, "{progress:?}");
+    assert_eq!(progress[0].author, "baton-app[bot]");
+    assert!(
+        progress[0].body.contains("Added CHANGELOG.md."),
+        "{}",
+        progress[0].body
+    );
+    assert!(
+        progress[0].body.contains("`CHANGELOG.md` added"),
+        "{}",
+        progress[0].body
+    );
+    let main = hub.repo.branch_head("main").unwrap().unwrap();
+    let checks = hub.github.check_runs();
+    assert_eq!(checks.len(), 1, "{checks:?}");
+    assert_eq!(checks[0].head_sha, main);
+    assert_eq!(checks[0].external_id, format!("{RUN}/task-1"));
+    assert_eq!(
+        checks[0].statuses.first().map(String::as_str),
+        Some("in_progress")
+    );
+    assert_eq!(
+        checks[0].statuses.last().map(String::as_str),
+        Some("completed")
+    );
+    assert_eq!(checks[0].conclusion.as_deref(), Some("success"));
+    assert!(
+        checks[0].summary.contains("`CHANGELOG.md` added"),
+        "{}",
+        checks[0].summary
+    );
 
     // A follow-up comment is the same run's next task; the pull request gets a second commit.
     let (status, answer) = hub.post(
@@ -326,7 +352,48 @@ fn a_labelled_issue_starts_one_run_that_opens_one_pull_request_with_the_apps_tok
         "Run cargo test.\n"
     );
     assert_eq!(hub.github.pulls().len(), 1, "the same pull request");
-    let _ = baton(&server, &["cancel", RUN]);
+    let progress = progress_comments(&hub);
+    assert_eq!(progress.len(), 1, "still one comment: {progress:?}");
+    assert!(
+        progress[0].body.contains("Added TESTING.md too."),
+        "{}",
+        progress[0].body
+    );
+    let checks = hub.github.check_runs();
+    assert_eq!(checks.len(), 2, "one check run per task: {checks:?}");
+    assert_eq!(
+        checks[1].head_sha, commits[1].0,
+        "task 2 works on task 1's commit"
+    );
+
+    // Cancelled while idle: the run ends with its last answer, said in the same comment.
+    let out = baton(&server, &["cancel", RUN]).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let result = baton(&server, &["result", RUN, "--wait", "--json"]).unwrap();
+    assert_eq!(
+        result.json().unwrap()["answer"],
+        "Added TESTING.md too.",
+        "{result}"
+    );
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "the comment says the run ended",
+        || {
+            let progress = progress_comments(&hub);
+            Ok(progress[0].body.contains("Completed").then_some(()))
+        },
+    )
+    .unwrap();
+    assert_eq!(progress_comments(&hub).len(), 1);
+}
+
+/// The run's progress comments (its marker in the body).
+fn progress_comments(hub: &Hub) -> Vec<IssueComment> {
+    hub.github
+        .comments()
+        .into_iter()
+        .filter(|c| c.body.contains(&format!("<!-- baton-run: {RUN} -->")))
+        .collect()
 }
 
 #[test]

@@ -115,6 +115,7 @@ mod conversation;
 mod end;
 mod environment;
 mod fork;
+mod github;
 mod mcp;
 mod network;
 mod outputs;
@@ -124,6 +125,7 @@ mod turn;
 mod verify;
 
 pub use conversation::{FollowUps, MAX_MESSAGE_IDS};
+pub use github::{GitHubProgress, PROGRESS_EVERY_TURNS, comment_marker};
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
 pub use status::describe_event;
 pub use verify::{
@@ -431,6 +433,9 @@ pub struct RunState {
     /// A conversation's tasks and the message ids it took ([`conversation`]).
     #[serde(default)]
     pub follow_ups: FollowUps,
+    /// What was reported to the run's GitHub issue or pull request ([`github`]).
+    #[serde(default)]
+    pub github: GitHubProgress,
 }
 
 /// A compaction summary.
@@ -547,6 +552,7 @@ impl RunState {
             subagents_started: 0,
             verify: VerifyState::default(),
             follow_ups: FollowUps::default(),
+            github: GitHubProgress::default(),
         }
     }
 

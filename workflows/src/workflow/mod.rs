@@ -20,6 +20,7 @@ mod approval;
 mod batch;
 mod conversation;
 mod deadline;
+mod github;
 mod mcp;
 mod options;
 mod outputs;
@@ -164,6 +165,7 @@ impl AgentRun {
             let now = now_ms(ctx.workflow_time());
             let step = ctx.state_mut(|s| s.run.next_step(now));
             status::before_step(ctx, &step);
+            github::report(ctx, &step).await;
             match step {
                 Step::Finish(result) => {
                     if result.status() == baton_proto::RunState::Cancelled {

@@ -139,6 +139,22 @@ pub(super) fn deliver_options(token: &WorkflowCancellationToken) -> ActivityOpti
     workspace_options("deliver", Duration::from_secs(15 * 60), token)
 }
 
+/// Options of `report_progress` (a few GitHub API calls): retried for a minute or so, never
+/// for a refusal; a report that fails for good leaves a note and the run goes on.
+pub(super) fn report_options(token: &WorkflowCancellationToken) -> ActivityOptions {
+    let retry = backoff(
+        Duration::from_secs(1),
+        Duration::from_secs(20),
+        6,
+        &[FailureType::GitHubRefused, FailureType::BadInput],
+    );
+    ActivityOptions::with_start_to_close_timeout(Duration::from_secs(60))
+        .retry_policy(retry)
+        .cancellation_token(token.clone())
+        .summary("report_progress".to_owned())
+        .build()
+}
+
 /// Options of `merge_changes` (reads three manifests and the ignore files, writes one).
 pub(super) fn merge_options(token: &WorkflowCancellationToken) -> ActivityOptions {
     workspace_options("merge_changes", Duration::from_secs(5 * 60), token)

@@ -22,6 +22,7 @@ mod conversation;
 mod cost;
 mod environment;
 mod fork;
+mod github;
 mod mcp;
 mod network;
 mod outputs;

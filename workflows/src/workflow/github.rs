@@ -1,0 +1,31 @@
+//! Progress on the run's GitHub issue or pull request: before a step, the report the machine
+//! asks for (activity `report_progress`). Runs without `RunSpec.github` schedule nothing.
+
+use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
+
+use super::{AgentRun, failure_message, now_ms, options::report_options};
+use crate::{activities::GitHubActivities, machine::Step};
+
+/// Reports before `step` when the machine says a report is due; never fails the run.
+pub(super) async fn report(ctx: &WorkflowContext<AgentRun>, step: &Step) {
+    let Some(request) = ctx.state_mut(|s| s.run.progress_request(step)) else {
+        return;
+    };
+    // A token of its own, as the closing activities have: a cancelled run still says so.
+    let token = WorkflowCancellationToken::new();
+    let outcome = ctx
+        .execute_activity(
+            GitHubActivities::report_progress,
+            request,
+            report_options(&token),
+        )
+        .await;
+    let now = now_ms(ctx.workflow_time());
+    match outcome {
+        Ok(reported) => ctx.state_mut(|s| s.run.on_progress_reported(reported)),
+        Err(e) => {
+            let detail = failure_message(&e);
+            ctx.state_mut(|s| s.run.on_progress_failed(&detail, now));
+        }
+    }
+}
