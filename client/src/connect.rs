@@ -18,6 +18,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connected client.
 pub(crate) async fn connect() -> Result<Client, Exit> {
+    connect_as(None).await
+}
+
+/// A connected client whose Temporal identity (what approval policies match) is `identity`,
+/// else this process's ([`client_identity`]). `baton serve` decides as `github:<login>` once
+/// GitHub said who commented.
+pub(crate) async fn connect_as(identity: Option<String>) -> Result<Client, Exit> {
     let (mut conn_opts, mut client_opts) =
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| Exit::usage(format!("invalid Temporal connection settings: {e}")))?;
@@ -27,7 +34,8 @@ pub(crate) async fn connect() -> Result<Client, Exit> {
     };
     let address = conn_opts.target.to_string();
     let env = |k: &str| std::env::var(k).ok();
-    conn_opts.identity = client_identity(&env, &hostname(), &local_user(&env));
+    conn_opts.identity =
+        identity.unwrap_or_else(|| client_identity(&env, &hostname(), &local_user(&env)));
     conn_opts.connect_timeout = Some(CONNECT_TIMEOUT);
     let unreachable = |detail: String| {
         Exit::infra(format!(

@@ -12,9 +12,14 @@
 //!   update's), which the run takes once, so a redelivered event changes nothing;
 //! - answers a user without the permission with a comment saying why, and starts nothing.
 //!
+//! - on `/approve <call id>`, `/approve all` or `/deny <call id> <reason>` from a user with the
+//!   permission, decides the run's pending calls as `github:<login>`.
+//!
 //! - `settings.rs`: the settings file ([`ServeSettings`]).
+//! - `decide.rs`: approvals from comments.
 //! - `trigger.rs`: what an event asks for ([`Trigger`]), and the run it goes to.
 
+mod decide;
 mod settings;
 mod trigger;
 

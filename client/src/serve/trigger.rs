@@ -8,6 +8,7 @@ use baton_proto::{GitHubThread, SendMessage};
 use serde_json::{Value, json};
 
 use super::Serve;
+use super::decide::{Command, command_of, decide};
 use super::settings::RepoRule;
 use crate::converse::{self, Outgoing};
 
@@ -28,6 +29,8 @@ pub(crate) struct Trigger {
     pub(crate) text: String,
     /// A comment (else a label).
     pub(crate) comment: bool,
+    /// A decision on pending calls (`/approve`, `/deny`), or what is wrong with it.
+    pub(crate) decision: Option<Result<Command, String>>,
 }
 
 /// The trigger in `event` for `rules`, or why there is none.
@@ -56,6 +59,7 @@ pub(crate) fn trigger_of(
                     author: sender.login,
                     text,
                     comment: false,
+                    decision: None,
                 },
                 rule,
             ))
@@ -71,6 +75,19 @@ pub(crate) fn trigger_of(
                 // Never a bot's, baton's own included.
                 return Err("a bot's comment".into());
             }
+            if let Some(decision) = command_of(&comment.body) {
+                return Ok((
+                    Trigger {
+                        repository,
+                        issue,
+                        author: comment.user.login,
+                        text: String::new(),
+                        comment: true,
+                        decision: Some(decision),
+                    },
+                    rule,
+                ));
+            }
             let text = command_text(&rule, &comment.body)
                 .ok_or_else(|| "the comment is not for baton".to_owned())?;
             if text.is_empty() {
@@ -83,6 +100,7 @@ pub(crate) fn trigger_of(
                     author: comment.user.login,
                     text,
                     comment: true,
+                    decision: None,
                 },
                 rule,
             ))
@@ -149,9 +167,14 @@ pub(crate) async fn handle(serve: &Serve, event: Event, delivery: &str) -> Resul
         .await
         .map_err(unavailable)?;
     if permission < rule.min_permission() {
+        let (what, outcome) = if trigger.decision.is_some() {
+            ("decisions", "nothing changed")
+        } else {
+            ("tasks", "nothing was started")
+        };
         let reply = format!(
-            "@{}: baton takes tasks only from users with {} permission on {owner}/{repo} (you \
-             have {}); nothing was started.",
+            "@{}: baton takes {what} only from users with {} permission on {owner}/{repo} (you \
+             have {}); {outcome}.",
             trigger.author,
             rule.min_permission().as_str(),
             permission.as_str()
@@ -164,6 +187,22 @@ pub(crate) async fn handle(serve: &Serve, event: Event, delivery: &str) -> Resul
         return Ok(json!({ "refused": reply }));
     }
     let run_id = run_id_for(&trigger.repository.full_name, number);
+    if let Some(decision) = trigger.decision.clone() {
+        let reply = match decision {
+            Err(usage) => Some(format!("@{}: {usage}", trigger.author)),
+            Ok(command) => decide(&run_id, &trigger.author, command, delivery)
+                .await
+                .map_err(Failed::Unavailable)?,
+        };
+        if let Some(reply) = &reply {
+            serve
+                .github
+                .comment(owner, repo, number, reply)
+                .await
+                .map_err(unavailable)?;
+        }
+        return Ok(json!({ "run_id": run_id, "decided": reply.is_none(), "reply": reply }));
+    }
     let start = match start_spec(serve, &trigger, &rule, &run_id, delivery).await {
         Ok(start) => start,
         Err(Refusal(why)) => {

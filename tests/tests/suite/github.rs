@@ -29,7 +29,9 @@ struct Hub {
     serve: Option<RunningCmd>,
     port: u16,
     runtime: tokio::runtime::Runtime,
-    _worker: Worker,
+    worker: Worker,
+    queue: String,
+    worker_config: String,
 }
 
 fn app_key(dir: &Path) -> (PathBuf, String) {
@@ -68,6 +70,12 @@ fn two_task_script(dir: &Path) -> String {
 
 impl Hub {
     fn start(server: &DevServer, dir: &Path) -> Hub {
+        let script = two_task_script(dir);
+        Hub::start_with(server, dir, &script, &["--no-approval"])
+    }
+
+    /// A hub whose runs follow `script`, with more `baton submit` flags.
+    fn start_with(server: &DevServer, dir: &Path, script: &str, flags: &[&str]) -> Hub {
         let repos = GitRepos::new().unwrap();
         let repo = repos
             .create("acme/parser.git", &[("README.md", "parser\n")])
@@ -96,18 +104,19 @@ impl Hub {
         )
         .unwrap();
         let worker_config = worker_config.display().to_string();
-        let worker = worker(server, &queue, &[("BATON_CONFIG", &worker_config)]);
+        let first = worker(server, &queue, &[("BATON_CONFIG", &worker_config)]);
         let port = free_port().unwrap();
         let serve_config = dir.join("serve.toml");
-        let script = two_task_script(dir);
+        let flags: Vec<String> = flags.iter().map(|f| format!(", \"{f}\"")).collect();
         std::fs::write(
             &serve_config,
             format!(
                 "listen = \"127.0.0.1:{port}\"\n[github]\napi_url = \"{}\"\napp_id = \"{APP_ID}\"\n\
                  private_key_file = \"{key}\"\nwebhook_secret_env = \"TEST_WEBHOOK_SECRET\"\n\
                  [[repos]]\nname = \"acme/*\"\nidle_timeout = \"10m\"\n\
-                 submit = [\"--task-queue\", \"{queue}\", \"--script\", \"{script}\", \"--no-approval\"]\n",
-                github.api_url()
+                 submit = [\"--task-queue\", \"{queue}\", \"--script\", \"{script}\"{}]\n",
+                github.api_url(),
+                flags.concat()
             ),
         )
         .unwrap();
@@ -126,7 +135,9 @@ impl Hub {
             serve: Some(serve),
             port,
             runtime,
-            _worker: worker,
+            worker: first,
+            queue,
+            worker_config,
         };
         wait_until_blocking(Duration::from_secs(30), "baton serve answers", || {
             let url = format!("http://127.0.0.1:{port}/healthz");
@@ -138,6 +149,16 @@ impl Hub {
         })
         .unwrap();
         hub
+    }
+
+    /// kill -9 of the worker, and another one in its place.
+    fn replace_worker(&mut self, server: &DevServer) {
+        self.worker.kill9();
+        self.worker = worker(
+            server,
+            &self.queue,
+            &[("BATON_CONFIG", &self.worker_config)],
+        );
     }
 
     /// A payload from the fixture `name`, for issue `number`, its clone URL the git server's.
@@ -434,4 +455,116 @@ fn a_comment_from_a_reader_starts_nothing_and_is_told_why() {
     assert_eq!(status, 200);
     assert_eq!(hub.github.comments().len(), 1);
     assert_eq!(executions(&server, "gh-acme-parser-8"), 0);
+}
+
+#[test]
+fn a_call_waiting_for_approval_is_posted_and_a_maintainers_approve_comment_runs_it() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(
+        dir.path(),
+        "approve",
+        json!([
+            {"text": "Recording it.", "tool_calls": [{"name": "shell",
+                "arguments": {"command": "echo approved >> ran.txt"}}]},
+            {"text": "Recorded."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let mut hub = Hub::start_with(&server, dir.path(), &script, &[]);
+    let (status, answer) = hub.post("issues", "d-1", &hub.labeled(7), SECRET);
+    assert_eq!(status, 200, "{answer}");
+    let waiting = wait_until_blocking(Duration::from_secs(60), "the call waits", || {
+        let v = baton(&server, &["status", RUN, "--json"])?
+            .json()
+            .unwrap_or_default();
+        Ok((v["state"] == "AWAITING_APPROVAL").then_some(v))
+    })
+    .unwrap();
+    let call = waiting["pending"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The call is posted, whole, with how to answer it.
+    let posted = wait_until_blocking(Duration::from_secs(30), "the call is posted", || {
+        Ok(progress_comments(&hub)
+            .into_iter()
+            .find(|c| c.body.contains(&format!("`{call}` **shell**"))))
+    })
+    .unwrap();
+    assert!(
+        posted.body.contains("echo approved >> ran.txt"),
+        "{}",
+        posted.body
+    );
+    assert!(posted.body.contains("/approve"), "{}", posted.body);
+
+    // An outsider's approval changes nothing and is told why.
+    let (status, refused) = hub.post(
+        "issue_comment",
+        "d-bob",
+        &hub.comment(7, "bob", &format!("/approve {call}")),
+        SECRET,
+    );
+    assert_eq!(status, 200, "{refused}");
+    assert!(
+        refused["refused"]
+            .as_str()
+            .unwrap()
+            .contains("nothing changed"),
+        "{refused}"
+    );
+    let v = baton(&server, &["status", RUN, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["state"], "AWAITING_APPROVAL", "{v}");
+
+    // A maintainer's approval runs it, decided as github:ann; the same comment redelivered
+    // decides nothing twice.
+    let approve = hub.comment(7, "ann", &format!("/approve {call}"));
+    let (status, decided) = hub.post("issue_comment", "d-ann", &approve, SECRET);
+    assert_eq!(
+        (status, decided["decided"].as_bool()),
+        (200, Some(true)),
+        "{decided}"
+    );
+    // The worker that took the approval dies before the call is done; another goes on.
+    hub.replace_worker(&server);
+    let (status, again) = hub.post("issue_comment", "d-ann", &approve, SECRET);
+    assert_eq!(
+        (status, again["decided"].as_bool()),
+        (200, Some(true)),
+        "{again}"
+    );
+    let idle = wait_idle(&server, RUN, 1);
+    assert_eq!(idle["answer"], "Recorded.", "{idle}");
+    let _ = baton(&server, &["cancel", RUN]);
+    let events = baton(&server, &["watch", RUN, "--json"]).unwrap();
+    let decided: Vec<Value> = events
+        .json_lines()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l["kind"] == "approval_decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(
+        decided[0]["approval_decided"]["approver"], "github:ann",
+        "{decided:?}"
+    );
+    let replies: Vec<IssueComment> = hub
+        .github
+        .comments()
+        .into_iter()
+        .filter(|c| c.body.starts_with("@bob"))
+        .collect();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    // The call's effect is there once: the delivered tree has one line.
+    let commits = hub.repo.commits("baton/gh-acme-parser-7").unwrap();
+    assert_eq!(commits.len(), 2, "{commits:?}");
+    assert_eq!(
+        hub.repo.show("baton/gh-acme-parser-7", "ran.txt").unwrap(),
+        "approved\n"
+    );
 }
