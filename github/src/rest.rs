@@ -393,6 +393,26 @@ impl GitHub {
             .await
     }
 
+    /// The commit `reference` (a branch, tag or sha) names
+    /// (`GET /repos/{owner}/{repo}/commits/{reference}`).
+    pub async fn commit_sha(
+        &self,
+        owner: &str,
+        repo: &str,
+        reference: &str,
+    ) -> Result<String, GitHubError> {
+        #[derive(Deserialize)]
+        struct Commit {
+            sha: String,
+        }
+        let request = self
+            .endpoint
+            .get(&format!("/repos/{owner}/{repo}/commits/{reference}"));
+        let what = format!("read commit {reference} of {owner}/{repo}");
+        let commit: Commit = self.call(owner, repo, request, &what).await?;
+        Ok(commit.sha)
+    }
+
     /// `GET /repos/{owner}/{repo}/pulls/{number}`.
     pub async fn pull_request(
         &self,

@@ -259,7 +259,7 @@ async fn start_spec(
 ) -> Result<(baton_proto::RunSpec, String), Refusal> {
     let (owner, repo) = trigger.repository.owner_and_name();
     let number = trigger.issue.number;
-    let (git_ref, kind) = if trigger.issue.is_pull_request() {
+    let (git_ref, head_sha, kind) = if trigger.issue.is_pull_request() {
         let pull = serve
             .github
             .pull_request(owner, repo, number)
@@ -276,9 +276,16 @@ async fn start_spec(
                     .into(),
             ));
         }
-        (pull.head.name, "pull request")
+        (pull.head.name, pull.head.sha, "pull request")
     } else {
-        (trigger.repository.default_branch.clone(), "issue")
+        let branch = trigger.repository.default_branch.clone();
+        // The check run's commit; without it the run reports in its comment only.
+        let sha = serve
+            .github
+            .commit_sha(owner, repo, &branch)
+            .await
+            .unwrap_or_default();
+        (branch, sha, "issue")
     };
     let task = format!(
         "{}\n\n(GitHub {kind} {owner}/{repo}#{number}: {}; asked by @{}.)",
@@ -314,6 +321,7 @@ async fn start_spec(
         repo: trigger.repository.full_name.clone(),
         number,
         pull_request: trigger.issue.is_pull_request(),
+        head_sha,
     });
     crate::workspace::apply_source(&submit, &serve.client, &mut spec)
         .await

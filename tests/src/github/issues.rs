@@ -1,5 +1,6 @@
 //! Issues, comments, permissions and repositories on the stand-in:
-//! `GET /repos/{owner}/{repo}`, `GET /repos/{owner}/{repo}/collaborators/{user}/permission`,
+//! `GET /repos/{owner}/{repo}`, `GET /repos/{owner}/{repo}/commits/{ref}`,
+//! `GET /repos/{owner}/{repo}/collaborators/{user}/permission`,
 //! `GET|POST /repos/{owner}/{repo}/issues/{n}/comments`,
 //! `PATCH /repos/{owner}/{repo}/issues/comments/{id}`, in GitHub's shapes and with its
 //! refusals (422 `missing_field` for a comment without a body, 404 for what is not there).
@@ -66,6 +67,22 @@ pub(crate) fn route(
                        "clone_url": format!("{clone_base}/{full_name}.git")}),
             )
         }
+        ("GET", ["commits", reference]) => match repo.git(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{reference}^{{commit}}"),
+        ]) {
+            Ok(sha) if !sha.trim().is_empty() => Answer::new(
+                StatusCode::OK,
+                json!({"sha": sha.trim(), "commit": {"message": ""}}),
+            ),
+            _ => Answer::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!({"message": format!("No commit found for SHA: {reference}"),
+                       "documentation_url": super::DOCS, "status": "422"}),
+            ),
+        },
         ("GET", ["collaborators", user, "permission"]) => {
             let role = hub
                 .lock()

@@ -330,14 +330,10 @@ fn a_labelled_issue_starts_one_run_that_opens_one_pull_request_with_the_apps_tok
     assert_eq!(checks.len(), 1, "{checks:?}");
     assert_eq!(checks[0].head_sha, main);
     assert_eq!(checks[0].external_id, format!("{RUN}/task-1"));
-    assert_eq!(
-        checks[0].statuses.first().map(String::as_str),
-        Some("in_progress")
-    );
-    assert_eq!(
-        checks[0].statuses.last().map(String::as_str),
-        Some("completed")
-    );
+    let statuses: Vec<&str> = checks[0].statuses.iter().map(String::as_str).collect();
+    assert_eq!(statuses.first(), Some(&"queued"), "{statuses:?}");
+    assert!(statuses.contains(&"in_progress"), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{statuses:?}");
     assert_eq!(checks[0].conclusion.as_deref(), Some("success"));
     assert!(
         checks[0].summary.contains("`CHANGELOG.md` added"),

@@ -109,7 +109,8 @@ impl RunState {
             .start
             .as_ref()
             .map(|s| s.commit.clone())
-            .unwrap_or_default();
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| thread.head_sha.clone());
         Some(ProgressRequest {
             thread: Some(thread),
             run_id: self.run_id.clone(),
@@ -126,6 +127,39 @@ impl RunState {
             comment_id: self.github.comment_id,
             check_run_id: self.github.check_run_id,
             check_external_id: format!("{}/task-{task}", self.run_id),
+        })
+    }
+
+    /// The first report, before the workspace is prepared: the run is queued (its check run
+    /// on the commit `baton serve` saw). `None` once reported, or without a thread.
+    pub fn progress_queued(&mut self) -> Option<ProgressRequest> {
+        let thread = self.spec.github.clone()?;
+        if !self.github.key.is_empty() || self.result().is_some() {
+            return None;
+        }
+        self.github.key = "queued:1".to_owned();
+        self.github.check_task = 1;
+        let title = "Queued".to_owned();
+        let summary = format!(
+            "**baton** run `{}`: queued; it starts once its workspace is ready.\n",
+            self.run_id
+        );
+        Some(ProgressRequest {
+            comment: format!("{summary}\n\n{}", comment_marker(&self.run_id)),
+            check_status: if thread.head_sha.is_empty() {
+                String::new()
+            } else {
+                "queued".to_owned()
+            },
+            head_sha: thread.head_sha.clone(),
+            thread: Some(thread),
+            run_id: self.run_id.clone(),
+            conclusion: String::new(),
+            title,
+            summary,
+            comment_id: 0,
+            check_run_id: 0,
+            check_external_id: format!("{}/task-1", self.run_id),
         })
     }
 

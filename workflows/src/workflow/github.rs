@@ -11,6 +11,18 @@ pub(super) async fn report(ctx: &WorkflowContext<AgentRun>, step: &Step) {
     let Some(request) = ctx.state_mut(|s| s.run.progress_request(step)) else {
         return;
     };
+    send(ctx, request).await;
+}
+
+/// The first report of a run that reports, before its workspace is prepared: queued.
+pub(super) async fn report_queued(ctx: &WorkflowContext<AgentRun>) {
+    let Some(request) = ctx.state_mut(|s| s.run.progress_queued()) else {
+        return;
+    };
+    send(ctx, request).await;
+}
+
+async fn send(ctx: &WorkflowContext<AgentRun>, request: baton_proto::ProgressRequest) {
     // A token of its own, as the closing activities have: a cancelled run still says so.
     let token = WorkflowCancellationToken::new();
     let outcome = ctx

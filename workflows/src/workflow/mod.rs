@@ -128,6 +128,8 @@ impl AgentRun {
         if ctx.patched(PATCH_COMPACT_ON_OVERFLOW) {
             ctx.state_mut(|s| s.run.compact_on_overflow = true);
         }
+        // Only runs started for a GitHub issue or pull request (no command otherwise).
+        github::report_queued(ctx).await;
         if ctx.patched(PATCH_RUN_OUTPUTS) {
             ctx.state_mut(|s| s.run.outputs.collect = true);
             // Only runs with a workspace source have one (no command otherwise).

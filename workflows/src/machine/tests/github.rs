@@ -12,6 +12,7 @@ fn reporting(require_approval: &[&str]) -> RunState {
             repo: "acme/parser".into(),
             number: 7,
             pull_request: false,
+            head_sha: String::new(),
         }),
         ..spec(require_approval)
     };
@@ -80,4 +81,35 @@ fn a_run_without_a_github_thread_reports_nothing() {
     let mut s = RunState::new("r", spec(&[]), T0).unwrap();
     let step = s.next_step(T0);
     assert_eq!(s.progress_request(&step), None);
+}
+
+#[test]
+fn a_run_is_queued_once_on_the_commit_serve_saw() {
+    let spec = RunSpec {
+        github: Some(GitHubThread {
+            repo: "acme/parser".into(),
+            number: 7,
+            pull_request: false,
+            head_sha: "d".repeat(40),
+        }),
+        ..spec(&[])
+    };
+    let mut s = RunState::new("gh-acme-parser-7", spec, T0).unwrap();
+    let queued = s.progress_queued().expect("queued first");
+    assert_eq!(
+        (queued.check_status.as_str(), queued.head_sha.as_str()),
+        ("queued", "d".repeat(40).as_str())
+    );
+    assert_eq!(s.progress_queued(), None, "once");
+    s.on_progress_reported(baton_proto::ProgressReported {
+        comment_id: 5,
+        check_run_id: 6,
+    });
+    let step = s.next_step(T0);
+    let working = s.progress_request(&step).unwrap();
+    assert_eq!(
+        (working.check_run_id, working.check_status.as_str()),
+        (6, "in_progress"),
+        "the queued check run goes on"
+    );
 }
