@@ -72,6 +72,24 @@ ensure_git() {
   }
 }
 
+# The GitHub tests make a GitHub App key with openssl (`openssl genrsa -traditional`).
+ensure_openssl() {
+  if command -v openssl >/dev/null 2>&1; then return 0; fi
+  echo "openssl not found: installing it (apt-get install openssl)" >&2
+  local sudo=()
+  if [ "${EUID:-$(id -u)}" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo=(sudo); else
+      echo "cannot install openssl: not root and no sudo; install the Debian package openssl" >&2
+      return 1
+    fi
+  fi
+  "${sudo[@]}" apt-get update -qq >&2 &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >&2 || {
+    echo "apt-get could not install openssl; install the Debian package openssl and retry" >&2
+    return 1
+  }
+}
+
 # Waits until the Temporal frontend at $1 answers.
 wait_for_temporal() {
   local address=$1

@@ -8,6 +8,7 @@ ensure_temporal
 ensure_moto
 ensure_otlp_receiver
 ensure_git
+ensure_openssl
 ensure_mcp_servers
 ensure_llama_server
 cargo build --workspace --bins
