@@ -104,6 +104,7 @@ pub(crate) async fn apply_source(
         mode: mode.as_str().to_owned(),
         branch: args.branch.clone().unwrap_or_default(),
         draft: args.pr_draft,
+        onto_source: false,
     });
     Ok(())
 }

@@ -246,7 +246,14 @@ pub struct Branch {
     /// The commit.
     pub sha: String,
     /// The repository it is in (absent when that repository was deleted).
-    pub repo: Option<Repository>,
+    pub repo: Option<BranchRepository>,
+}
+
+/// The repository of a pull request's side.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct BranchRepository {
+    /// `owner/repo`.
+    pub full_name: String,
 }
 
 /// A comment that was made.

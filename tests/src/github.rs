@@ -110,7 +110,9 @@ impl PullRequest {
                 "label": format!("{}:{branch}", self.owner),
                 "ref": branch,
                 "sha": sha,
-                "repo": {"name": self.repo, "full_name": full_name, "owner": {"login": self.owner}},
+                "repo": {"name": self.repo, "full_name": full_name, "owner": {"login": self.owner},
+                         "default_branch": "main", "private": false,
+                         "clone_url": format!("https://github.com/{full_name}.git")},
             })
         };
         json!({
@@ -514,7 +516,14 @@ async fn route(
                 .iter()
                 .find(|p| p.owner == *owner && p.repo == *name && number.parse() == Ok(p.number));
             match found {
-                Some(pull) => Answer::new(StatusCode::OK, pull.json(&st.api_url)),
+                Some(pull) => {
+                    // As GitHub: the head as the branch is now, not as it was when opened.
+                    let mut pull = pull.clone();
+                    if let Ok(Some(sha)) = repo.branch_head(&pull.head) {
+                        pull.head_sha = sha;
+                    }
+                    Answer::new(StatusCode::OK, pull.json(&st.api_url))
+                }
                 None => Answer::not_found(),
             }
         }

@@ -145,7 +145,8 @@ fn check_protected(
     branch: &str,
 ) -> Result<(), Stop> {
     let source_ref = request.git.as_ref().map_or("", |git| git.r#ref.as_str());
-    match settings.protected_branch(branch, source_ref, &request.base_branch) {
+    let onto_source = request.delivery.as_ref().is_some_and(|d| d.onto_source);
+    match settings.protected_branch(branch, source_ref, &request.base_branch, onto_source) {
         None => Ok(()),
         Some(why) => Err(Stop::Refused(format!(
             "refusing to deliver to branch {branch}: it is protected ({why}); deliver to another \

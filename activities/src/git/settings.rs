@@ -229,6 +229,7 @@ impl GitSettings {
         branch: &str,
         source_ref: &str,
         base: &str,
+        onto_source: bool,
     ) -> Option<String> {
         if self.deliver_to_protected_branches {
             return None;
@@ -241,9 +242,9 @@ impl GitSettings {
         };
         if name == "main" || name == "master" {
             Some("main and master always are".to_owned())
-        } else if same(source_ref) {
+        } else if same(source_ref) && !onto_source {
             Some("it is the run's source ref".to_owned())
-        } else if same(base) {
+        } else if same(base) && !(onto_source && same(source_ref)) {
             Some("it is the run's base branch".to_owned())
         } else {
             self.protected_branches
@@ -338,6 +339,29 @@ mod tests {
             );
         }
         settings
+    }
+
+    #[test]
+    fn onto_source_allows_the_source_branch_and_nothing_more() {
+        let settings = GitSettings {
+            protected_branches: vec!["release/*".into()],
+            ..GitSettings::default()
+        };
+        let protected = |branch: &str, onto: bool| {
+            settings
+                .protected_branch(branch, "feature/x", "feature/x", onto)
+                .is_some()
+        };
+        assert!(protected("feature/x", false), "the source ref is protected");
+        assert!(!protected("feature/x", true), "unless onto_source");
+        assert!(protected("main", true));
+        assert!(protected("release/1", true));
+        assert!(
+            settings
+                .protected_branch("dev", "feature/x", "dev", true)
+                .is_some(),
+            "a base branch that is not the source stays protected"
+        );
     }
 
     #[test]

@@ -119,6 +119,7 @@ async fn webhook(State(serve): State<Arc<Serve>>, headers: HeaderMap, body: Byte
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // Nothing of an unsigned body is read.
     if let Err(e) = signature::verify(&serve.secret, &body, header("x-hub-signature-256")) {
+        eprintln!("refused a delivery (401): {e}");
         return answer(StatusCode::UNAUTHORIZED, json!({ "error": e.to_string() }));
     }
     let (Some(event), Some(delivery)) = (header("x-github-event"), header("x-github-delivery"))
@@ -132,9 +133,14 @@ async fn webhook(State(serve): State<Arc<Serve>>, headers: HeaderMap, body: Byte
         Ok(parsed) => parsed,
         Err(e) => return answer(StatusCode::BAD_REQUEST, json!({ "error": e.to_string() })),
     };
+    // One line per delivery for the operator (GitHub's own log has the payloads).
     match trigger::handle(&serve, parsed, delivery).await {
-        Ok(outcome) => answer(StatusCode::OK, outcome),
+        Ok(outcome) => {
+            eprintln!("delivery {delivery} ({event}): {outcome}");
+            answer(StatusCode::OK, outcome)
+        }
         Err(trigger::Failed::Unavailable(e)) => {
+            eprintln!("delivery {delivery} ({event}) failed, GitHub may redeliver it: {e}");
             // GitHub shows the failure; the delivery can be redelivered.
             answer(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": e }))
         }

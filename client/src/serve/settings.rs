@@ -72,6 +72,17 @@ fn default_secret_env() -> String {
     "BATON_WEBHOOK_SECRET".into()
 }
 
+/// Where a run started on a pull request delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum OnPullRequest {
+    /// Commits pushed onto the pull request's head branch (fast-forward only).
+    #[default]
+    Push,
+    /// A pull request from `baton/<run>` into the pull request's head branch.
+    PullRequest,
+}
+
 /// `[[repos]]`: one repository pattern and its triggers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +103,9 @@ pub(crate) struct RepoRule {
     /// whose `/approve` is taken): read, triage, write, maintain or admin.
     #[serde(default = "default_permission")]
     pub(crate) min_permission: String,
+    /// Runs on a pull request: `push` onto its head branch, or `pull-request` into it.
+    #[serde(default)]
+    pub(crate) on_pull_request: OnPullRequest,
     /// How long a run waits for the next comment after an answer (e.g. `1h`, `2d`).
     #[serde(default = "default_idle", with = "humantime_serde_like")]
     pub(crate) idle_timeout: Duration,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::Serve;
 use super::decide::{Command, command_of, decide};
-use super::settings::RepoRule;
+use super::settings::{OnPullRequest, RepoRule};
 use crate::converse::{self, Outgoing};
 
 /// Why an event could not be acted on now (GitHub may redeliver it).
@@ -297,15 +297,25 @@ async fn start_spec(
         trigger.issue.title,
         trigger.author
     );
+    let push_to_head =
+        trigger.issue.is_pull_request() && rule.on_pull_request == OnPullRequest::Push;
     let mut argv: Vec<String> = vec!["baton".into(), "submit".into()];
     argv.extend(rule.submit.iter().cloned());
+    if push_to_head {
+        argv.extend([
+            "--deliver".into(),
+            "branch".into(),
+            "--branch".into(),
+            git_ref.clone(),
+        ]);
+    } else {
+        argv.extend(["--deliver".into(), "pr".into()]);
+    }
     argv.extend([
         "--git".into(),
         trigger.repository.clone_url.clone(),
         "--ref".into(),
         git_ref,
-        "--deliver".into(),
-        "pr".into(),
         "--label".into(),
         format!("github={owner}/{repo}#{number}"),
         "--id".into(),
@@ -326,6 +336,10 @@ async fn start_spec(
     crate::workspace::apply_source(&submit, &serve.client, &mut spec)
         .await
         .map_err(|e| Refusal(e.message))?;
+    if let Some(deliver) = spec.deliver.as_mut() {
+        // Onto the pull request's own branch, though it is the run's source.
+        deliver.onto_source = push_to_head;
+    }
     Ok((spec, submit.task_queue.clone()))
 }
 

@@ -54,11 +54,13 @@ fn two_task_script(dir: &Path) -> String {
         json!({"text": "Writing.", "tool_calls": [{"name": "write_file",
             "arguments": {"path": path, "content": content}}]})
     };
+    let append = json!({"text": "Writing.", "tool_calls": [{"name": "shell",
+        "arguments": {"command": "printf -- '- fixed the parser\\n' >> CHANGELOG.md"}}]});
     script(
         dir,
         "gh",
         json!([
-            write("CHANGELOG.md", "# Changes\n\n- fixed the parser\n"),
+            append,
             {"text": "Added CHANGELOG.md."},
             write("TESTING.md", "Run cargo test.\n"),
             {"text": "Added TESTING.md too."}
@@ -402,6 +404,48 @@ fn a_labelled_issue_starts_one_run_that_opens_one_pull_request_with_the_apps_tok
     )
     .unwrap();
     assert_eq!(progress_comments(&hub).len(), 1);
+
+    // A comment on the pull request starts that pull request's run, on its head branch.
+    let pull = hub.payload("issue-comment-created.json", 1, |v| {
+        v["issue"]["pull_request"] =
+            json!({"url": "https://api.github.com/repos/acme/parser/pulls/1"});
+        v["issue"]["title"] = json!("Keep a changelog");
+        v["comment"]["body"] = json!("/baton tidy up the wording");
+    });
+    let (status, answer) = hub.post("issue_comment", "d-pr", &pull, SECRET);
+    assert_eq!(
+        (status, answer["run_id"].as_str()),
+        (200, Some("gh-acme-parser-1")),
+        "{answer}"
+    );
+    let head = hub
+        .repo
+        .branch_head("baton/gh-acme-parser-7")
+        .unwrap()
+        .unwrap();
+    wait_idle(&server, "gh-acme-parser-1", 1);
+    let check = hub
+        .github
+        .check_runs()
+        .into_iter()
+        .find(|c| c.external_id == "gh-acme-parser-1/task-1")
+        .unwrap();
+    assert_eq!(
+        check.head_sha, head,
+        "the run works on the pull request's head"
+    );
+    // Its commit is pushed onto the pull request's branch (fast-forward), no new pull request.
+    let commits = hub.repo.commits("baton/gh-acme-parser-7").unwrap();
+    assert_eq!(commits.len(), 4, "{commits:?}");
+    assert_eq!(commits[1].0, head);
+    assert_eq!(
+        hub.repo
+            .show("baton/gh-acme-parser-7", "CHANGELOG.md")
+            .unwrap(),
+        "- fixed the parser\n- fixed the parser\n"
+    );
+    assert_eq!(hub.github.pulls().len(), 1);
+    let _ = baton(&server, &["cancel", "gh-acme-parser-1"]);
 }
 
 /// The run's progress comments (its marker in the body).

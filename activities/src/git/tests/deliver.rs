@@ -18,6 +18,7 @@ pub(super) fn request(url: &str, base: &str, mode: &str, branch: &str) -> Delive
             mode: mode.into(),
             branch: branch.into(),
             draft: false,
+            onto_source: false,
         }),
         git: Some(GitSource {
             url: url.into(),
