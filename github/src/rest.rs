@@ -393,6 +393,39 @@ impl GitHub {
             .unwrap_or(Permission::None))
     }
 
+    /// Whether `user` is an active member of team `org/team`
+    /// (`GET /orgs/{org}/teams/{team}/memberships/{user}`; 404: not a member), with the
+    /// credentials of `owner/repo` (an app needs the organization permission Members: read).
+    pub async fn team_member(
+        &self,
+        (owner, repo): (&str, &str),
+        org: &str,
+        team: &str,
+        user: &str,
+    ) -> Result<bool, GitHubError> {
+        #[derive(Deserialize)]
+        struct Membership {
+            state: String,
+        }
+        let what = format!("read {user}'s membership of team {org}/{team}");
+        let token = self.auth.token_for(owner, repo).await?;
+        let response = self
+            .endpoint
+            .send(
+                self.endpoint
+                    .get(&format!("/orgs/{org}/teams/{team}/memberships/{user}")),
+                &token,
+                &what,
+            )
+            .await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(false);
+        }
+        let response = self.endpoint.success(response, &what).await?;
+        let membership: Membership = self.endpoint.parse(response, &what).await?;
+        Ok(membership.state == "active")
+    }
+
     /// `GET /repos/{owner}/{repo}`.
     pub async fn repository(&self, owner: &str, repo: &str) -> Result<Repository, GitHubError> {
         let request = self.endpoint.get(&format!("/repos/{owner}/{repo}"));

@@ -149,6 +149,8 @@ struct HubState {
     permissions: BTreeMap<String, String>,
     /// Where clone URLs point (`GET /repos/{owner}/{repo}`'s `clone_url`).
     clone_base: String,
+    /// Team members by `org/team` (lowercase).
+    teams: BTreeMap<String, Vec<String>>,
 }
 
 struct Hub {
@@ -231,6 +233,14 @@ impl GitHubStandIn {
             .lock()
             .permissions
             .insert(login.to_ascii_lowercase(), role.to_owned());
+    }
+
+    /// Makes `members` the active members of team `org/team`.
+    pub fn set_team(&self, team: &str, members: &[&str]) {
+        self.hub.lock().teams.insert(
+            team.to_ascii_lowercase(),
+            members.iter().map(|m| (*m).to_owned()).collect(),
+        );
     }
 
     /// Clone URLs are `<base>/<owner>/<repo>.git` (e.g. a [`crate::GitHttp`]'s base URL).
@@ -464,6 +474,9 @@ async fn route(
     ) {
         return answer;
     }
+    if let ["orgs", org, "teams", team, "memberships", user] = segments.as_slice() {
+        return team_membership(hub, headers, org, team, user);
+    }
     let ["repos", owner, name, rest @ ..] = segments.as_slice() else {
         return if authorized(headers, &hub.token) {
             Answer::not_found()
@@ -528,6 +541,33 @@ async fn route(
             }
         }
         _ => Answer::not_found(),
+    }
+}
+
+/// `GET /orgs/{org}/teams/{team}/memberships/{user}`: an installation token of one of the
+/// organization's repositories (or the static token) may ask; 404 for a non-member.
+fn team_membership(hub: &Hub, headers: &HeaderMap, org: &str, team: &str, user: &str) -> Answer {
+    let st = hub.lock();
+    let prefix = format!("{}/", org.to_ascii_lowercase());
+    let by_org_token = presented(headers).is_some_and(|t| {
+        st.tokens.iter().any(|issued| {
+            issued.token == t
+                && issued.expires_at > std::time::SystemTime::now()
+                && issued.repos.iter().any(|r| r.starts_with(&prefix))
+        })
+    });
+    if !by_org_token && !authorized(headers, &hub.token) {
+        return Answer::message(StatusCode::UNAUTHORIZED, "Bad credentials");
+    }
+    let members = st.teams.get(&format!("{org}/{team}").to_ascii_lowercase());
+    if members.is_some_and(|m| m.iter().any(|login| login.eq_ignore_ascii_case(user))) {
+        Answer::new(
+            StatusCode::OK,
+            json!({"state": "active", "role": "member",
+                   "url": format!("https://api.github.com/orgs/{org}/teams/{team}/memberships/{user}")}),
+        )
+    } else {
+        Answer::not_found()
     }
 }
 

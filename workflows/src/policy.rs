@@ -130,11 +130,32 @@ pub fn may_decide(
     let Some(rule) = approvers.iter().find(|r| tool_matches(&r.tool, tool)) else {
         return Ok(());
     };
-    if rule.identities.iter().any(|p| wildcard(p, identity)) {
+    if rule
+        .identities
+        .iter()
+        .any(|p| identity_matches(p, identity))
+    {
         Ok(())
     } else {
         Err(rule.identities.clone())
     }
+}
+
+/// Prefix of approver patterns that name a GitHub team (`github-team:<org>/<team>`).
+pub const GITHUB_TEAM: &str = "github-team:";
+
+/// Whether an `approvers` pattern takes `identity`: as a wildcard, or, for a team pattern
+/// `github-team:<org>/<team>`, a member's identity `github-team:<org>/<team>/<login>` (what
+/// `baton serve` decides as once GitHub says the commenter is in that team).
+fn identity_matches(pattern: &str, identity: &str) -> bool {
+    if wildcard(pattern, identity) {
+        return true;
+    }
+    pattern.starts_with(GITHUB_TEAM)
+        && identity
+            .strip_prefix(pattern)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|login| !login.is_empty() && !login.contains('/'))
 }
 
 /// Decides whether `call` (to the tool `tool`) may run, must wait for a human, or is refused.
@@ -711,6 +732,19 @@ mod tests {
                 parts: vec!["a 'x;y' \"p|q\"".into(), "b".into(), "c".into()]
             }
         );
+    }
+
+    #[test]
+    fn a_team_pattern_takes_its_members_identities_only() {
+        let rule = ApproverRule {
+            tool: "shell".into(),
+            identities: vec!["github-team:acme/reviewers".into()],
+        };
+        let rules = [rule];
+        assert!(may_decide(&rules, "shell", "github-team:acme/reviewers/carol").is_ok());
+        assert!(may_decide(&rules, "shell", "github:carol").is_err());
+        assert!(may_decide(&rules, "shell", "github-team:acme/reviewers-2/carol").is_err());
+        assert!(may_decide(&rules, "shell", "github-team:acme/reviewers/a/b").is_err());
     }
 
     #[test]

@@ -2,16 +2,20 @@
 //! calls waiting now, each by its id) and `/deny <call id> <reason>` on the issue or pull
 //! request of a run, from a user with the repository permission, become the run's `approve`
 //! update sent with the Temporal identity `github:<login>` (what the policy's `approvers`
-//! match). Each decision's update id is `<delivery>/<call id>`: a redelivered comment decides
+//! match), or `github-team:<org>/<team>/<login>` when the policy allows a team the user is an
+//! active member of. Each decision's update id is `<delivery>/<call id>`: a redelivered comment decides
 //! nothing twice. A refused decision (not pending, not an allowed approver) is answered with
 //! a comment saying why.
 
 use std::time::Duration;
 
+use baton_github::GitHub;
 use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
+use baton_workflows::policy::GITHUB_TEAM;
 use temporalio_client::{
-    WorkflowExecuteUpdateOptions, WorkflowQueryOptions, errors::WorkflowUpdateError,
+    Client, WorkflowExecuteUpdateOptions, WorkflowHandle, WorkflowQueryOptions,
+    errors::WorkflowUpdateError,
 };
 
 use crate::connect::{connect_as, handle};
@@ -63,9 +67,14 @@ pub(crate) fn command_of(body: &str) -> Option<Result<Command, String>> {
     }
 }
 
-/// Sends `command` for `login` to run `run_id`; what to say on the issue when something was
-/// refused (`None`: every decision was taken; the run's own comment shows the rest).
+/// Sends `command` for `login` to run `run_id` (of `owner/repo`); what to say on the issue
+/// when something was refused (`None`: every decision was taken; the run's own comment shows
+/// the rest). A decision the run's `approvers` refuse for `github:<login>` but allow for a
+/// GitHub team (`github-team:<org>/<team>`) is sent again as
+/// `github-team:<org>/<team>/<login>` when GitHub says the user is an active member.
 pub(crate) async fn decide(
+    github: &GitHub,
+    (owner, repo): (&str, &str),
     run_id: &str,
     login: &str,
     command: Command,
@@ -101,29 +110,19 @@ pub(crate) async fn decide(
     let mut refused = Vec::new();
     for d in decisions {
         let call_id = d.call_id.clone();
-        let value = serde_json::to_value(&d).map_err(|e| e.to_string())?;
-        let update = h.execute_update(
-            AgentRun::approve,
-            value,
-            WorkflowExecuteUpdateOptions::builder()
-                .update_id(format!("{delivery}/{call_id}"))
-                .build(),
-        );
-        match tokio::time::timeout(DECIDE_BUDGET, update).await {
-            Ok(Ok(ApprovalOutcome { .. })) => {}
-            Ok(Err(WorkflowUpdateError::Failed(failure))) => {
-                refused.push(format!("`{call_id}`: {}", failure.message));
-            }
-            Ok(Err(WorkflowUpdateError::NotFound(_))) => {
-                refused.push(format!("`{call_id}`: run `{run_id}` is not running"));
-            }
-            Ok(Err(e)) => return Err(format!("cannot decide {call_id}: {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "no worker took the decision on {call_id} within {}s",
-                    DECIDE_BUDGET.as_secs()
-                ));
-            }
+        let update_id = format!("{delivery}/{call_id}");
+        let mut outcome = send(&h, &d, &update_id, run_id).await?;
+        if let Err(why) = &outcome
+            && let Some(team) = team_of(github, (owner, repo), why, login).await?
+        {
+            let as_member = connect_as(Some(format!("{team}/{login}")))
+                .await
+                .map_err(|e| e.message)?;
+            let h = handle(&as_member, run_id);
+            outcome = send(&h, &d, &format!("{update_id}/{team}"), run_id).await?;
+        }
+        if let Err(why) = outcome {
+            refused.push(format!("`{call_id}`: {why}"));
         }
     }
     Ok((!refused.is_empty()).then(|| {
@@ -136,6 +135,66 @@ pub(crate) async fn decide(
                 .join("\n")
         )
     }))
+}
+
+/// Sends one decision: `Ok(Err(why))` when the run refused it, `Err` when it could not be
+/// sent.
+async fn send(
+    h: &WorkflowHandle<Client, AgentRun>,
+    d: &ApprovalDecision,
+    update_id: &str,
+    run_id: &str,
+) -> Result<Result<(), String>, String> {
+    let value = serde_json::to_value(d).map_err(|e| e.to_string())?;
+    let update = h.execute_update(
+        AgentRun::approve,
+        value,
+        WorkflowExecuteUpdateOptions::builder()
+            .update_id(update_id.to_owned())
+            .build(),
+    );
+    match tokio::time::timeout(DECIDE_BUDGET, update).await {
+        Ok(Ok(ApprovalOutcome { .. })) => Ok(Ok(())),
+        Ok(Err(WorkflowUpdateError::Failed(failure))) => Ok(Err(failure.message)),
+        Ok(Err(WorkflowUpdateError::NotFound(_))) => {
+            Ok(Err(format!("run `{run_id}` is not running")))
+        }
+        Ok(Err(e)) => Err(format!("cannot decide {}: {e}", d.call_id)),
+        Err(_) => Err(format!(
+            "no worker took the decision on {} within {}s",
+            d.call_id,
+            DECIDE_BUDGET.as_secs()
+        )),
+    }
+}
+
+/// The first team pattern (`github-team:<org>/<team>`) among the identities a refusal says
+/// are allowed, of which `login` is an active member.
+async fn team_of(
+    github: &GitHub,
+    repo: (&str, &str),
+    refusal: &str,
+    login: &str,
+) -> Result<Option<String>, String> {
+    let Some((_, allowed)) = refusal.split_once("allowed identities: ") else {
+        return Ok(None);
+    };
+    for pattern in allowed.split(", ").map(str::trim) {
+        let Some((org, team)) = pattern
+            .strip_prefix(GITHUB_TEAM)
+            .and_then(|t| t.split_once('/'))
+        else {
+            continue;
+        };
+        if github
+            .team_member(repo, org, team, login)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            return Ok(Some(pattern.to_owned()));
+        }
+    }
+    Ok(None)
 }
 
 fn decision(call_id: String, approved: bool, reason: String) -> ApprovalDecision {

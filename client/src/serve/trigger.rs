@@ -190,9 +190,16 @@ pub(crate) async fn handle(serve: &Serve, event: Event, delivery: &str) -> Resul
     if let Some(decision) = trigger.decision.clone() {
         let reply = match decision {
             Err(usage) => Some(format!("@{}: {usage}", trigger.author)),
-            Ok(command) => decide(&run_id, &trigger.author, command, delivery)
-                .await
-                .map_err(Failed::Unavailable)?,
+            Ok(command) => decide(
+                &serve.github,
+                (owner, repo),
+                &run_id,
+                &trigger.author,
+                command,
+                delivery,
+            )
+            .await
+            .map_err(Failed::Unavailable)?,
         };
         if let Some(reply) = &reply {
             serve

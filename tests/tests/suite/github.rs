@@ -608,3 +608,89 @@ fn a_call_waiting_for_approval_is_posted_and_a_maintainers_approve_comment_runs_
         "approved\n"
     );
 }
+
+#[test]
+fn a_team_approver_decides_as_a_member_and_a_maintainer_outside_the_team_cannot() {
+    let server = DevServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(
+        dir.path(),
+        "team",
+        json!([
+            {"text": "Recording it.", "tool_calls": [{"name": "shell",
+                "arguments": {"command": "echo ok > ran.txt"}}]},
+            {"text": "Recorded."}
+        ]),
+    )
+    .display()
+    .to_string();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "require_approval = [\"shell\"]\n[[approvers]]\ntool = \"shell\"\n\
+         identities = [\"github-team:acme/reviewers\"]\n",
+    )
+    .unwrap();
+    let hub = Hub::start_with(
+        &server,
+        dir.path(),
+        &script,
+        &["--policy", &policy.display().to_string()],
+    );
+    hub.github.set_permission("carol", "write");
+    hub.github.set_team("acme/reviewers", &["carol"]);
+    let (status, answer) = hub.post("issues", "d-1", &hub.labeled(7), SECRET);
+    assert_eq!(status, 200, "{answer}");
+    let waiting = wait_until_blocking(Duration::from_secs(60), "the call waits", || {
+        let v = baton(&server, &["status", RUN, "--json"])?
+            .json()
+            .unwrap_or_default();
+        Ok((v["state"] == "AWAITING_APPROVAL").then_some(v))
+    })
+    .unwrap();
+    let call = waiting["pending"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A maintainer outside the team: refused by the run's policy, told so.
+    let (_, refused) = hub.post(
+        "issue_comment",
+        "d-ann",
+        &hub.comment(7, "ann", "/approve all"),
+        SECRET,
+    );
+    assert_eq!(refused["decided"], false, "{refused}");
+    let reply = refused["reply"].as_str().unwrap();
+    assert!(reply.contains("github-team:acme/reviewers"), "{reply}");
+    let v = baton(&server, &["status", RUN, "--json"])
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["state"], "AWAITING_APPROVAL", "{v}");
+
+    // A member of the team: decided as the team's member.
+    let (_, decided) = hub.post(
+        "issue_comment",
+        "d-carol",
+        &hub.comment(7, "carol", &format!("/approve {call}")),
+        SECRET,
+    );
+    assert_eq!(decided["decided"], true, "{decided}");
+    wait_idle(&server, RUN, 1);
+    let _ = baton(&server, &["cancel", RUN]);
+    let events = baton(&server, &["watch", RUN, "--json"]).unwrap();
+    let approver: Vec<String> = events
+        .json_lines()
+        .unwrap()
+        .into_iter()
+        .filter(|l| l["kind"] == "approval_decided")
+        .map(|l| {
+            l["approval_decided"]["approver"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(approver, vec!["github-team:acme/reviewers/carol"]);
+}
