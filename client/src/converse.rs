@@ -256,6 +256,18 @@ pub(crate) async fn deliver(client: &Client, outgoing: Outgoing) -> Result<Deliv
     let value = serde_json::to_value(&message)
         .map_err(|e| Exit::infra(format!("cannot encode the message: {e}")))?;
     if let Some((spec, task_queue)) = start {
+        // A run that has ended would be started again by this message: unless it took the
+        // message already (a webhook redelivered after the conversation ended).
+        if taken_by_ended_run(client, &run_id, &message.id).await {
+            return Ok(Delivered {
+                outcome: SendOutcome {
+                    accepted: true,
+                    duplicate: true,
+                    task: 0,
+                },
+                as_signal: false,
+            });
+        }
         let options = WorkflowUpdateWithStartOptions::new(
             task_queue,
             run_id.clone(),
@@ -331,6 +343,30 @@ pub(crate) async fn deliver(client: &Client, outgoing: Outgoing) -> Result<Deliv
             }
         }
     }
+}
+
+/// Whether run `run_id` exists, has ended, and took message `id`. Any doubt (no such run, no
+/// worker to answer the query) is `false`: the message goes on its way.
+async fn taken_by_ended_run(client: &Client, run_id: &str, id: &str) -> bool {
+    let h = handle(client, run_id);
+    let Ok(description) = h
+        .describe(temporalio_client::WorkflowDescribeOptions::default())
+        .await
+    else {
+        return false;
+    };
+    if description.status() == WorkflowExecutionStatus::Running {
+        return false;
+    }
+    let query = h.query(
+        AgentRun::message_taken,
+        id.to_owned(),
+        temporalio_client::WorkflowQueryOptions::default(),
+    );
+    matches!(
+        tokio::time::timeout(UPDATE_BUDGET, query).await,
+        Ok(Ok(true))
+    )
 }
 
 async fn ended(h: &WorkflowHandle<Client, AgentRun>, run: &str) -> Exit {

@@ -213,4 +213,41 @@ fn a_follow_up_is_the_idle_runs_next_task_and_the_run_ends_after_its_idle_timeou
     let late = baton(&server, &["send", &run, "third"]).unwrap();
     assert_eq!(late.code, 2, "{late}");
     assert!(late.stderr.contains("has already ended"), "{late}");
+
+    // A message the ended run took, sent again with --start (a webhook redelivered late):
+    // nothing starts; a new message does start the conversation again.
+    let start_again = |text: &str, id: &str| {
+        baton(
+            &server,
+            &[
+                "send",
+                "--start",
+                "--id",
+                &run,
+                "--message-id",
+                id,
+                "--json",
+                text,
+                "--",
+                "--task-queue",
+                &queue,
+                "--script",
+                &s,
+            ],
+        )
+        .unwrap()
+    };
+    let again = start_again("second task", "m2");
+    assert_eq!(again.code, 0, "{again}");
+    assert_eq!(again.json().unwrap()["duplicate"], true, "{again}");
+    assert_eq!(executions(&server, &run), 1, "nothing started");
+    let fresh = start_again("a new day", "m3");
+    assert_eq!(fresh.json().unwrap()["duplicate"], false, "{fresh}");
+    wait_until_blocking(
+        std::time::Duration::from_secs(30),
+        "a new run of the conversation",
+        || Ok((executions(&server, &run) == 2).then_some(())),
+    )
+    .unwrap();
+    let _ = baton(&server, &["cancel", &run]);
 }

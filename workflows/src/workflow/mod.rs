@@ -341,6 +341,13 @@ impl AgentRun {
             .unwrap_or_default()
     }
 
+    /// Whether the run took message `id` (its task's or a later one): asked of a run that has
+    /// ended, before a message with that id would start it again.
+    #[query(name = "message_taken")]
+    pub fn message_taken(&self, _ctx: &WorkflowContextView, id: String) -> bool {
+        self.run.is_duplicate_message(&id)
+    }
+
     /// State, turn, pending calls, usage and the last event.
     #[query(name = "status")]
     pub fn status(&self, _ctx: &WorkflowContextView) -> RunStatus {
