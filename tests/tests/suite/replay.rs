@@ -39,6 +39,9 @@ const RECORD_MCP_AS: &str = "mcp-run";
 /// File `record_fork_history` writes: the history of a forked run.
 const RECORD_FORK_AS: &str = "fork-run.json";
 
+/// File `record_conversation_history` writes: a conversation of two tasks.
+const RECORD_CONVERSATION_AS: &str = "conversation-run.json";
+
 /// Prefix of the files `record_subagent_history` writes (`<prefix>-{parent,child}.json`).
 const RECORD_SUBAGENT_AS: &str = "subagent-run";
 
@@ -533,6 +536,74 @@ async fn record_fork_history() {
     );
     std::fs::write(
         histories_dir().join(RECORD_FORK_AS),
+        fetch_history(&server, run, None).await,
+    )
+    .unwrap();
+}
+
+/// Records `tests/histories/<RECORD_CONVERSATION_AS>` (issue 33): `baton send --start` makes
+/// a conversation whose first task writes a file and answers; it waits idle, a second message
+/// (and the first one again, a duplicate) makes task 2, which writes another file; then no
+/// message comes for its idle timeout and it ends with task 2's answer.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "records a history; run by hand after an intended workflow change"]
+async fn record_conversation_history() {
+    let server = DevServer::start().unwrap();
+    let queue = unique("record");
+    let _w = worker(&server, &queue, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str| {
+        json!({"text": "Writing.", "tool_calls": [{"name": "write_file",
+            "arguments": {"path": path, "content": "x\n"}}]})
+    };
+    let s = script(
+        dir.path(),
+        "conversation",
+        json!([write("a.txt"), {"text": "Task one."}, write("b.txt"), {"text": "Task two."}]),
+    )
+    .display()
+    .to_string();
+    let run = "conversation-run";
+    let send = |args: &[&str]| {
+        let out = baton(&server, args).unwrap();
+        assert_eq!(out.code, 0, "{out}");
+        out.json().unwrap()
+    };
+    let first = send(&[
+        "send",
+        "--start",
+        "--id",
+        run,
+        "--idle-timeout",
+        "3s",
+        "--message-id",
+        "m1",
+        "--wait",
+        "--json",
+        "first task",
+        "--",
+        "--task-queue",
+        &queue,
+        "--script",
+        &s,
+        "--no-approval",
+    ]);
+    assert_eq!(first["answer"], "Task one.");
+    let again = send(&["send", run, "first task", "--message-id", "m1", "--json"]);
+    assert_eq!(again["duplicate"], true);
+    let second = send(&[
+        "send",
+        run,
+        "second task",
+        "--message-id",
+        "m2",
+        "--wait",
+        "--json",
+    ]);
+    assert_eq!(second["answer"], "Task two.");
+    assert_eq!(result(&server, run, 0)["answer"], "Task two.");
+    std::fs::write(
+        histories_dir().join(RECORD_CONVERSATION_AS),
         fetch_history(&server, run, None).await,
     )
     .unwrap();
