@@ -252,6 +252,14 @@ pub(crate) fn status_human(
     if let Some(cost) = cost_human(&usage) {
         out.push_str(&format!("cost:    {cost}\n"));
     }
+    if status.task > 0 {
+        out.push_str(&format!("task:    {} (a conversation)\n", status.task));
+    }
+    if status.state() == RunState::Idle {
+        out.push_str(&format!(
+            "next:    baton send {run} \"...\"  (the run waits for its next task)\n"
+        ));
+    }
     let ended = matches!(
         status.state(),
         RunState::Completed | RunState::Failed | RunState::Cancelled

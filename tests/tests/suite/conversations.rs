@@ -169,6 +169,12 @@ fn a_follow_up_is_the_idle_runs_next_task_and_the_run_ends_after_its_idle_timeou
         .json()
         .unwrap();
     assert_eq!(status["state"], "IDLE", "{status}");
+    let human = baton(&server, &["status", &run]).unwrap();
+    assert!(human.stdout.contains("task:    1"), "{human}");
+    assert!(
+        human.stdout.contains(&format!("baton send {run}")),
+        "{human}"
+    );
 
     let second = baton(
         &server,
