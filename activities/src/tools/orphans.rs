@@ -173,6 +173,31 @@ mod tests {
         command.spawn().unwrap()
     }
 
+    /// Waits until `child` runs the `sleep` program with `needle` in its environment (what the
+    /// sweep reads in `/proc`), at most 5 s: right after spawn, /proc may still show the
+    /// forked test process.
+    fn wait_exec(child: &Child, needle: &str) {
+        let environ = format!("/proc/{}/environ", child.id());
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let env = std::fs::read(&environ).unwrap_or_default();
+            let cmd = std::fs::read(&cmdline).unwrap_or_default();
+            let has = |haystack: &[u8], needle: &[u8]| {
+                haystack.windows(needle.len().max(1)).any(|w| w == needle)
+            };
+            if cmd.starts_with(b"sleep") && has(&env, needle.as_bytes()) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process {} did not exec sleep within 5 s",
+                child.id()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Whether `child` was killed by SIGKILL (waits for it, bounded by the sleep itself).
     fn was_killed(child: &mut Child) -> bool {
         use std::os::unix::process::ExitStatusExt;
@@ -191,7 +216,8 @@ mod tests {
         let mut ours = detached_sleep(&[(CALL_ENV, &key)]);
         let other_key = format!("{key}0");
         let mut other = detached_sleep(&[(CALL_ENV, &other_key)]);
-        std::thread::sleep(Duration::from_millis(50));
+        wait_exec(&ours, &key);
+        wait_exec(&other, &other_key);
         assert_eq!(kill_call(&key), 1);
         assert!(was_killed(&mut ours));
         assert!(
@@ -222,7 +248,8 @@ mod tests {
         )));
         let mut orphan = detached_sleep(&[(WORKER_ENV, &dead)]);
         let mut kept = detached_sleep(&[(WORKER_ENV, &live)]);
-        std::thread::sleep(Duration::from_millis(50));
+        wait_exec(&orphan, &dead);
+        wait_exec(&kept, &live);
         assert!(kill_orphans() >= 1);
         assert!(was_killed(&mut orphan));
         assert!(
