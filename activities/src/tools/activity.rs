@@ -564,6 +564,56 @@ fn test_read_delay(request: &ToolRequest) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+/// The result of a cut-off call that policy `on_retry = "ask"` does not re-run: a human
+/// decides. Its snapshot is the workspace as the cut-off call found it (a re-run starts there).
+fn not_rerun(
+    call: &ToolCall,
+    request: &ToolRequest,
+    previous: &ToolProgress,
+    attempt: u32,
+) -> ToolResult {
+    ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: format!(
+            "[baton: a worker failed while this call ran (attempt {attempt}); it was not run \
+             again]"
+        ),
+        interrupted: true,
+        snapshot: if request.snapshot.is_empty() {
+            previous.base_snapshot.clone()
+        } else {
+            request.snapshot.clone()
+        },
+        ..Default::default()
+    }
+}
+
+/// Kills what an earlier attempt of call `call_id` left running on this host (its worker was
+/// killed outright): it must not write into this attempt's workspace.
+async fn kill_earlier_attempts(run_id: &str, call_id: &str, attempt: u32) {
+    let key = format!("{run_id}/{call_id}");
+    let killed = tokio::task::spawn_blocking(move || orphans::kill_call(&key))
+        .await
+        .unwrap_or_default();
+    if killed > 0 {
+        warn!(
+            run_id,
+            call_id, attempt, killed, "killed processes left by an earlier attempt of this call"
+        );
+    }
+}
+
+/// Tells the model (and the transcript) that a call that may have side effects ran again;
+/// the idempotency key lets scripts deduplicate.
+fn mark_rerun(result: &mut ToolResult, attempt: u32, run_id: &str, call_id: &str) {
+    result.content = format!(
+        "[baton: this call ran again (attempt {attempt}) after its worker failed; an earlier \
+         attempt may already have had effects. Idempotency key: {run_id}/{call_id}]\n{}",
+        result.content
+    );
+}
+
 impl ToolService {
     /// One attempt of a tool call, built-in or MCP.
     async fn attempt(
@@ -593,22 +643,7 @@ impl ToolService {
         if attempt > 1 && request.mutating && request.confirm_retries && !request.retry_confirmed {
             // Policy on_retry = "ask": the first attempt may have taken effect; a human decides.
             info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool not re-run: waiting for a human");
-            return Ok(ToolResult {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                content: format!(
-                    "[baton: a worker failed while this call ran (attempt {attempt}); it was not \
-                     run again]"
-                ),
-                interrupted: true,
-                // The workspace as the cut-off call found it: a re-run starts from there.
-                snapshot: if request.snapshot.is_empty() {
-                    previous.base_snapshot.clone()
-                } else {
-                    request.snapshot.clone()
-                },
-                ..Default::default()
-            });
+            return Ok(not_rerun(&call, &request, &previous, attempt));
         }
         // MCP servers do not touch the workspace (no restore, no snapshot, no orphans) unless
         // they run in it (`sandbox = true`).
@@ -619,10 +654,11 @@ impl ToolService {
         let snapshots = self.snapshots && request.mutating && in_workspace;
         // The snapshot this call starts from: the run's latest, or (first mutating call of a
         // run) one taken now, so that a retry can start again from the same state.
-        let mut base = request.snapshot.clone();
-        if base.is_empty() {
-            base = previous.base_snapshot.clone();
-        }
+        let base = if request.snapshot.is_empty() {
+            previous.base_snapshot.clone()
+        } else {
+            request.snapshot.clone()
+        };
         // The attempt beats from here to its end, its restore and snapshot included; the
         // details carry the base known so far (a retry of a retry must not lose it).
         let started = tokio::time::Instant::now();
@@ -641,27 +677,13 @@ impl ToolService {
         if let Some(delay) = test_read_delay(&request) {
             tokio::time::sleep(delay).await;
         }
-        if matches!(kind, Kind::Builtin) && (attempt > 1 || request.retry_confirmed) {
-            // An earlier attempt's processes may still run on this host (its worker was killed
-            // outright): they must not write into the workspace of this one.
-            let key = format!("{run_id}/{}", call.id);
-            let killed = tokio::task::spawn_blocking(move || orphans::kill_call(&key))
-                .await
-                .unwrap_or_default();
-            if killed > 0 {
-                warn!(run_id, call_id = %call.id, attempt, killed, "killed processes left by an earlier attempt of this call");
-            }
+        let retry = attempt > 1 || request.retry_confirmed;
+        if matches!(kind, Kind::Builtin) && retry {
+            kill_earlier_attempts(&run_id, &call.id, attempt).await;
         }
-        if self.snapshots && in_workspace && !base.is_empty() {
-            let retry = attempt > 1 || request.retry_confirmed;
-            self.ensure_snapshot(&run_id, &workspace, &base, snapshots && retry)
-                .await?;
-        } else if snapshots && base.is_empty() {
-            base = self
-                .take_snapshot(&run_id, &workspace)
-                .await
-                .unwrap_or_default();
-        }
+        let base = self
+            .starting_tree(&run_id, &workspace, base, in_workspace, snapshots, retry)
+            .await?;
         known_base
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -680,17 +702,7 @@ impl ToolService {
             return Err(ActivityError::cancelled());
         }
         info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool started");
-        // Arguments too long for history are in the blob store.
-        let mut call = call;
-        if !call.arguments_ref.is_empty() {
-            let id = BlobId::parse(&call.arguments_ref)
-                .map_err(|e| infrastructure(format!("bad arguments reference: {e}")))?;
-            let bytes =
-                self.store.get(&id).await.map_err(|e| {
-                    infrastructure(format!("cannot read the call's arguments: {e}"))
-                })?;
-            call.arguments = String::from_utf8_lossy(&bytes).into_owned();
-        }
+        let call = self.with_whole_arguments(call).await?;
         let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)));
         let (outcome, read_only) = match &kind {
             Kind::Builtin => {
@@ -729,14 +741,7 @@ impl ToolService {
         };
         let mut result = outcome?;
         if attempt > 1 && !read_only {
-            // The model (and the transcript) must know side effects may have happened
-            // twice; the idempotency key lets scripts deduplicate.
-            result.content = format!(
-                "[baton: this call ran again (attempt {attempt}) after its worker failed; \
-                 an earlier attempt may already have had effects. Idempotency key: \
-                 {run_id}/{}]\n{}",
-                call.id, result.content
-            );
+            mark_rerun(&mut result, attempt, &run_id, &call.id);
         }
         self.offload_outputs(&run_id, &mut result).await;
         if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
@@ -744,6 +749,49 @@ impl ToolService {
         }
         info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
         Ok(result)
+    }
+
+    /// The snapshot a call starts from, its tree made so: a known `base` restored into the
+    /// workspace (only what differs; `snapshots && retry`: checked against a tree an earlier
+    /// attempt may have changed), or, for the first mutating call of a run, one taken now so a
+    /// retry can start again from the same state.
+    async fn starting_tree(
+        &self,
+        run_id: &str,
+        workspace: &std::path::Path,
+        base: String,
+        in_workspace: bool,
+        snapshots: bool,
+        retry: bool,
+    ) -> Result<String, ActivityError> {
+        if self.snapshots && in_workspace && !base.is_empty() {
+            self.ensure_snapshot(run_id, workspace, &base, snapshots && retry)
+                .await?;
+            Ok(base)
+        } else if snapshots && base.is_empty() {
+            Ok(self
+                .take_snapshot(run_id, workspace)
+                .await
+                .unwrap_or_default())
+        } else {
+            Ok(base)
+        }
+    }
+
+    /// `call` with its whole arguments: those too long for history are in the blob store.
+    async fn with_whole_arguments(&self, mut call: ToolCall) -> Result<ToolCall, ActivityError> {
+        if call.arguments_ref.is_empty() {
+            return Ok(call);
+        }
+        let id = BlobId::parse(&call.arguments_ref)
+            .map_err(|e| infrastructure(format!("bad arguments reference: {e}")))?;
+        let bytes = self
+            .store
+            .get(&id)
+            .await
+            .map_err(|e| infrastructure(format!("cannot read the call's arguments: {e}")))?;
+        call.arguments = String::from_utf8_lossy(&bytes).into_owned();
+        Ok(call)
     }
 
     /// Runs a built-in tool; on cancellation the tool stops (and reaps) its processes itself,
