@@ -213,45 +213,12 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         identity,
     } = connect(&settings).await?;
 
-    let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(
-        "bad workspace root (workspace_root) {}",
-        settings.workspace_root.display()
-    ))?;
-    std::fs::create_dir_all(&workspace_root).misconfigured(format!(
-        "cannot create the workspace root (workspace_root) {}",
-        workspace_root.display()
-    ))?;
-    writable(&workspace_root, "workspace root (workspace_root)")?;
-    // As root the worker runs tools as the sandbox user, who must reach the workspaces.
-    if nix::unistd::geteuid().is_root() && settings.sandbox_uid != 0 {
-        traversable(&workspace_root, settings.sandbox_uid, settings.sandbox_gid)?;
-    }
-    let store = baton_store::open(&settings.store)
-        .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
-    // A local cache of the blobs this worker read or wrote: a tree it has seen (a repository
-    // at another commit, an environment) restores without downloading it again.
-    let mut cache_counters = None;
-    let store: baton_store::SharedStore = match settings.store.cache_budget() {
-        0 => store,
-        budget => {
-            let dir = settings
-                .store
-                .cache_dir
-                .clone()
-                .unwrap_or_else(|| workspace_root.join(".baton-blob-cache"));
-            let cached = baton_store::cached::CachedStore::new(store, &dir, budget)
-                .misconfigured("cannot set up the local blob cache (store.cache_dir)")?;
-            info!(dir = %dir.display(), budget, used = cached.used_bytes(), "local blob cache");
-            cache_counters = Some(cached.counters());
-            std::sync::Arc::new(cached)
-        }
-    };
-    let local_store = (settings.store.backend == "local")
-        .then(|| std::path::absolute(&settings.store.dir).ok())
-        .flatten();
-    if let Some(dir) = &local_store {
-        writable(dir, "blob store directory (store.dir)")?;
-    }
+    let Storage {
+        workspace_root,
+        store,
+        cache_counters,
+        local_store,
+    } = open_storage(&settings)?;
     let swept = baton_sandbox::sweep_stale_temp_dirs();
     if swept > 0 {
         info!(
@@ -266,35 +233,7 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             "killed tool processes left running by workers that were killed"
         );
     }
-    let frontend_hosts =
-        baton_sandbox::net::ProtectedHosts::new(temporal_endpoints(&frontend).await);
-    // A frontend behind a name may move (a load balancer's addresses change): keep every
-    // address it had protected, and add new ones as they appear.
-    tokio::spawn(refresh_frontend(frontend.clone(), frontend_hosts.clone()));
-    let mut sandbox = settings
-        .sandbox(frontend_hosts)
-        .misconfigured("sandbox_private_ranges")?;
-    // Sandboxed commands of one run may read neither other runs' workspaces nor the store, nor
-    // any credential file of the worker's.
-    sandbox.hidden = [Some(workspace_root.clone()), local_store]
-        .into_iter()
-        .flatten()
-        .chain(hidden::credential_paths(
-            settings
-                .config
-                .as_deref()
-                .unwrap_or(std::path::Path::new("baton.toml")),
-            &|name| std::env::var(name).ok(),
-            &hidden::temporal_tls_paths()
-                .into_iter()
-                // The GitHub App's private key.
-                .chain(
-                    (!settings.git.github.private_key_file.is_empty())
-                        .then(|| settings.git.github.private_key_file.clone().into()),
-                )
-                .collect::<Vec<_>>(),
-        ))
-        .collect();
+    let sandbox = sandbox_settings(&settings, &frontend, &workspace_root, local_store).await?;
     info!(
         hidden = %sandbox.hidden.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         "paths sandboxed commands may not read"
@@ -527,6 +466,105 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     }
     info!("worker stopped");
     Ok(())
+}
+
+/// Where the worker keeps things: its workspace root (made, writable, reachable by the
+/// sandbox user) and the blob store (with the local read-through cache when configured).
+struct Storage {
+    workspace_root: std::path::PathBuf,
+    store: baton_store::SharedStore,
+    cache_counters: Option<std::sync::Arc<baton_store::cached::CacheCounters>>,
+    /// The local store's directory (hidden from tools), when the store is local.
+    local_store: Option<std::path::PathBuf>,
+}
+
+/// Opens the workspace root and the blob store, or says which setting is wrong.
+fn open_storage(settings: &Settings) -> anyhow::Result<Storage> {
+    let workspace_root = std::path::absolute(&settings.workspace_root).misconfigured(format!(
+        "bad workspace root (workspace_root) {}",
+        settings.workspace_root.display()
+    ))?;
+    std::fs::create_dir_all(&workspace_root).misconfigured(format!(
+        "cannot create the workspace root (workspace_root) {}",
+        workspace_root.display()
+    ))?;
+    writable(&workspace_root, "workspace root (workspace_root)")?;
+    // As root the worker runs tools as the sandbox user, who must reach the workspaces.
+    if nix::unistd::geteuid().is_root() && settings.sandbox_uid != 0 {
+        traversable(&workspace_root, settings.sandbox_uid, settings.sandbox_gid)?;
+    }
+    let store = baton_store::open(&settings.store)
+        .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
+    // A local cache of the blobs this worker read or wrote: a tree it has seen (a repository
+    // at another commit, an environment) restores without downloading it again.
+    let mut cache_counters = None;
+    let store: baton_store::SharedStore = match settings.store.cache_budget() {
+        0 => store,
+        budget => {
+            let dir = settings
+                .store
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| workspace_root.join(".baton-blob-cache"));
+            let cached = baton_store::cached::CachedStore::new(store, &dir, budget)
+                .misconfigured("cannot set up the local blob cache (store.cache_dir)")?;
+            info!(dir = %dir.display(), budget, used = cached.used_bytes(), "local blob cache");
+            cache_counters = Some(cached.counters());
+            std::sync::Arc::new(cached)
+        }
+    };
+    let local_store = (settings.store.backend == "local")
+        .then(|| std::path::absolute(&settings.store.dir).ok())
+        .flatten();
+    if let Some(dir) = &local_store {
+        writable(dir, "blob store directory (store.dir)")?;
+    }
+    Ok(Storage {
+        workspace_root,
+        store,
+        cache_counters,
+        local_store,
+    })
+}
+
+/// The sandbox of tool processes: the Temporal frontend's addresses protected (and kept up
+/// to date), and the workspace root, the local store and every credential file hidden.
+async fn sandbox_settings(
+    settings: &Settings,
+    frontend: &url::Url,
+    workspace_root: &std::path::Path,
+    local_store: Option<std::path::PathBuf>,
+) -> anyhow::Result<baton_sandbox::SandboxSettings> {
+    let frontend_hosts =
+        baton_sandbox::net::ProtectedHosts::new(temporal_endpoints(frontend).await);
+    // A frontend behind a name may move (a load balancer's addresses change): keep every
+    // address it had protected, and add new ones as they appear.
+    tokio::spawn(refresh_frontend(frontend.clone(), frontend_hosts.clone()));
+    let mut sandbox = settings
+        .sandbox(frontend_hosts)
+        .misconfigured("sandbox_private_ranges")?;
+    // Sandboxed commands of one run may read neither other runs' workspaces nor the store, nor
+    // any credential file of the worker's.
+    sandbox.hidden = [Some(workspace_root.to_path_buf()), local_store]
+        .into_iter()
+        .flatten()
+        .chain(hidden::credential_paths(
+            settings
+                .config
+                .as_deref()
+                .unwrap_or(std::path::Path::new("baton.toml")),
+            &|name| std::env::var(name).ok(),
+            &hidden::temporal_tls_paths()
+                .into_iter()
+                // The GitHub App's private key.
+                .chain(
+                    (!settings.git.github.private_key_file.is_empty())
+                        .then(|| settings.git.github.private_key_file.clone().into()),
+                )
+                .collect::<Vec<_>>(),
+        ))
+        .collect();
+    Ok(sandbox)
 }
 
 /// One activity-only worker per hosted provider, on the provider's task queue
