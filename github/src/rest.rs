@@ -138,7 +138,7 @@ impl Endpoint {
 }
 
 /// GitHub's `message`, then each `errors[].message` (or its `code` on `field`).
-pub(crate) async fn said(response: Response) -> String {
+pub async fn said(response: Response) -> String {
     let text = response.text().await.unwrap_or_default();
     let Ok(value) = serde_json::from_str::<Value>(&text) else {
         return text.chars().take(300).collect();

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use baton_github::{owner_and_repo, rest::said};
 use reqwest::{Client, Response, StatusCode};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::deliver::Stop;
 use super::settings::GitHubSettings;
@@ -182,59 +183,9 @@ impl Api<'_> {
     }
 }
 
-/// GitHub's `message`, then each `errors[].message` (or its `code` on `field`).
-async fn said(response: Response) -> String {
-    let text = response.text().await.unwrap_or_default();
-    let Ok(value) = serde_json::from_str::<Value>(&text) else {
-        return text.chars().take(300).collect();
-    };
-    let mut parts: Vec<String> = value
-        .get("message")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .into_iter()
-        .collect();
-    for error in value
-        .get("errors")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let text = error
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| {
-                let code = error.get("code").and_then(Value::as_str)?;
-                let field = error.get("field").and_then(Value::as_str).unwrap_or("");
-                Some(format!("{code} {field}").trim().to_owned())
-            });
-        parts.extend(text);
-    }
-    parts.join(": ")
-}
-
-/// The last two path components of a git URL, `.git` stripped (`https://h/o/r.git`,
-/// `git@h:o/r.git`).
-pub(crate) fn owner_and_repo(url: &str) -> Option<(String, String)> {
-    let mut parts = url
-        .trim_end_matches('/')
-        .rsplit(['/', ':'])
-        .filter(|part| !part.is_empty());
-    let repo = parts.next()?;
-    let repo = repo.strip_suffix(".git").unwrap_or(repo);
-    let owner = parts.next()?;
-    let valid = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    };
-    (valid(owner) && valid(repo)).then(|| (owner.to_owned(), repo.to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::owner_and_repo;
+    use baton_github::owner_and_repo;
 
     #[test]
     fn owner_and_repo_from_urls() {

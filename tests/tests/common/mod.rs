@@ -173,3 +173,22 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 pub fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+/// How many executions (runs of the workflow id `run`) the server's visibility lists.
+pub fn executions(server: &DevServer, run: &str) -> usize {
+    let out = server
+        .temporal(&[
+            "workflow",
+            "list",
+            "--query",
+            &format!("WorkflowId = '{run}'"),
+            "--output",
+            "json",
+        ])
+        .unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    serde_json::from_str::<serde_json::Value>(out.stdout.trim())
+        .ok()
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0)
+}

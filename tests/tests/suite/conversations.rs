@@ -9,7 +9,7 @@ use crate::common;
 use baton_tests::*;
 use common::*;
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The user messages of `run`'s transcript, in order.
 fn user_messages(server: &DevServer, run: &str) -> Vec<String> {
@@ -23,23 +23,6 @@ fn user_messages(server: &DevServer, run: &str) -> Vec<String> {
         .filter_map(|item| item.get("user").and_then(|u| u["text"].as_str()))
         .map(str::to_owned)
         .collect()
-}
-
-/// How many executions (runs of the workflow id) the server holds for `run`.
-fn executions(server: &DevServer, run: &str) -> usize {
-    let out = server
-        .temporal(&[
-            "workflow",
-            "list",
-            "--query",
-            &format!("WorkflowId = '{run}'"),
-            "--output",
-            "json",
-        ])
-        .unwrap();
-    assert_eq!(out.code, 0, "{out}");
-    let listed: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(json!([]));
-    listed.as_array().map_or(0, Vec::len)
 }
 
 #[test]

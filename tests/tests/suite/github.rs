@@ -217,21 +217,19 @@ impl Drop for Hub {
     }
 }
 
-fn executions(server: &DevServer, run: &str) -> usize {
-    let out = server
-        .temporal(&[
-            "workflow",
-            "list",
-            "--query",
-            &format!("WorkflowId = '{run}'"),
-            "--output",
-            "json",
-        ])
-        .unwrap();
-    serde_json::from_str::<Value>(out.stdout.trim())
-        .ok()
-        .and_then(|v| v.as_array().map(Vec::len))
-        .unwrap_or(0)
+/// The id of the call `RUN` waits for approval of, once it waits.
+fn pending_call(server: &DevServer) -> String {
+    let waiting = wait_until_blocking(Duration::from_secs(60), "the call waits", || {
+        let v = baton(server, &["status", RUN, "--json"])?
+            .json()
+            .unwrap_or_default();
+        Ok((v["state"] == "AWAITING_APPROVAL").then_some(v))
+    })
+    .unwrap();
+    waiting["pending"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 fn wait_idle(server: &DevServer, run: &str, task: u64) -> Value {
@@ -515,17 +513,7 @@ fn a_call_waiting_for_approval_is_posted_and_a_maintainers_approve_comment_runs_
     let mut hub = Hub::start_with(&server, dir.path(), &script, &[]);
     let (status, answer) = hub.post("issues", "d-1", &hub.labeled(7), SECRET);
     assert_eq!(status, 200, "{answer}");
-    let waiting = wait_until_blocking(Duration::from_secs(60), "the call waits", || {
-        let v = baton(&server, &["status", RUN, "--json"])?
-            .json()
-            .unwrap_or_default();
-        Ok((v["state"] == "AWAITING_APPROVAL").then_some(v))
-    })
-    .unwrap();
-    let call = waiting["pending"][0]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let call = pending_call(&server);
     // The call is posted, whole, with how to answer it.
     let posted = wait_until_blocking(Duration::from_secs(30), "the call is posted", || {
         Ok(progress_comments(&hub)
@@ -641,17 +629,7 @@ fn a_team_approver_decides_as_a_member_and_a_maintainer_outside_the_team_cannot(
     hub.github.set_team("acme/reviewers", &["carol"]);
     let (status, answer) = hub.post("issues", "d-1", &hub.labeled(7), SECRET);
     assert_eq!(status, 200, "{answer}");
-    let waiting = wait_until_blocking(Duration::from_secs(60), "the call waits", || {
-        let v = baton(&server, &["status", RUN, "--json"])?
-            .json()
-            .unwrap_or_default();
-        Ok((v["state"] == "AWAITING_APPROVAL").then_some(v))
-    })
-    .unwrap();
-    let call = waiting["pending"][0]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let call = pending_call(&server);
 
     // A maintainer outside the team: refused by the run's policy, told so.
     let (_, refused) = hub.post(
