@@ -22,6 +22,7 @@ pub mod glob;
 pub mod kept;
 pub mod orphans;
 pub mod output;
+mod retry;
 pub mod search;
 pub mod shell;
 pub mod verify;
