@@ -1,6 +1,6 @@
 //! Sets `BATON_BUILD_ID`, the default Worker Deployment build id of every binary built from
 //! this tree: `<version>-<git sha, 12>` for a clean checkout. When the workflow code (this
-//! crate or the proto contract) differs from the commit, or there is no git, a fingerprint of
+//! crate, the pure core it drives, or the proto contract) differs from the commit, or there is no git, a fingerprint of
 //! that code is added (`-dirty-<fp>` / `-src-<fp>`), so two builds whose workflow code differs
 //! never share a build id. `BATON_BUILD_ID` in the build's environment overrides it all (image
 //! builds without `.git`).
@@ -22,7 +22,11 @@ fn main() {
         return;
     }
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let sources = [manifest.join("src"), manifest.join("../proto/proto")];
+    let sources = [
+        manifest.join("src"),
+        manifest.join("../core/src"),
+        manifest.join("../proto/proto"),
+    ];
     for dir in &sources {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
@@ -34,7 +38,14 @@ fn main() {
             let sha = &sha[..sha.len().min(12)];
             let dirty = git(
                 &manifest,
-                &["status", "--porcelain", "--", ".", "../proto/proto"],
+                &[
+                    "status",
+                    "--porcelain",
+                    "--",
+                    ".",
+                    "../core",
+                    "../proto/proto",
+                ],
             )
             .is_some_and(|s| !s.is_empty());
             if dirty {

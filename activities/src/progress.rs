@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
+use baton_core::machine::comment_marker;
 use baton_github::{CheckRun, GitHub, GitHubError};
 use baton_proto::{ProgressReported, ProgressRequest};
 use baton_workflows::activities::FailureType;
-use baton_workflows::machine::comment_marker;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};

@@ -19,13 +19,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
+use baton_core::tools::{READ_FILE, SHELL};
 use baton_proto::{ApprovalPolicy, Limits, ModelConfig, RunSpec, SandboxPolicy};
 use baton_tests::{DevServer, MockOpenAi, Signal, Worker, baton, unique};
-use baton_workflows::{
-    AgentRun,
-    tools::{READ_FILE, SHELL},
-    workflow::TOOL_HEARTBEAT,
-};
+use baton_workflows::{AgentRun, workflow::TOOL_HEARTBEAT};
 use temporalio_client::{Client, WorkflowGetResultOptions, WorkflowHandle};
 
 use crate::heartbeats::{self, Traffic};

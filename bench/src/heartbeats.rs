@@ -13,8 +13,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use baton_core::tools::SHELL;
 use baton_tests::{DevServer, MockOpenAi, MockResponse, free_port, unique};
-use baton_workflows::tools::SHELL;
 use temporalio_client::{Client, WorkflowGetResultOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

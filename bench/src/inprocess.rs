@@ -13,10 +13,10 @@ use baton_activities::{
     llm::{ProviderSettings, Providers},
     tools::{self, ToolContext},
 };
+use baton_core::{RunState, Step};
 use baton_proto::{LlmRequest, LlmResponse, RunState as StateName, WorkspaceInstructions};
 use baton_store::{StoreSettings, conversation::Conversations};
 use baton_tests::MockOpenAi;
-use baton_workflows::{RunState, Step};
 use tokio_util::sync::CancellationToken;
 
 use crate::scenario;

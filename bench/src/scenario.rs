@@ -8,8 +8,8 @@ use anyhow::Context;
 use baton_proto::{ApprovalPolicy, Limits, ModelConfig, RunSpec};
 use std::sync::Arc;
 
+use baton_core::tools::{READ_FILE, SHELL};
 use baton_tests::{CapturedRequest, MockOpenAi, MockResponse, Responder};
-use baton_workflows::tools::{READ_FILE, SHELL};
 use serde_json::Value;
 
 /// The file every turn's tool call reads (one line of it), in the run's workspace.

@@ -276,8 +276,7 @@ fn remember_hint(p: &PendingCall) -> String {
         arguments: p.arguments.clone(),
         ..Default::default()
     };
-    match baton_workflows::policy::remembered_rule(&call, baton_workflows::policy::Matching::Strict)
-    {
+    match baton_core::policy::remembered_rule(&call, baton_core::policy::Matching::Strict) {
         Some(rule) => format!(
             "    (r allows {} `{}` for the rest of the run)",
             escape_line(&rule.tool),

@@ -537,7 +537,7 @@ mod tests {
 
     #[test]
     fn refusals_that_mean_the_call_moved_on_are_told_apart() {
-        use baton_workflows::error::DecisionError;
+        use baton_core::error::DecisionError;
         for gone in [
             DecisionError::UnknownCall {
                 call_id: "c1".into(),

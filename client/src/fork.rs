@@ -10,12 +10,12 @@
 //! against the tree RUN started from. The spec is RUN's own, with the fork's labels, limits
 //! and instructions.
 
+use baton_core::{fork, machine::DEFAULT_MAX_TURNS};
 use baton_proto::{
     ConversationRef, ForkSource, GitSource, RunSpec, SnapshotSource, WorkspaceSource,
     workspace_source,
 };
 use baton_store::conversation::Conversations;
-use baton_workflows::{fork, machine::DEFAULT_MAX_TURNS};
 use temporalio_client::{Client, WorkflowDescribeOptions, errors::WorkflowInteractionError};
 
 use crate::{

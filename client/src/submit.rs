@@ -3,11 +3,11 @@
 
 use std::{io::Read, path::Path};
 
+use baton_core::{mcp, policy, tools};
 use baton_proto::{
     ApprovalPolicy, ApprovalTimeoutAction, Limits, McpUse, ModelConfig, RunPriority, RunSpec,
     SandboxPolicy, Script,
 };
-use baton_workflows::{mcp, policy, tools};
 use serde_json::Value;
 
 use crate::{
@@ -273,7 +273,7 @@ fn environment(args: &SubmitArgs) -> Result<Option<baton_proto::EnvironmentSpec>
     let (path, origin) = match (&args.environment, &args.workspace_from) {
         (Some(path), _) => (path.clone(), format!("--environment {}", path.display())),
         (None, Some(dir)) => {
-            let path = dir.join(baton_workflows::environment::ENVIRONMENT_FILE);
+            let path = dir.join(baton_core::environment::ENVIRONMENT_FILE);
             if !path.is_file() {
                 return Ok(None);
             }
@@ -288,7 +288,7 @@ fn environment(args: &SubmitArgs) -> Result<Option<baton_proto::EnvironmentSpec>
             path.display()
         ))
     })?;
-    let env = baton_workflows::environment::parse(&text, &origin).map_err(Exit::usage)?;
+    let env = baton_core::environment::parse(&text, &origin).map_err(Exit::usage)?;
     if let Some((host, e)) = env
         .setup_hosts
         .iter()
@@ -382,7 +382,7 @@ fn load_output_schema(path: &Path) -> Result<String, Exit> {
             path.display()
         ))
     })?;
-    baton_workflows::schema::check_schema(&text)
+    baton_core::schema::check_schema(&text)
         .map_err(|e| Exit::usage(format!("--output-schema {}: {e}", path.display())))?;
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| Exit::usage(format!("--output-schema {}: {e}", path.display())))?;
@@ -540,13 +540,13 @@ fn verification(args: &SubmitArgs) -> Result<(Vec<String>, u32), Exit> {
         match value.get("verify_attempts") {
             None => {}
             Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if (1..=baton_workflows::machine::MAX_VERIFY_ATTEMPTS).contains(&n) => {
+                Some(n) if (1..=baton_core::machine::MAX_VERIFY_ATTEMPTS).contains(&n) => {
                     attempts = n;
                 }
                 _ => {
                     return Err(bad(&format!(
                         "verify_attempts must be a whole number from 1 to {}",
-                        baton_workflows::machine::MAX_VERIFY_ATTEMPTS
+                        baton_core::machine::MAX_VERIFY_ATTEMPTS
                     )));
                 }
             },
@@ -565,22 +565,22 @@ fn verification(args: &SubmitArgs) -> Result<(Vec<String>, u32), Exit> {
             i + 1
         )));
     }
-    if commands.len() > baton_workflows::machine::MAX_VERIFY_COMMANDS {
+    if commands.len() > baton_core::machine::MAX_VERIFY_COMMANDS {
         return Err(Exit::usage(format!(
             "{} verification commands; a run may have at most {} (join related checks with &&)",
             commands.len(),
-            baton_workflows::machine::MAX_VERIFY_COMMANDS
+            baton_core::machine::MAX_VERIFY_COMMANDS
         )));
     }
     if let Some(c) = commands
         .iter()
-        .find(|c| c.len() > baton_workflows::machine::MAX_VERIFY_COMMAND_BYTES)
+        .find(|c| c.len() > baton_core::machine::MAX_VERIFY_COMMAND_BYTES)
     {
         return Err(Exit::usage(format!(
             "a verification command is {} bytes long, over {}; put it in a script in the \
              repository and verify with that",
             c.len(),
-            baton_workflows::machine::MAX_VERIFY_COMMAND_BYTES
+            baton_core::machine::MAX_VERIFY_COMMAND_BYTES
         )));
     }
     if attempts > 0 && commands.is_empty() {

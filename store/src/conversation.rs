@@ -9,8 +9,8 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
+use baton_core::view::{self, cut_text};
 use baton_proto::{ConversationRef, Item, LlmRequest, LlmResponse, ToolDefinition};
-use baton_workflows::view::{self, cut_text};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 

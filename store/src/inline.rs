@@ -29,8 +29,8 @@
 //!   sizes (elision, token estimates); `baton transcript` reads the
 //!   store. Old payloads have none of these fields (proto3 defaults) and read as before.
 
+use baton_core::{guards, view::cut_text};
 use baton_proto::{CutArguments, StoredText, ToolCall, ToolResult};
-use baton_workflows::{guards, view::cut_text};
 
 use crate::{BlobId, BlobStore, StoreError};
 

@@ -1,43 +1,17 @@
-//! baton's deterministic core: the agent state machine and the `AgentRun` workflow.
+//! The `AgentRun` Temporal workflow: baton's pure core (`baton-core`: the state machine and
+//! everything it decides with) driven by Temporal.
 //!
-//! - [`machine`]: [`machine::RunState`] and its pure transitions, one file per concern, with
-//!   the phase × input table in its doc.
-//! - [`policy`]: the approval policy, `assess(call, tool, policy)`.
-//! - [`guards`]: loop guards (circuit breaker thresholds, loop detection).
-//! - [`prompt`]: the system prompt builder.
-//! - [`tools`]: the built-in tool catalog (definitions the model sees, read-only flags).
-//! - [`mcp`]: MCP tools (issue 18): model-facing names, listed tools as definitions, spec
-//!   checks.
-//! - [`subagent`]: subagents (issue 20): `spawn_agent` arguments and the child run's spec.
-//! - [`view`]: the model's view of a conversation (elision, summary, stubs), shared with the
-//!   model activity.
-//! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
-//!   `baton-activities`.
 //! - [`workflow`]: the `AgentRun` workflow: signals, update, queries and the run loop, with the
 //!   approval wait, tool batches, status publishing, options and the patch registry beside it.
-//! - [`fork`]: forks (`baton fork`): where a turn ends in a conversation, what a fork holds of
-//!   it, the workspace then (the source's side; the fork's state is `machine/fork.rs`).
-//! - [`error`]: errors of this crate.
+//! - [`activities`]: activity contracts (names, payloads, failure types); bodies live in
+//!   `baton-activities`.
 //!
 //! Nothing here does I/O or reads clocks or the environment (`clippy.toml` enforces it), so the
-//! workflow replays deterministically.
+//! workflow replays deterministically. The build id ([`BUILD_ID`]) fingerprints this crate,
+//! the core and the proto contract (`build.rs`).
 
 pub mod activities;
-pub mod environment;
-pub mod error;
-pub mod fork;
-pub mod guards;
-pub mod machine;
-pub mod mcp;
-pub mod policy;
-pub mod prompt;
-pub mod schema;
-pub mod subagent;
-pub mod tools;
-pub mod view;
 pub mod workflow;
-
-pub use machine::{RunState, Step};
 
 /// This build's default Worker Deployment build id: `<version>-<git sha>`, with a fingerprint
 /// of the workflow code added when it differs from the commit (`build.rs`).

@@ -4,10 +4,11 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use baton_core::view;
 use baton_proto::{
     CompactRequest, CompactResponse, LlmRequest, LlmResponse, StreamProgress, Usage,
 };
-use baton_workflows::{activities::FailureType, view};
+use baton_workflows::activities::FailureType;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};

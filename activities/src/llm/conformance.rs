@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 use crate::llm::test_items::*;
+use baton_core::view;
 use baton_proto::{AssistantMessage, Item, LlmRequest, ModelConfig, ToolDefinition, ViewSpec};
-use baton_workflows::view;
 use serde_json::{Value, json};
 
 use super::{

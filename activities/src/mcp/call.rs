@@ -12,9 +12,9 @@
 use std::time::Duration;
 
 use base64::Engine;
+use baton_core::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
 use baton_proto::{Attachment, McpOrigin, ToolCall, ToolResult};
 use baton_store::SharedStore;
-use baton_workflows::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
 use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents};
 use rmcp::service::ServiceError;
 use tracing::warn;

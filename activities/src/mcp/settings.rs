@@ -220,7 +220,7 @@ impl McpSettings {
     /// Refuses settings the worker must not start with; the error names the key.
     pub fn check(&self) -> Result<(), String> {
         for (name, server) in &self.servers {
-            baton_workflows::mcp::check_server_name(name)
+            baton_core::mcp::check_server_name(name)
                 .map_err(|e| format!("mcp.servers.{name}: {e}"))?;
             server.check(name)?;
         }

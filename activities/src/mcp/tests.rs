@@ -106,7 +106,7 @@ async fn call_tool(
     };
     let call = ToolCall {
         id: "call-1".into(),
-        name: baton_workflows::mcp::tool_name(server, tool, &Default::default()),
+        name: baton_core::mcp::tool_name(server, tool, &Default::default()),
         arguments: arguments.to_string(),
         ..Default::default()
     };

@@ -659,7 +659,7 @@ impl ToolService {
         let (outcome, read_only) = match &kind {
             Kind::Builtin => {
                 let read_only =
-                    baton_workflows::tools::definition(&call.name).is_some_and(|d| d.read_only);
+                    baton_core::tools::definition(&call.name).is_some_and(|d| d.read_only);
                 let tool_ctx = ToolContext {
                     workspace: workspace.clone(),
                     timeout,

@@ -398,8 +398,8 @@ mod tests {
     use super::*;
     use crate::tools::execute;
     use crate::tools::tests::{call, context};
+    use baton_core::tools::EDIT_FILE;
     use baton_proto::ToolResult;
-    use baton_workflows::tools::EDIT_FILE;
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use tempfile::TempDir;

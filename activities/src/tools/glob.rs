@@ -3,7 +3,7 @@
 use std::io::ErrorKind;
 use std::ops::ControlFlow;
 
-use baton_workflows::tools::OUTPUT_CAP_BYTES;
+use baton_core::tools::OUTPUT_CAP_BYTES;
 use globset::GlobBuilder;
 use serde::Deserialize;
 
@@ -120,8 +120,8 @@ pub async fn glob(ctx: &ToolContext, args: GlobArgs) -> Outcome {
 mod tests {
     use crate::tools::execute;
     use crate::tools::tests::{call, context};
+    use baton_core::tools::{GLOB, OUTPUT_CAP_BYTES};
     use baton_proto::ToolResult;
-    use baton_workflows::tools::{GLOB, OUTPUT_CAP_BYTES};
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::symlink;
     use tempfile::TempDir;

@@ -4,7 +4,7 @@
 //!
 //! Every tool is confined to the run's workspace directory (see [`workspace::resolve`]) and
 //! every result sent back to the model is capped at
-//! [`OUTPUT_CAP_BYTES`](baton_workflows::tools::OUTPUT_CAP_BYTES) (see [`output::cap`]).
+//! [`OUTPUT_CAP_BYTES`](baton_core::tools::OUTPUT_CAP_BYTES) (see [`output::cap`]).
 //!
 //! Failures come in two kinds:
 //! - ordinary ones, caused by what the model asked for (bad arguments, unknown tool, a path
@@ -34,11 +34,11 @@ pub use activity::{HEARTBEAT_EVERY, ToolService};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_proto::{ToolCall, ToolResult};
-use baton_sandbox::{Sandbox, SandboxError};
-use baton_workflows::tools::{
+use baton_core::tools::{
     BUILTIN_TOOLS, EDIT_FILE, GLOB, LIST_FILES, READ_FILE, SEARCH_FILES, SHELL, WRITE_FILE,
 };
+use baton_proto::{ToolCall, ToolResult};
+use baton_sandbox::{Sandbox, SandboxError};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -267,7 +267,7 @@ fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: &str) -> Result<T
         arguments
     };
     serde_json::from_str(text).map_err(|e| {
-        let schema = baton_workflows::tools::definition(tool)
+        let schema = baton_core::tools::definition(tool)
             .map(|d| d.parameters)
             .unwrap_or_default();
         Outcome::error(format!(

@@ -4,8 +4,8 @@ use std::io::{ErrorKind, Read};
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use baton_core::tools::OUTPUT_CAP_BYTES;
 use baton_store::beneath::{Beneath, OpenError};
-use baton_workflows::tools::OUTPUT_CAP_BYTES;
 use globset::{GlobBuilder, GlobMatcher};
 use nix::fcntl::OFlag;
 use regex::{Regex, RegexBuilder};
@@ -361,8 +361,8 @@ mod tests {
     use super::*;
     use crate::tools::execute;
     use crate::tools::tests::{call, context};
+    use baton_core::tools::SEARCH_FILES;
     use baton_proto::ToolResult;
-    use baton_workflows::tools::SEARCH_FILES;
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::symlink;
     use tempfile::TempDir;

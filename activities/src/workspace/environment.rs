@@ -21,13 +21,13 @@ use std::{
     time::Duration,
 };
 
+use baton_core::environment::{DEFAULT_SETUP_TIMEOUT_SECONDS, ENVIRONMENT_FILE};
 use baton_proto::{EnvironmentSpec, SandboxPolicy, SetupRequest, SetupResult, Verification};
 use baton_sandbox::Sandbox;
 use baton_store::{
     BlobId, get_json, put_json,
     snapshot::{self, Entry, Manifest},
 };
-use baton_workflows::environment::{DEFAULT_SETUP_TIMEOUT_SECONDS, ENVIRONMENT_FILE};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
@@ -138,7 +138,7 @@ fn read_pin(pin: &EnvironmentPin) -> Result<EnvironmentSpec, String> {
     let origin = format!("the worker's pin for {} ({})", pin.repo, pin.file.display());
     let text =
         std::fs::read_to_string(&pin.file).map_err(|e| format!("{origin}: cannot read it: {e}"))?;
-    baton_workflows::environment::parse(&text, &origin)
+    baton_core::environment::parse(&text, &origin)
 }
 
 /// The tree's own `.baton/environment.toml`, read without following links.
@@ -154,14 +154,14 @@ pub(crate) fn read_repository_file(workspace: &Path) -> Result<Option<Environmen
             return Err(format!("{origin}: cannot read it: {e}"));
         }
     };
-    let max = baton_workflows::environment::MAX_FILE_BYTES;
+    let max = baton_core::environment::MAX_FILE_BYTES;
     let (bytes, cut) = baton_store::beneath::read_bounded(file, max)
         .map_err(|e| format!("{origin}: cannot read it: {e}"))?;
     if cut {
         return Err(format!("{origin}: over {max} bytes"));
     }
     let text = String::from_utf8(bytes).map_err(|_| format!("{origin}: not UTF-8 text"))?;
-    baton_workflows::environment::parse(&text, &origin).map(Some)
+    baton_core::environment::parse(&text, &origin).map(Some)
 }
 
 /// What `env/<key>` points at.

@@ -405,7 +405,7 @@ impl WorkspaceService {
         let pr = request
             .delivery
             .as_ref()
-            .is_some_and(|d| d.mode == baton_workflows::machine::DELIVER_PR);
+            .is_some_and(|d| d.mode == baton_core::machine::DELIVER_PR);
         let token = match git::app_token(&self.git, self.github_app.as_deref(), url, pr).await {
             Ok(token) => token,
             Err(GitError::Transient(m)) => return Err(retryable(m)),

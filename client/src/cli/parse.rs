@@ -9,14 +9,14 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 90s, 30m, 2h"))
 }
 
-/// Parses a size: `1048576`, `512MiB`, `2GiB`, `100MB`, `64k`.
 /// An `--allow-host` entry, checked here so a typo fails at submit (exit 2), not in a tool call.
 pub(crate) fn parse_host_rule(s: &str) -> Result<String, String> {
-    baton_sandbox::net::HostRule::parse(s)
+    baton_core::net::HostRule::parse(s)
         .map(|rule| rule.to_string())
         .map_err(|e| e.to_string())
 }
 
+/// Parses a size: `1048576`, `512MiB`, `2GiB`, `100MB`, `64k`.
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t

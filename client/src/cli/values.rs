@@ -101,8 +101,8 @@ pub(crate) enum DeliverMode {
 impl DeliverMode {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Self::Branch => baton_workflows::machine::DELIVER_BRANCH,
-            Self::Pr => baton_workflows::machine::DELIVER_PR,
+            Self::Branch => baton_core::machine::DELIVER_BRANCH,
+            Self::Pr => baton_core::machine::DELIVER_PR,
         }
     }
 }

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
+use baton_core::policy::GITHUB_TEAM;
 use baton_github::GitHub;
 use baton_proto::{ApprovalDecision, ApprovalOutcome};
 use baton_workflows::AgentRun;
-use baton_workflows::policy::GITHUB_TEAM;
 use temporalio_client::{
     Client, WorkflowExecuteUpdateOptions, WorkflowHandle, WorkflowQueryOptions,
     errors::WorkflowUpdateError,

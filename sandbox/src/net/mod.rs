@@ -10,8 +10,10 @@
 //!
 //! # Layout
 //! - [`rules`]: [`HostRule`], one `--allow-host` entry (`example.com`, `*.example.com:443`,
-//!   `10.0.0.0/8`, `[::1]:8080`), parsed, printed canonically and matched. Pure.
-//! - [`addr`]: [`AddrClass`], what an IP address is (public, loopback, link-local, ...). Pure.
+//!   `10.0.0.0/8`, `[::1]:8080`), parsed, printed canonically and matched. Pure, so it lives in
+//!   `baton-core` (the CLI parses `--allow-host` without linking the sandbox).
+//! - [`addr`]: [`AddrClass`], what an IP address is (public, loopback, link-local, ...). Pure,
+//!   also in `baton-core`.
 //! - [`policy`]: [`NetPolicy`] (a run's rules + the worker's [`NetGuard`]), the decision
 //!   for `host:port` with a [`Resolve`]r, and [`Refusal`]/[`RefusalKind`].
 //! - [`proxy`]: [`Proxy`], the HTTP/1.1 server (hyper): `CONNECT` tunnels and absolute-form
@@ -42,11 +44,11 @@
 //!    DNS can point it at cloud metadata or this host. Without rules (any public host) never
 //!    ([`RefusalKind::Private`]).
 
-pub mod addr;
 pub mod policy;
 pub mod proxy;
 mod report;
-pub mod rules;
+
+pub use baton_core::net::{NetError, addr, rules};
 
 #[cfg(test)]
 mod tests;
@@ -59,20 +61,3 @@ pub use policy::{
 pub use proxy::{Proxy, ProxyCounts, ProxyHandle};
 pub use report::{NetReport, proxy_env};
 pub use rules::HostRule;
-
-/// A network setting that cannot be used as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum NetError {
-    /// An `--allow-host` entry that is not one of the accepted forms.
-    #[error(
-        "bad --allow-host '{entry}': {problem}; use HOST, *.HOST, HOST:PORT, an IP, [IPv6] or a \
-         CIDR (10.0.0.0/8, [fd00::]/8), each with an optional :PORT"
-    )]
-    BadHostRule {
-        /// The entry as given.
-        entry: String,
-        /// What is wrong with it.
-        problem: String,
-    },
-}

@@ -4,7 +4,9 @@
 use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
 
 use super::{AgentRun, failure_message, now_ms, options::report_options};
-use crate::{activities::GitHubActivities, machine::Step};
+use baton_core::machine::Step;
+
+use crate::activities::GitHubActivities;
 
 /// Reports before `step` when the machine says a report is due; never fails the run.
 pub(super) async fn report(ctx: &WorkflowContext<AgentRun>, step: &Step) {

@@ -3,7 +3,7 @@
 //! list depends only on the run's state ([`RunState::mcp_list_requests`]): a replay, a cold
 //! worker or a later segment never lists again.
 //!
-//! [`RunState::mcp_list_requests`]: crate::machine::RunState::mcp_list_requests
+//! [`RunState::mcp_list_requests`]: baton_core::machine::RunState::mcp_list_requests
 
 use temporalio_workflow::WorkflowContext;
 

@@ -60,10 +60,9 @@ pub use self::{
         SEARCH_ATTRIBUTE_DEFINITIONS, STATUS_EVERY_TURNS, STATUS_MEMO_KEY,
     },
 };
-use crate::{
-    activities::{FailureType, LlmActivities, ToolActivities},
-    machine::{LlmFailure, RunState, Step},
-};
+use baton_core::machine::{LlmFailure, RunState, Step};
+
+use crate::activities::{FailureType, LlmActivities, ToolActivities};
 
 /// Workflow type name.
 pub const WORKFLOW_TYPE: &str = "AgentRun";

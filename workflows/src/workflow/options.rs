@@ -182,7 +182,7 @@ pub(super) fn setup_options(
 ) -> ActivityOptions {
     let env = request.environment.clone().unwrap_or_default();
     let each = match env.setup_timeout_seconds {
-        0 => crate::environment::DEFAULT_SETUP_TIMEOUT_SECONDS,
+        0 => baton_core::environment::DEFAULT_SETUP_TIMEOUT_SECONDS,
         n => n,
     };
     let commands = env.setup.len().max(env.maintenance.len()).max(1) as u64;
@@ -205,7 +205,7 @@ pub(super) fn verify_options(
         &[FailureType::BadInput],
     );
     let mut summary = format!("verify: {}", request.command);
-    crate::view::cut_text(&mut summary, 200);
+    baton_core::view::cut_text(&mut summary, 200);
     ActivityOptions::with_start_to_close_timeout(Duration::from_secs(
         u64::from(request.timeout_seconds.max(1)) + 60,
     ))
@@ -352,7 +352,7 @@ impl ToolActivity {
         let call = request.call.clone().unwrap_or_default();
         let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)) + 60);
         let mut summary = format!("{}: {}", call.name, call.arguments);
-        crate::view::cut_text(&mut summary, 200);
+        baton_core::view::cut_text(&mut summary, 200);
         // A confirmed re-run is a new activity of the same call.
         let activity_id = if request.retry_confirmed {
             format!("{}-rerun", call.id)

@@ -1,6 +1,6 @@
 //! Work in, results out: the workspace prepared before the first step, and the change set and
-//! delivery after the last (steps [`Step::CollectChanges`](crate::machine::Step) and
-//! [`Step::Deliver`](crate::machine::Step)).
+//! delivery after the last (steps [`Step::CollectChanges`](baton_core::machine::Step) and
+//! [`Step::Deliver`](baton_core::machine::Step)).
 //!
 //! The closing activities run on a token of their own, not a child of the run's: a cancelled
 //! run still hands back what it changed.
@@ -17,10 +17,9 @@ use super::{
         verify_options,
     },
 };
-use crate::{
-    activities::{ToolActivities, WorkspaceActivities},
-    machine::RunState,
-};
+use baton_core::machine::RunState;
+
+use crate::activities::{ToolActivities, WorkspaceActivities};
 
 /// Prepares the run's workspace from its source, when it has one and it is not done yet.
 pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {

@@ -20,7 +20,7 @@ use super::{
     AgentRun,
     patches::{PATCH_QUIET_READ_STEPS, PATCH_SEARCH_ATTRIBUTES, PATCH_STATUS_ON_CHANGE},
 };
-use crate::machine::Step;
+use baton_core::machine::Step;
 
 /// Memo key holding the latest [`RunStatus`], so `baton status` can answer without a worker.
 pub const STATUS_MEMO_KEY: &str = "status";

@@ -18,7 +18,9 @@ use temporalio_workflow::{
 };
 
 use super::{AgentRun, failure_message, innermost_message, now_ms, options::merge_options};
-use crate::{activities::WorkspaceActivities, subagent, view};
+use baton_core::{subagent, view};
+
+use crate::activities::WorkspaceActivities;
 
 /// How a child ended, before its changes land.
 pub(super) enum Ended {

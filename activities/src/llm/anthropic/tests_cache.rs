@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use baton_core::view::model_view;
 use baton_proto::{LlmRequest, ModelConfig, ViewSpec};
-use baton_workflows::view::model_view;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 

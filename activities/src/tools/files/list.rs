@@ -4,7 +4,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use baton_workflows::tools::OUTPUT_CAP_BYTES;
+use baton_core::tools::OUTPUT_CAP_BYTES;
 use serde::Deserialize;
 
 use crate::tools::output::cap;
@@ -151,7 +151,7 @@ fn read_sorted(dir: &Path) -> std::io::Result<Vec<(PathBuf, Kind)>> {
 mod tests {
     use super::super::tests::{outside_message, run, running_as_root, tree};
     use super::*;
-    use baton_workflows::tools::LIST_FILES;
+    use baton_core::tools::LIST_FILES;
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use tempfile::TempDir;

@@ -15,8 +15,8 @@ pub use write::{WriteFileArgs, write_file};
 pub(super) mod tests {
     use crate::tools::execute;
     use crate::tools::tests::{call, context};
+    use baton_core::tools::{LIST_FILES, READ_FILE, WRITE_FILE};
     use baton_proto::ToolResult;
-    use baton_workflows::tools::{LIST_FILES, READ_FILE, WRITE_FILE};
     use pretty_assertions::assert_eq;
     use tempfile::TempDir;
 
@@ -61,7 +61,7 @@ pub(super) mod tests {
     /// nor readable nor writable through any file tool; a `.baton` deeper down is ordinary.
     #[tokio::test]
     async fn the_workers_state_directory_is_hidden_from_every_file_tool() {
-        use baton_workflows::tools::{EDIT_FILE, GLOB, SEARCH_FILES};
+        use baton_core::tools::{EDIT_FILE, GLOB, SEARCH_FILES};
         let dir = TempDir::new().unwrap();
         tree(&dir);
         let root = dir.path();

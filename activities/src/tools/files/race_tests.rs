@@ -3,8 +3,8 @@
 
 use std::os::unix::fs::symlink;
 
+use baton_core::tools::{EDIT_FILE, READ_FILE, SEARCH_FILES, WRITE_FILE};
 use baton_store::beneath::testing::Racer;
-use baton_workflows::tools::{EDIT_FILE, READ_FILE, SEARCH_FILES, WRITE_FILE};
 use tempfile::TempDir;
 
 use super::tests::run;

@@ -2,7 +2,7 @@
 
 use std::io::ErrorKind;
 
-use baton_workflows::tools::OUTPUT_CAP_BYTES;
+use baton_core::tools::OUTPUT_CAP_BYTES;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -191,7 +191,7 @@ async fn select_lines(
 mod tests {
     use super::super::tests::{assert_error, outside_message, run, running_as_root};
     use super::*;
-    use baton_workflows::tools::READ_FILE;
+    use baton_core::tools::READ_FILE;
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use tempfile::TempDir;

@@ -68,7 +68,7 @@ pub async fn write_file(ctx: &ToolContext, args: WriteFileArgs) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{assert_error, outside_message, run, running_as_root};
-    use baton_workflows::tools::WRITE_FILE;
+    use baton_core::tools::WRITE_FILE;
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use tempfile::TempDir;

@@ -150,8 +150,8 @@ impl Capture {
 mod tests {
     use std::sync::Arc;
 
+    use baton_core::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
     use baton_sandbox::{Sandbox, SandboxSettings};
-    use baton_workflows::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
     use pretty_assertions::assert_eq;
     use tempfile::TempDir;
 

@@ -61,7 +61,7 @@ impl Drop for GroupGuard {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use baton_workflows::tools::SHELL;
+    use baton_core::tools::SHELL;
     use tempfile::TempDir;
 
     use super::super::tests::{Cleanup, assert_no_process_left, marker, sh, wait_for};

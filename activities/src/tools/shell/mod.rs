@@ -29,8 +29,8 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton_core::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
 use baton_sandbox::Prepared;
-use baton_workflows::tools::{FULL_OUTPUT_CAP_BYTES, OUTPUT_CAP_BYTES};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -431,8 +431,8 @@ pub(super) mod tests {
     use super::*;
     use crate::tools::tests::{call, context};
     use crate::tools::{ToolContext, execute};
+    use baton_core::tools::SHELL;
     use baton_sandbox::{Sandbox, SandboxMode, SandboxSettings};
-    use baton_workflows::tools::SHELL;
     use pretty_assertions::assert_eq;
     use tempfile::TempDir;
 

@@ -1,8 +1,7 @@
-//! Tests of the network module: rules and addresses (pure tables), decisions with a fake
-//! resolver, and the proxy end to end with real loopback servers and the real `curl`.
+//! Tests of the network module: decisions with a fake resolver, and the proxy end to end with
+//! real loopback servers and the real `curl`. The rules' and addresses' tables are in
+//! `baton-core` (`core/src/net/tests/`).
 
-mod addr;
 mod policy;
 mod proxy;
-mod rules;
 mod servers;

@@ -38,9 +38,8 @@ pub enum AddrClass {
     /// Everything else that is not global unicast: `240/4`, `192.0.0/24`, IPv6 outside
     /// `2000::/3`, Teredo, ...
     Reserved,
-    /// One of the worker's configured private ranges ([`NetGuard::private_ranges`]).
-    ///
-    /// [`NetGuard::private_ranges`]: crate::net::NetGuard::private_ranges
+    /// One of the worker's configured private ranges (the sandbox's
+    /// `NetGuard::private_ranges`).
     Configured,
 }
 

@@ -40,8 +40,10 @@ pub(crate) enum HostPattern {
 
 /// What a tool asked for, normalised: a host name or an IP literal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
+pub enum Target {
+    /// A host name, lowercase, without a trailing dot.
     Name(String),
+    /// An IP literal, canonical (v4-mapped IPv6 as IPv4).
     Ip(IpAddr),
 }
 
@@ -49,7 +51,7 @@ impl Target {
     /// Normalises a host as a client sent it: lowercase, one trailing dot stripped, brackets of
     /// IPv6 stripped; a strict IP literal becomes [`Target::Ip`] (canonicalised). `Err` says
     /// what is wrong with it.
-    pub(crate) fn parse(host: &str) -> Result<Target, String> {
+    pub fn parse(host: &str) -> Result<Target, String> {
         let lower = host.to_ascii_lowercase();
         let bare = lower
             .strip_prefix('[')
@@ -88,7 +90,7 @@ impl HostRule {
     }
 
     /// Whether the rule matches `target` on `port`.
-    pub(crate) fn matches(&self, target: &Target, port: u16) -> bool {
+    pub fn matches(&self, target: &Target, port: u16) -> bool {
         if self.port.is_some_and(|p| p != port) {
             return false;
         }
@@ -107,7 +109,7 @@ impl HostRule {
     /// it is non-public (`class`): an IP or CIDR rule containing it, with that port if the rule
     /// has one, or `localhost` for a loopback address. A host name (or a wildcard) never names
     /// an address: whoever runs its DNS could point it at cloud metadata or this host.
-    pub(crate) fn names(&self, ip: IpAddr, port: u16, class: AddrClass) -> bool {
+    pub fn names(&self, ip: IpAddr, port: u16, class: AddrClass) -> bool {
         if self.port.is_some_and(|p| p != port) {
             return false;
         }
@@ -122,7 +124,7 @@ impl HostRule {
     /// Whether the rule names exactly the address `ip` (canonical) and `port`: an IP rule (or a
     /// one-address CIDR) with that port, or `localhost:PORT` for a loopback address. Only such
     /// a rule opens a port of a protected host other than its Temporal ports.
-    pub(crate) fn pins(&self, ip: IpAddr, port: u16) -> bool {
+    pub fn pins(&self, ip: IpAddr, port: u16) -> bool {
         if self.port != Some(port) {
             return false;
         }

@@ -1,0 +1,4 @@
+//! The rules' and addresses' tables. The decisions and the proxy are tested in the sandbox.
+
+mod addr;
+mod rules;
