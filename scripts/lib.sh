@@ -91,6 +91,20 @@ ensure_openssl() {
 }
 
 # Waits until the Temporal frontend at $1 answers.
+# mdBook, for `mdbook build docs` (CI builds the book). Pinned, and built without its
+# `serve`/`watch`/search features (about 1.5 min on 2 cores, once; cargo keeps the binary).
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+  if command -v mdbook >/dev/null 2>&1 && mdbook --version | grep -q "v$MDBOOK_VERSION"; then
+    return 0
+  fi
+  echo "mdbook $MDBOOK_VERSION not found: installing it (cargo install mdbook)" >&2
+  cargo install mdbook --locked --no-default-features --version "$MDBOOK_VERSION" >&2 || {
+    echo "cargo could not install mdbook $MDBOOK_VERSION; install it and retry" >&2
+    return 1
+  }
+}
+
 wait_for_temporal() {
   local address=$1
   for _ in $(seq 1 150); do

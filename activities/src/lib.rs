@@ -5,7 +5,7 @@
 //! - [`llm`]: the model activities (`llm_generate`, `compact_context`: [`llm::LlmService`]),
 //!   their providers (`openai`, `anthropic`, `scripted`) and the failure taxonomy
 //!   ([`llm::error`]).
-//! - [`mcp`]: MCP servers (issue 18): `[mcp]` settings, the connection pool
+//! - [`mcp`]: MCP servers: `[mcp]` settings, the connection pool
 //!   ([`mcp::McpPool`]), the `mcp_list_tools` activity ([`mcp::McpService`]) and the calls
 //!   `mcp_call_tool` makes (the activity itself is on [`tools::ToolService`]).
 //! - [`tools`]: the tool activities (`run_tool`, `read_instructions`: [`tools::ToolService`],

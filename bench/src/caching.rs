@@ -1,4 +1,4 @@
-//! Prompt caching (`baton-bench caching`, issue 16): a 50-turn conversation (each turn one
+//! Prompt caching (`baton-bench caching`): a 50-turn conversation (each turn one
 //! tool call and a result of a few hundred tokens) behind a 40k-token prefix (system prompt +
 //! tools), sent through the real Anthropic provider (request builder, HTTP, stream parser) to
 //! a local Messages server that accounts like Anthropic's prompt cache:
@@ -46,7 +46,7 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The scenario of issue 16.
+    /// The prompt-caching scenario.
     pub(crate) const FULL: Settings = Settings {
         turns: 50,
         prefix_tokens: 40_000,

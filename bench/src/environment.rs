@@ -1,4 +1,4 @@
-//! Scenario 8, environments (`baton-bench environment`, issue 32): time from submit to the
+//! Scenario 8, environments (`baton-bench environment`): time from submit to the
 //! first model call for a repository (a 10,000-file tree served by a real `git daemon`) whose
 //! `.baton/environment.toml` setup writes a 200 MB `node_modules`-like output, on an S3 store
 //! (moto) shared by two real workers, each on a task queue of its own so that the bench

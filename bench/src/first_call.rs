@@ -8,8 +8,8 @@
 //! - cold: a fresh worker (empty workspace root), an empty store: the CLI uploads every blob,
 //!   the worker restores every file;
 //! - warm: a new run id on the same worker (its page cache warm, the first run's workspace on
-//!   disk): the CLI sends no blob; the new run's workspace takes over the first run's idle tree
-//!   (issue 32 item 3), whose snapshot state is forgotten on the way, so the restore hashes
+//!   disk): the CLI sends no blob; the new run's workspace takes over the first run's idle tree,
+//!   whose snapshot state is forgotten on the way, so the restore hashes
 //!   every file and writes none;
 //! - warm, same workspace: the second run's id again (after it ended): its workspace is at that
 //!   snapshot already (`.baton/snapshot-state.json`), so `prepare_workspace` skips the restore.
@@ -41,7 +41,7 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(600);
 const ANSWER: &str = "Nothing to change.";
 /// What the worker logs each time it restores a snapshot into a workspace.
 const RESTORED_LOG: &str = "workspace restored";
-/// What the worker logs when a new workspace takes over another run's idle tree (issue 32).
+/// What the worker logs when a new workspace takes over another run's idle tree.
 const REUSED_LOG: &str = "workspace reused";
 
 /// Longer than the worker's `workspace_idle_secs` (1 s in these benches): the previous run's

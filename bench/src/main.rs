@@ -27,18 +27,18 @@
 //! [`first_call`]: that tree submitted with the real CLI, submit to the first model call,
 //! cold and warm.
 //!
-//! Prompt caching (`baton-bench caching`, [`caching`], issue 16): billed input tokens of a
+//! Prompt caching (`baton-bench caching`, [`caching`]): billed input tokens of a
 //! 50-turn conversation behind a 40k-token prefix, with the Anthropic provider's
 //! `cache_control` breakpoints and with them stripped, against a local server that accounts
 //! like Anthropic's cache.
 //!
-//! Replay gate (`baton-bench replay-check`, [`replay_check`], issue 17): `baton replay-check`
+//! Replay gate (`baton-bench replay-check`, [`replay_check`]): `baton replay-check`
 //! over runs of ~1,000 history events, cold and against a warm cache.
 //!
-//! Network for tools (`baton-bench network`, [`network`], issue 19): tool start-up with and
+//! Network for tools (`baton-bench network`, [`network`]): tool start-up with and
 //! without a network namespace, and the latency the proxy adds per HTTP/HTTPS request.
 //!
-//! Environments (`baton-bench environment`, [`environment`], issue 32): submit to the first
+//! Environments (`baton-bench environment`, [`environment`]): submit to the first
 //! model call for a repository whose setup writes 200 MB, cold, from the environment cache on
 //! another worker, and on the same worker (its local blob cache), on an S3 store.
 //!
@@ -271,7 +271,7 @@ struct AllArgs {
 /// Where the dev servers' databases, the workers' workspaces and the blob stores go:
 /// `BATON_BENCH_TMPDIR`, else `/dev/shm` when it exists (memory: the server's SQLite writes
 /// then cost no disk I/O, whose latency on a shared VM disk is the largest source of noise
-/// between runs; this is the "in-memory dev server" of issue 7), else the system's temp dir.
+/// between runs; this is an "in-memory dev server"), else the system's temp dir.
 fn scratch_dir() -> String {
     let wanted = std::env::var_os("BATON_BENCH_TMPDIR")
         .map(std::path::PathBuf::from)

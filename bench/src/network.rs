@@ -1,4 +1,4 @@
-//! Network for tools (`baton-bench network`, issue 19): what the network namespace and the
+//! Network for tools (`baton-bench network`): what the network namespace and the
 //! worker's proxy cost a tool call.
 //!
 //! 1. **Start-up**: one tool process as the shell tool starts it (`Sandbox::prepare` on a

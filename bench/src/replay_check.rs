@@ -1,4 +1,4 @@
-//! `baton-bench replay-check` (issue 17): how long the replay gate takes. N scripted runs of
+//! `baton-bench replay-check`: how long the replay gate takes. N scripted runs of
 //! about 1,000 history events each (one segment: `--history-budget` above their length) run to
 //! the end on one `baton-worker`; then the real `baton replay-check` replays them all from the
 //! server (fetch + replay), once with `--no-cache`, and once more against a warm cache (every

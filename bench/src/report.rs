@@ -44,7 +44,7 @@ pub(crate) struct PerTurnReport {
     /// (a) baton.
     pub(crate) a: Row,
     /// (a') baton with read-only tools as regular activities (`--remote-read-tools`; the
-    /// default before issue 21, the lever of scenario 5).
+    /// default before local read-only tools, the lever of scenario 5).
     pub(crate) l: Row,
     /// (b) bare Temporal.
     pub(crate) b: Row,

@@ -42,7 +42,7 @@ pub(crate) enum Variant {
     /// `AgentRun` on `baton-worker` processes.
     Baton,
     /// `AgentRun` with its read-only tools as regular activities (`--remote-read-tools`, the
-    /// default before issue 21).
+    /// default before local read-only tools).
     BatonRemoteReads,
     /// `BareLoop` (no status upserts) on a bench worker process.
     Bare,

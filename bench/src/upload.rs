@@ -37,7 +37,7 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The tree of issue 15's benchmark: 10,000 files, 100 MiB.
+    /// The upload benchmark's tree: 10,000 files, 100 MiB.
     pub(crate) const FULL: Self = Self {
         files: 10_000,
         bytes: 100 * 1024 * 1024,

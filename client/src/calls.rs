@@ -1,4 +1,4 @@
-//! A call's whole arguments (issue 30, security review #9b): arguments over the workers'
+//! A call's whole arguments (security review #9b): arguments over the workers'
 //! `[history] inline_bytes` (1 KiB) are kept in the blob store and the run's history holds
 //! them cut (long strings but `command`/`path` to 200 bytes), which is all `PendingCall`
 //! carries. An approver must not approve the rest blind: `baton show RUN CALL_ID` prints

@@ -92,7 +92,7 @@ pub(crate) enum Command {
     CodecServer(CodecServerArgs),
     /// Serve GitHub webhooks: an issue labelled `baton`, or a `/baton <task>` comment on an
     /// issue or pull request, from a user with the permission, starts (or continues) that
-    /// issue's run; README "Running from GitHub".
+    /// issue's run; docs/src/guide/github.md.
     Serve(ServeArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     Completions {
@@ -393,7 +393,7 @@ pub(crate) struct CodecServerArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// The settings file (TOML: [github], [[repos]]; README "Running from GitHub").
+    /// The settings file (TOML: [github], [[repos]]; docs/src/guide/github.md).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: std::path::PathBuf,
     /// Address to listen on (host:port), instead of the file's `listen`.
@@ -658,7 +658,7 @@ pub(crate) struct WatchArgs {
     /// Show events from this turn on (default: from the start). The end is always shown.
     #[arg(long, value_name = "TURN", default_value_t = 0)]
     pub(crate) since: u32,
-    /// Print JSON lines, one event each (schema: README "`baton watch --json` schema").
+    /// Print JSON lines, one event each (schema: docs/src/reference/json.md).
     #[arg(long)]
     pub(crate) json: bool,
     /// Follow the run's subagents inline too (their events indented under their run id; JSON

@@ -33,8 +33,7 @@ const PREFLIGHT_MAX_AGE: &str = "600";
 pub(crate) async fn run(args: CodecServerArgs) -> Result<i32, Exit> {
     let keys = codec_keys()?.ok_or_else(|| {
         Exit::usage(format!(
-            "the codec server needs the keys the workers use: set {} (README \"Encrypted \
-             history\")",
+            "the codec server needs the keys the workers use: set {} (docs/src/security/codec.md)",
             baton_codec::KEYS_ENV
         ))
     })?;

@@ -1,6 +1,6 @@
 //! Connecting to Temporal the way the `temporal` CLI does (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 //! profiles), with errors that say what to do; with `BATON_CODEC_KEYS` set, payloads are
-//! encrypted and decrypted with baton's codec (README "Encrypted history").
+//! encrypted and decrypted with baton's codec (docs/src/security/codec.md).
 
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ pub(crate) async fn connect_as(identity: Option<String>) -> Result<Client, Exit>
 }
 
 /// A connection error in words first, then as the transport reported it (the raw cause
-/// names TLS problems precisely: see README "Connection security").
+/// names TLS problems precisely: see docs/src/security/tls.md).
 fn plain_cause(raw: &str) -> String {
     let plain = if raw.contains("ConnectionRefused") || raw.contains("Connection refused") {
         "connection refused: nothing listens at that address"

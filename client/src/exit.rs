@@ -1,4 +1,4 @@
-//! Exit codes (DESIGN.md §7) and the error type every command returns.
+//! Exit codes (`docs/src/architecture/design.md` §7) and the error type every command returns.
 
 use baton_proto::{RunResult, RunState};
 

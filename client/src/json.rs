@@ -1,7 +1,7 @@
 //! Every object a `--json` command prints, as a typed struct: baton's machine output is
 //! defined here once, apart from the human printer (`render.rs`), after ripgrep's `--json`
 //! (`crates/printer/src/jsont.rs`). The objects borrow from what they are built from; keys
-//! come out in field order. README "`baton watch --json` schema" documents [`WatchLine`], a
+//! come out in field order. `docs/src/reference/json.md` documents [`WatchLine`], a
 //! contract: add fields, never rename or remove them.
 //!
 //! | Command | Prints |
@@ -458,8 +458,8 @@ impl<'a> Status<'a> {
     }
 }
 
-/// One activity in flight, in `status --json` (`activities`; README "Architecture" lists
-/// the fields).
+/// One activity in flight, in `status --json` (`activities`; `docs/src/architecture/overview.md`
+/// lists the fields).
 #[derive(Debug, Serialize)]
 pub(crate) struct Activity<'a> {
     pub(crate) activity: &'a str,

@@ -1,5 +1,5 @@
 //! The shape of every `--json` object, pinned: keys and values as they have always been
-//! printed, and the watch lines exactly as README "`baton watch --json` schema" shows them.
+//! printed, and the watch lines exactly as docs/src/reference/json.md shows them.
 
 use std::collections::BTreeSet;
 
@@ -383,8 +383,8 @@ fn watch_lines_are_the_documented_ones() {
             .iter()
             .map(|e| line(&WatchLine::of("run-1a2b", e).unwrap()).unwrap()),
     );
-    let readme = include_str!("../../README.md");
-    let documented: Vec<&str> = readme
+    let documented_page = include_str!("../../docs/src/reference/json.md");
+    let documented: Vec<&str> = documented_page
         .lines()
         .filter(|l| l.starts_with(r#"{"run_id":"run-1a2b""#))
         .collect();

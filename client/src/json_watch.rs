@@ -1,5 +1,5 @@
 //! The `baton watch --json` lines ([`WatchLine`]): one per run event, plus the
-//! `assistant_delta` lines of a streaming model call. README "`baton watch --json` schema"
+//! `assistant_delta` lines of a streaming model call. docs/src/reference/json.md
 //! documents them; `json_tests.rs` pins them against its examples.
 
 use baton_proto::{

@@ -83,7 +83,7 @@ pub(crate) async fn fit_in_history(mut spec: RunSpec) -> Result<RunSpec, Exit> {
     Ok(spec)
 }
 
-/// How a started run's priority came out (`submit --priority`/`--fairness-key`, issue 34).
+/// How a started run's priority came out (`submit --priority`/`--fairness-key`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PriorityOutcome {
     pub(crate) asked: RunPriority,

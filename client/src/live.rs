@@ -1,4 +1,4 @@
-//! Live model output in `baton watch` (issue 20): while a run's `llm_generate` streams, its
+//! Live model output in `baton watch`: while a run's `llm_generate` streams, its
 //! heartbeat details ([`StreamProgress`]: the attempt, the last KiB of text and reasoning, their
 //! total lengths in chars, tool-call names) are read from a describe of the run, and
 //! [`Follower`] turns successive details into what is new since the last look ([`Delta`]).

@@ -23,6 +23,8 @@ mod children;
 #[cfg(test)]
 mod ci_examples;
 mod cli;
+#[cfg(test)]
+mod cli_reference;
 mod codec_server;
 mod connect;
 mod converse;

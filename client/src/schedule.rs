@@ -1,4 +1,4 @@
-//! `baton schedule` (issue 34 item 1): runs started by Temporal Schedules, not a cron of our
+//! `baton schedule`: runs started by Temporal Schedules, not a cron of our
 //! own. `create` builds and checks the run's spec exactly as `submit` does (so a bad schedule
 //! is refused now, not at 3 a.m.), labels it `baton.schedule=NAME`, and hands it to the server
 //! with the start times and the overlap policy; the other commands are thin over the

@@ -502,7 +502,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
     let says_which = value.get("require_approval").is_some();
     let mut policy: ApprovalPolicy = crate::strict::from_value(value).map_err(|e| {
         Exit::usage(format!(
-            "policy file {} does not match the policy format ({e}); see README \"Approval policies\"",
+            "policy file {} does not match the policy format ({e}); see docs/src/guide/approvals.md",
             path.display()
         ))
     })?;

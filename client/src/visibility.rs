@@ -40,7 +40,7 @@ async fn query_runs(
             Err(e) => {
                 let msg = short(&e.to_string());
                 let hint = if msg.contains("Baton") || msg.contains("search attribute") {
-                    "; register baton's search attributes (README \"Search attributes\")"
+                    "; register baton's search attributes (docs/src/operations/configuration.md#search-attributes)"
                 } else {
                     ""
                 };

@@ -1,4 +1,4 @@
-//! Repository environments (issue 32): `.baton/environment.toml` read into an
+//! Repository environments: `.baton/environment.toml` read into an
 //! [`EnvironmentSpec`] and checked, the same way for the CLI (`--environment FILE`, the
 //! uploaded tree's file) and the worker (a git source's file, a worker's pin). Pure: the
 //! callers read the files.
@@ -77,8 +77,8 @@ pub fn parse(text: &str, origin: &str) -> Result<EnvironmentSpec, String> {
     }
     let file: File = toml::from_str(text).map_err(|e| {
         format!(
-            "{origin} is not a valid environment file: {}; see README \"Environments and \
-             verification\"",
+            "{origin} is not a valid environment file: {}; see \
+             docs/src/guide/environments.md",
             e.message()
         )
     })?;

@@ -1,4 +1,4 @@
-//! Forks (`baton fork RUN --at-turn N`, issue 20), the source's side: where turn N of a
+//! Forks (`baton fork RUN --at-turn N`), the source's side: where turn N of a
 //! conversation ends, what a fork holds of the part before it, and the workspace at that
 //! point. Pure; the CLI reads the source run and builds the spec's
 //! [`ForkSource`](baton_proto::ForkSource) with these, and the fork's first segment makes its

@@ -1,5 +1,6 @@
-//! Loop guards (DESIGN.md §3 step 7), as pure functions over the conversation: the circuit
-//! breaker's thresholds and loop detection (near-identical replies, repeated tool batches).
+//! Loop guards (`docs/src/architecture/design.md` §3 step 7), as pure functions over the
+//! conversation: the circuit breaker's thresholds and loop detection (near-identical replies,
+//! repeated tool batches).
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,4 @@
-//! MCP tools in a run (issue 18), the pure part: the names the model sees, a server's listed
+//! MCP tools in a run, the pure part: the names the model sees, a server's listed
 //! tools as [`ToolDefinition`]s, and the checks of a spec's `mcp` entries.
 //!
 //! A run names servers (`RunSpec.mcp`); the workers configure them. The run's first steps list

@@ -1,4 +1,4 @@
-//! Subagents (issue 20): the `spawn_agent` tool's arguments and the spec of the child run it
+//! Subagents: the `spawn_agent` tool's arguments and the spec of the child run it
 //! starts. Pure: the machine builds the child's spec when the call is planned (a bad argument
 //! is refused there, with what to change), the workflow starts it as a child workflow.
 //!

@@ -18,7 +18,7 @@ pub const EDIT_FILE: &str = "edit_file";
 pub const SEARCH_FILES: &str = "search_files";
 /// Name of the glob tool.
 pub const GLOB: &str = "glob";
-/// Name of the subagent tool: starts a child run (issue 20). Not one of the default tools: a
+/// Name of the subagent tool: starts a child run. Not one of the default tools: a
 /// run has it only when its spec names it.
 pub const SPAWN_AGENT: &str = "spawn_agent";
 

@@ -10,7 +10,7 @@
 //! - `temp`: the private temp dir of each process and [`sweep_stale_temp_dirs`].
 //! - `tree`: iterative, descriptor-relative walks of trees a tool made (hand-over, removal).
 //! - `host`: what this host can enforce ([`probe_host`], [`log_host_support`]).
-//! - [`net`]: network for tools (issue 19): the filtering HTTP/HTTPS proxy a tool's network
+//! - [`net`]: network for tools: the filtering HTTP/HTTPS proxy a tool's network
 //!   namespace reaches, host rules (`--allow-host`) and the decision per request.
 //! - `linux/`: the mechanisms: `landlock.rs` (the ruleset), `seccomp.rs` (the BPF programs),
 //!   `limits.rs` (rlimits), `owner.rs` (handing the workspace to the sandbox user), `child.rs`

@@ -101,7 +101,7 @@ pub(crate) fn temp_env(temp: &Path, home: bool) -> Vec<(&'static str, OsString)>
 /// flight, and what a command wrote there (build caches, downloads) would pile up. Dirs of
 /// live processes are left alone. Returns how many were removed.
 pub fn sweep_stale_temp_dirs() -> usize {
-    // Workers before issue 30 made them in the system temp dir itself.
+    // Older workers made them in the system temp dir itself.
     let system = std::env::temp_dir();
     let own = nix::unistd::geteuid().as_raw();
     sweep_temp_dirs_in(&system.join(format!("{TEMP_ROOT}{own}"))) + sweep_temp_dirs_in(&system)

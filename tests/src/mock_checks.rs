@@ -14,7 +14,7 @@
 //!   `redacted_thinking` block's `data`) is one this mock issued
 //!   ([`crate::MockAnthropic::sign`]): an altered or invented block is refused; at most 4
 //!   `cache_control` breakpoints.
-//! * **Chat Completions message content** (issue 31 item 1). OpenAI: an assistant message's
+//! * **Chat Completions message content**. OpenAI: an assistant message's
 //!   `content` is "Required unless `tool_calls` or `function_call` is specified" (API
 //!   reference, Create chat completion, `messages[].content`,
 //!   <https://platform.openai.com/docs/api-reference/chat/create>); other messages always
@@ -22,33 +22,33 @@
 //!   (openai/openai-cookbook#503). Ollama's `/v1` refuses `content: null` on any message,
 //!   tool calls or not: `400 invalid message content type: <nil>` (its OpenAI compatibility
 //!   layer, `openai/openai.go`; pydantic/pydantic-ai#5206).
-//! * **`prompt_cache_key`** (issue 31 item 3). OpenAI, both APIs: at most 64 characters
+//! * **`prompt_cache_key`**. OpenAI, both APIs: at most 64 characters
 //!   (API reference, Create chat completion / Create a model response, `prompt_cache_key`,
 //!   <https://platform.openai.com/docs/api-reference/responses/create>); a longer one is
 //!   `400 Invalid 'prompt_cache_key': string too long. Expected a string with maximum length
 //!   64, but got a string with length N instead.` (code `string_above_max_length`;
 //!   theopenco/llmgateway#3110, earendil-works/pi#4720 for Responses).
-//! * **Gemini's OpenAI compatibility refuses fields it does not know** (issue 31 item 3):
+//! * **Gemini's OpenAI compatibility refuses fields it does not know**:
 //!   `400 Invalid JSON payload received. Unknown name "prompt_cache_key": Cannot find field.`,
 //!   in Google's error shape, a JSON array of `{"error": {code, message, status, details}}`
 //!   (<https://ai.google.dev/gemini-api/docs/openai> lists what it supports;
 //!   liliMozi/openhanako#2494, #394 for `store`). [`GEMINI_FIELDS`] is what it takes.
-//! * **Anthropic text blocks must hold non-whitespace text** (issue 31 item 7): a `text`
+//! * **Anthropic text blocks must hold non-whitespace text**: a `text`
 //!   block (in `messages` or `system`) that is empty is `400 messages: text content blocks
 //!   must be non-empty`, one of only whitespace `400 messages: text content blocks must
 //!   contain non-whitespace text` (Messages API errors, quoted in LibreChat-AI/agents#124 and
 //!   NousResearch/hermes-agent#69517; <https://docs.claude.com/en/api/messages> `content`).
-//! * **Anthropic `max_tokens` within the model's output limit** (issue 31 item 5): `400
+//! * **Anthropic `max_tokens` within the model's output limit**: `400
 //!   max_tokens: 8192 > 4096, which is the maximum allowed number of output tokens for
 //!   claude-3-haiku-20240307` (the models overview's "Max output" column,
 //!   <https://docs.claude.com/en/docs/about-claude/models/overview>; continuedev/continue#4225).
 //!   [`ANTHROPIC_MAX_OUTPUT`] holds the limits of the models the tests use.
-//! * **No `temperature` for reasoning models** (issue 31 item 8), OpenAI, both APIs: `400
+//! * **No `temperature` for reasoning models**, OpenAI, both APIs: `400
 //!   Unsupported parameter: 'temperature' is not supported with this model.` for the o-series
 //!   and gpt-5 family (reasoning models guide,
 //!   <https://platform.openai.com/docs/guides/reasoning>; openai-python#2072,
 //!   OpenHands/software-agent-sdk#1837).
-//! * **Prompts within the model's input capacity** (issue 31 item 2): gpt-5's 272K input
+//! * **Prompts within the model's input capacity**: gpt-5's 272K input
 //!   cap, Anthropic's prompt + `max_tokens` within 200K; see `mock_window.rs`.
 //! * **No API key in the body.** The key the worker sends (`Authorization: Bearer <key>` or
 //!   `x-api-key: <key>`) never occurs in the JSON body: a tool output or a prompt carrying the
@@ -794,7 +794,7 @@ mod tests {
         assert_eq!(check(Flavor::Anthropic, &warm).len(), 2);
     }
 
-    /// Issue 31 item 6: only the first assistant message of the turn a request continues
+    /// Only the first assistant message of the turn a request continues
     /// must start with thinking (a compaction can leave one without); adaptive-only models
     /// refuse budgeted thinking, older ones refuse adaptive.
     #[test]

@@ -1,4 +1,4 @@
-//! Prompts within what the model takes (issue 31 item 2), checked by every mock the way the
+//! Prompts within what the model takes, checked by every mock the way the
 //! real APIs check them, with the prompt's size counted as the mocks bill it: a token is ~4
 //! bytes of the request JSON ([`prompt_tokens`]).
 //!

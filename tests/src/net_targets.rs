@@ -1,4 +1,4 @@
-//! Targets for the network tests of issue 19 (tools behind baton's proxy): servers on
+//! Targets for the network tests (tools behind baton's proxy): servers on
 //! `127.0.0.1:0` that count what reached them, so a test can assert that a refused request
 //! never arrived, not only that the tool saw an error.
 //!

@@ -13,6 +13,7 @@ mod suite {
     mod context_capacity;
     mod conversations;
     mod cost;
+    mod docs;
     mod environments;
     mod failover;
     mod fleet;

@@ -3,7 +3,7 @@
 //! started on, so a run's workflow code never changes under it; it moves to the current
 //! version when it continues as new (`workflow::continue_as_new` asks for auto-upgrade). The
 //! rollout (start the new version, `temporal worker deployment set-current-version`, drain the
-//! old one) is in README "Upgrading a fleet".
+//! old one) is in docs/src/operations/upgrades.md.
 //!
 //! `promote` says whether this worker makes its own version the deployment's current one once
 //! the server knows it: `if-none` (default: only when the deployment has no current version,

@@ -104,7 +104,7 @@ async fn main() {
             ),
             None => tracing::warn!(
                 variable = %name,
-                "ignoring {name}, which names no setting (see README \"Configuration\")"
+                "ignoring {name}, which names no setting (see docs/src/operations/configuration.md)"
             ),
         }
     }
@@ -522,7 +522,7 @@ async fn connect(settings: &Settings) -> anyhow::Result<Connected> {
         ClientOptions::load_from_config(LoadClientConfigProfileOptions::default())
             .map_err(|e| anyhow::anyhow!("{e:?}"))
             .misconfigured("cannot load the Temporal connection settings (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profile)")?;
-    // Payload encryption (README "Encrypted history"): the SDK worker takes the data converter
+    // Payload encryption (docs/src/security/codec.md): the SDK worker takes the data converter
     // from the client.
     match baton_codec::Keyring::from_env()
         .misconfigured("cannot load the payload encryption keys")?

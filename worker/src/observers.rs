@@ -95,7 +95,7 @@ pub(crate) const LLM_CALL_DURATION: &str = "baton_llm_call_duration_seconds";
 pub(crate) const TOOL_CALLS: &str = "baton_tool_calls";
 /// Histogram (seconds): duration of a tool call attempt, labels `server`, `tool`, `outcome`.
 pub(crate) const TOOL_CALL_DURATION: &str = "baton_tool_call_duration_seconds";
-/// Counter: connections tool processes asked the worker's proxy for (issue 19), labels
+/// Counter: connections tool processes asked the worker's proxy for, labels
 /// `outcome` (`allowed` | `refused`) and `kind` (the refusal's: `not_allowed`, `private`,
 /// `protected`, `unresolved`, `unreachable`, `bad_request`; `none` when allowed, `unrecorded`
 /// past the 32 a call keeps).

@@ -1,4 +1,4 @@
-//! A provider's `Retry-After` applied to the whole fleet (issue 34 item 3): when a model call
+//! A provider's `Retry-After` applied to the whole fleet: when a model call
 //! meets a 429 that says when to come back, the worker sets the provider's task queue
 //! (`activities::model_queue`) to a server-side rate of 0 until then, so no worker of the fleet
 //! takes another call to that provider meanwhile, and removes the limit when the time is up

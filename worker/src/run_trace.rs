@@ -1,4 +1,4 @@
-//! One trace per run (issue 34 item 4), exported over OTLP/gRPC (`[otel] endpoint`) with the
+//! One trace per run, exported over OTLP/gRPC (`[otel] endpoint`) with the
 //! OpenTelemetry GenAI semantic conventions:
 //!
 //! - `invoke_agent baton`: the run's root span, from its start (`RunResult.started_at_ms`, the

@@ -1,4 +1,4 @@
-//! `schedule create --pause-after-failures N` (issue 34 item 1): a schedule pauses itself once
+//! `schedule create --pause-after-failures N`: a schedule pauses itself once
 //! N of its runs in a row ended without completing. Temporal's own `pause_on_failure` only
 //! sees failed workflows, and a run that ends `max_turns_exceeded` or `provider_error`
 //! completes its workflow with that result, so the worker that ends a scheduled run checks:

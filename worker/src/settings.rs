@@ -24,7 +24,7 @@ pub(crate) struct Settings {
     /// restore it on a worker whose copy is missing or older (default true). Turn off when all
     /// workers share one volume for `workspace_root`.
     pub(crate) workspace_snapshots: bool,
-    /// The disk the workspaces of this worker may take (issue 32 item 3): idle ones beyond it
+    /// The disk the workspaces of this worker may take: idle ones beyond it
     /// are removed, least recently used first; a new run takes over the idle tree closest to
     /// its snapshot. Only with `workspace_snapshots` (default 10 GiB).
     pub(crate) workspace_cache_bytes: u64,
@@ -44,7 +44,7 @@ pub(crate) struct Settings {
     /// Git (`[git]`): commit author, credentials per host (by environment variable name),
     /// the GitHub API for pull requests.
     pub(crate) git: baton_activities::git::GitSettings,
-    /// Repository environments (`[environments]`, issue 32): the secrets setup commands may
+    /// Repository environments (`[environments]`): the secrets setup commands may
     /// ask for, the image facts of the cache key, pinned environments per repository.
     pub(crate) environments: baton_activities::workspace::EnvironmentSettings,
     /// Log format: `text` (default) or `json` (one JSON object per line).
@@ -65,7 +65,7 @@ pub(crate) struct Settings {
     pub(crate) otel_endpoint: Option<String>,
     /// Run the tool processes of runs that ask for a sandbox unsandboxed (with a warning) when
     /// this host cannot sandbox them (no Landlock), instead of failing those calls (default
-    /// false). See README "Sandbox".
+    /// false). See docs/src/security/sandbox.md.
     pub(crate) allow_unsandboxed: bool,
     /// Honour runs submitted with `--sandbox off` (default false: their shell calls fail
     /// with a message saying so).
@@ -86,7 +86,7 @@ pub(crate) struct Settings {
     pub(crate) sandbox_max_processes: u64,
     /// Where this host cannot give tool processes a network namespace (no user namespaces,
     /// no CAP_SYS_ADMIN): give runs that ask for the network the host's network, unfiltered,
-    /// instead of refusing their tool processes (default false). See README "Security".
+    /// instead of refusing their tool processes (default false). See docs/src/security/overview.md.
     pub(crate) allow_unfiltered_network: bool,
     /// Address ranges (CIDRs) the tool proxy treats like the private ones: reached only when
     /// a run's `--allow-host` names them (e.g. a cluster whose pods and services use public
@@ -523,7 +523,7 @@ impl Settings {
             .with_context(|| format!("cannot read settings from {}", file.display()))?;
         let mut settings: Settings = built.try_deserialize().with_context(|| {
             format!(
-                "invalid settings (from {} and BATON_* variables); see README \"Configuration\"",
+                "invalid settings (from {} and BATON_* variables); see docs/src/operations/configuration.md",
                 file.display()
             )
         })?;
@@ -531,7 +531,7 @@ impl Settings {
         settings.config = Some(file.clone());
         settings.check().with_context(|| {
             format!(
-                "invalid settings (from {} and BATON_* variables); see README \"Configuration\"",
+                "invalid settings (from {} and BATON_* variables); see docs/src/operations/configuration.md",
                 file.display()
             )
         })?;

@@ -35,8 +35,9 @@ pub(crate) fn open_storage(settings: &Settings) -> anyhow::Result<Storage> {
     if nix::unistd::geteuid().is_root() && settings.sandbox_uid != 0 {
         traversable(&workspace_root, settings.sandbox_uid, settings.sandbox_gid)?;
     }
-    let store = baton_store::open(&settings.store)
-        .misconfigured("cannot open the blob store; see README \"Configuration\" (store.*)")?;
+    let store = baton_store::open(&settings.store).misconfigured(
+        "cannot open the blob store; see docs/src/operations/configuration.md (store.*)",
+    )?;
     // A local cache of the blobs this worker read or wrote: a tree it has seen (a repository
     // at another commit, an environment) restores without downloading it again.
     let mut cache_counters = None;

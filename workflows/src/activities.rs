@@ -73,7 +73,7 @@ impl ToolActivities {
 
     /// Reads what the system prompt needs from the run's workspace (its path, AGENTS.md).
     /// One verification command in the run's workspace at the request's snapshot
-    /// (`RunSpec.verify`, issue 32); the tree is put back before the next tool call.
+    /// (`RunSpec.verify`); the tree is put back before the next tool call.
     #[activity(name = "run_verification")]
     pub fn run_verification(request: VerifyRequest) -> Result<Verification, ActivityError> {
         unimplemented!()
@@ -116,7 +116,7 @@ impl WorkspaceActivities {
     }
 
     /// The change set between the run's starting and final snapshots, stored as a patch.
-    /// The run's environment set up in its workspace (issue 32): from the cache, or by
+    /// The run's environment set up in its workspace: from the cache, or by
     /// running setup.
     #[activity(name = "setup_environment")]
     pub fn setup_environment(request: SetupRequest) -> Result<SetupResult, ActivityError> {

@@ -1,5 +1,5 @@
 //! The prompt cache routing key OpenAI's APIs take (`prompt_cache_key`, Chat Completions and
-//! Responses), derived from the run id, and which endpoints take it (issue 31 item 3).
+//! Responses), derived from the run id, and which endpoints take it.
 //!
 //! OpenAI refuses a key over 64 characters (`400 Invalid 'prompt_cache_key': string too
 //! long. Expected a string with maximum length 64`, code `string_above_max_length`), and a

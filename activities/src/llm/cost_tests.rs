@@ -1,4 +1,4 @@
-//! Issue 31 item 9, the cost acceptance table: for fixed usage as each provider reports it
+//! The cost acceptance table: for fixed usage as each provider reports it
 //! (cache writes, cache reads, reasoning tokens), parsed by that provider's wire format and
 //! priced by the model table, `cost_usd` equals the dollars computed by hand from the
 //! published prices (OpenAI platform pricing, Anthropic "Pricing", Google Gemini API pricing,

@@ -1,6 +1,6 @@
-//! The provider error taxonomy (DESIGN.md §5) and its mapping to Temporal failures: whether a
-//! retry can help, and when the next attempt comes (under the provider's [`RetryBudget`]), is
-//! decided here, once; Temporal does the retrying.
+//! The provider error taxonomy (`docs/src/architecture/design.md` §5) and its mapping to
+//! Temporal failures: whether a retry can help, and when the next attempt comes (under the
+//! provider's [`RetryBudget`]), is decided here, once; Temporal does the retrying.
 
 use std::time::{Duration, SystemTime};
 
@@ -660,7 +660,7 @@ mod tests {
             assert!(matches!(e, LlmError::Rejected { .. }), "{status}");
             assert!(!e.is_retryable());
         }
-        // The overflow messages of the real servers (issue 31 item 2), as their error bodies
+        // The overflow messages of the real servers, as their error bodies
         // carry them.
         for body in [
             // OpenAI gpt-5 (input cap under the window)

@@ -1,4 +1,4 @@
-//! Usage a server did not report (issue 31 item 11): some OpenAI-compatible servers send no
+//! Usage a server did not report: some OpenAI-compatible servers send no
 //! `usage` (llama.cpp's streams without `stream_options.include_usage`, proxies that drop
 //! it, a stream cut after its finish reason). Counting such a call as 0 tokens would let
 //! `--max-tokens` and `--max-cost` fail open, so its tokens are estimated from the text

@@ -1,4 +1,4 @@
-//! What a streaming model call has received so far, published for `baton watch` (issue 20):
+//! What a streaming model call has received so far, published for `baton watch`:
 //! the wire formats' stream readers add each text and reasoning delta and each tool call's
 //! name to a [`Live`]; the transport hands it to a [`LiveSink`] after each event; the
 //! `llm_generate` activity beats it as [`StreamProgress`] heartbeat details, which `watch`

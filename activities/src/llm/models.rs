@@ -153,7 +153,7 @@ type Row = (&'static str, u32, u32, f64, f64, f64, f64);
 // platform.openai.com/docs/pricing + /docs/models, Anthropic docs.claude.com "Pricing" and
 // "Models overview"), written down on 2026-12-01 from those pages as they stood in late 2025.
 // Prices change and newer models appear: check them against the pages and override in
-// `[models."<name>"]` (README "Worker settings"). Uncertain: gpt-5-pro's output limit;
+// `[models."<name>"]` (docs/src/operations/configuration.md). Uncertain: gpt-5-pro's output limit;
 // OpenAI publishes no cache-write price (caching is automatic and free: the input price is
 // used, never billed); the write price is Anthropic's 5-minute one, scaled for 1-hour
 // writes by [`ONE_HOUR_WRITE_FACTOR`].
@@ -166,7 +166,7 @@ const SHIPPED: &[Row] = &[
     ("gpt-5-pro", 400_000, 272_000, 15.0, 15.0, 15.0, 120.0),
     ("gpt-5.1", 400_000, 128_000, 1.25, 0.125, 1.25, 10.0),
     ("gpt-5.1-codex", 400_000, 128_000, 1.25, 0.125, 1.25, 10.0),
-    // benbencodes/llm-prices (v0.1.41), as the review of issue 31 cites it.
+    // benbencodes/llm-prices (v0.1.41).
     (
         "gpt-5.1-codex-mini",
         400_000,
@@ -307,8 +307,8 @@ impl ModelTable {
             .map(|(_, info)| *info)
     }
 
-    /// Keeps an Anthropic request's `max_tokens` within the model's output limit (issue 31
-    /// item 5): the API refuses more ("max_tokens: 8192 > 4096, which is the maximum allowed
+    /// Keeps an Anthropic request's `max_tokens` within the model's output limit:
+    /// the API refuses more ("max_tokens: 8192 > 4096, which is the maximum allowed
     /// number of output tokens for claude-3-haiku-20240307"). An unset limit becomes what the
     /// provider would send (its default, budget + default with thinking) clamped to the
     /// table's `max_output_tokens`; a set one is clamped too. Nothing changes for a model the
@@ -337,7 +337,7 @@ impl ModelTable {
         }
     }
 
-    /// The most prompt tokens a request for `model` may carry (issue 31 item 2; 0 =
+    /// The most prompt tokens a request for `model` may carry (0 =
     /// unknown): the input cap if the provider has one, and never more than the window less
     /// the output the request reserves, since the APIs count prompt + requested output
     /// against the window (Anthropic: `input length and max_tokens exceed context limit:
@@ -368,7 +368,7 @@ impl ModelTable {
     }
 
     /// A larger `max_tokens` to ask again with after an Anthropic answer that stopped at
-    /// `max_tokens` (issue 31 item 5), before the stop counts as a truncation: the model's
+    /// `max_tokens`, before the stop counts as a truncation: the model's
     /// output limit, within what the window leaves beside the prompt the answer reported.
     /// `None` when the run set its own limit (`asked` > 0), the answer ended otherwise, the
     /// table does not know the model, or nothing larger fits.

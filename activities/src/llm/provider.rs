@@ -117,7 +117,7 @@ pub(crate) fn tool_schema(tool: &baton_proto::ToolDefinition) -> serde_json::Val
 /// Chat Completions and Responses alike.
 pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
-/// Why OpenAI's `model` refuses `effort` although the API lists it (issue 31 item 8), by the
+/// Why OpenAI's `model` refuses `effort` although the API lists it, by the
 /// models' documented support: gpt-5.1 and later take `none` but no longer `minimal`; gpt-5
 /// (and its mini, nano, codex and pro) takes `minimal` but not `none`, nor `xhigh` (added
 /// with gpt-5.1-codex-max). `None`: sent as is (a model this does not know decides).

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 /// Default timeout of one HTTP request, a whole streamed answer included: generous (a
 /// 64K-token answer at 50 tokens/s takes 21 min), since a stalled stream is cut by
-/// [`DEFAULT_STREAM_IDLE`] long before it (issue 31 item 10).
+/// [`DEFAULT_STREAM_IDLE`] long before it.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Default longest silence of a stream between two events (keep-alive comments count): a
 /// stream that stalls is cut after this, while one that keeps sending may run up to the

@@ -100,7 +100,7 @@ pub struct HttpProvider<W> {
     url: String,
     api_key: Option<String>,
     stream: bool,
-    /// The longest wait for the next event of a stream (issue 31 item 10).
+    /// The longest wait for the next event of a stream.
     stream_idle: Duration,
     http: reqwest::Client,
     wire: W,

@@ -1,4 +1,4 @@
-//! MCP servers' tools for runs (issue 18), the worker side.
+//! MCP servers' tools for runs, the worker side.
 //!
 //! - [`settings`]: `[mcp]` / `[mcp.servers.NAME]` ([`McpSettings`]), checked at start-up.
 //! - `client`: one rmcp connection (stdio child in its own process group, or streamable

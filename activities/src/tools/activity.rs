@@ -131,7 +131,7 @@ impl ToolService {
         }
     }
 
-    /// Keeps idle workspaces within `settings` (issue 32 item 3; never without snapshots).
+    /// Keeps idle workspaces within `settings` (never without snapshots).
     pub fn with_kept_workspaces(mut self, settings: KeptSettings) -> Self {
         self.kept = Arc::new(KeptWorkspaces::new(
             self.workspace_root.clone(),
@@ -416,7 +416,7 @@ fn legacy_workspace_name(run_id: &str) -> String {
 pub const MAX_AGENTS_MD: usize = 32 * 1024;
 
 /// The workspace's `AGENTS.md`, cut to [`MAX_AGENTS_MD`] bytes on a character boundary, and
-/// whether it was cut; empty when there is none. The repository is not trusted (issue 30):
+/// whether it was cut; empty when there is none. The repository is not trusted:
 /// the file is read only if it is a regular file inside the workspace (a link to another file
 /// inside is followed; one to `/proc/self/environ`, a file outside or `/dev/zero` is not), and
 /// never more than the bound is read. The error says why it was left out.

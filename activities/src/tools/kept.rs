@@ -1,4 +1,4 @@
-//! The workspaces a worker keeps (issue 32 item 3). Every run's tree lives in
+//! The workspaces a worker keeps. Every run's tree lives in
 //! `<workspace_root>/<run>`; with snapshots on, the blob store holds each run's state and a
 //! tree is only a local copy, so a worker may reuse or remove one that no activity holds:
 //!

@@ -1,4 +1,4 @@
-//! Activity `run_verification` (issue 32): one of the run's verification commands, run by the
+//! Activity `run_verification`: one of the run's verification commands, run by the
 //! workflow when the model answers, not chosen by the model.
 //!
 //! The workspace is brought to the request's snapshot first (forced on a retry: an earlier

@@ -53,7 +53,7 @@ pub(crate) fn walk_files(
 ) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
     // Each level holds its directory open: a directory swapped for a link meanwhile is not
-    // entered (issue 30), and files are opened from their directory ([`Entry::dir`]).
+    // entered, and files are opened from their directory ([`Entry::dir`]).
     let base_dir =
         Beneath::open(root)?.open_dir(base.strip_prefix(root).unwrap_or(Path::new("")))?;
     let first = read_sorted(&base_dir, base)?;

@@ -1,7 +1,7 @@
 //! Confinement of tool paths to the run's workspace: [`resolve`] decides which file a path
 //! means (following links that stay inside), [`confine`] gives it as a [`Beneath`] root + a
 //! link-free relative path, so the worker opens exactly that file even if the tree changes
-//! meanwhile (issue 30: a process left behind by a command can swap a directory for a link
+//! meanwhile (a process left behind by a command can swap a directory for a link
 //! between the check and the use).
 
 use std::path::{Component, Path, PathBuf};

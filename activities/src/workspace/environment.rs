@@ -1,4 +1,4 @@
-//! Repository environments (issue 32): activity `setup_environment` and the worker's
+//! Repository environments: activity `setup_environment` and the worker's
 //! `[environments]` settings.
 //!
 //! Setup runs once per cache key: the key hashes the worker's image, the setup commands, the

@@ -160,7 +160,7 @@ impl RunState {
             .ok()
             .and_then(|v| v.get("timeout_seconds").and_then(|t| t.as_u64()))
             .filter(|t| *t > 0)
-            // The model may shorten the run's tool timeout, never extend it (issue 30).
+            // The model may shorten the run's tool timeout, never extend it.
             .map(|t| t.min(u64::from(default)) as u32)
             .unwrap_or(default)
     }

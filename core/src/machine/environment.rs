@@ -1,4 +1,4 @@
-//! The run's environment (issue 32): set up between the prepared workspace and the first model
+//! The run's environment: set up between the prepared workspace and the first model
 //! call ([`RunState::setup_request`], then [`RunState::on_environment_ready`] or
 //! [`RunState::on_environment_failed`]). A setup that fails ends the run `setup_failed` before
 //! any model call; one that passes (or came from the cache) makes its tree the run's starting

@@ -1,4 +1,4 @@
-//! MCP servers at the run's start (issue 18): the listing of each server's tools, once, and
+//! MCP servers at the run's start: the listing of each server's tools, once, and
 //! what the run does when a server cannot be used.
 //!
 //! The workflow lists before the first step ([`RunState::mcp_list_requests`], one activity per

@@ -1,4 +1,4 @@
-//! Work in, results out (issue 15): where the run's workspace came from, and what the run hands
+//! Work in, results out: where the run's workspace came from, and what the run hands
 //! back when it ends, whatever the reason: its change set against the starting tree and, when
 //! the spec asks for it, delivery (a pushed branch, a pull request).
 //!

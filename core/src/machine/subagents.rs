@@ -1,4 +1,4 @@
-//! Subagents (issue 20, [`crate::subagent`]): `spawn_agent` calls checked when their batch is
+//! Subagents ([`crate::subagent`]): `spawn_agent` calls checked when their batch is
 //! planned, the child's spec and run id in the step that runs them, the child's start and
 //! end as events, and its usage added to this run's.
 

@@ -1,4 +1,4 @@
-//! The verification gate (issue 32): when the model answers, the workflow, not the model, runs
+//! The verification gate: when the model answers, the workflow, not the model, runs
 //! the run's checks (`RunSpec.verify`) in the final workspace.
 //!
 //! The answer waits in [`Phase::Verifying`] while [`Step::Verify`] runs the commands one at a

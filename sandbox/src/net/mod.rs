@@ -1,4 +1,4 @@
-//! Network for tool processes (issue 19): the filtering HTTP/HTTPS proxy a sandboxed process
+//! Network for tool processes: the filtering HTTP/HTTPS proxy a sandboxed process
 //! reaches as its only way out, and the rules it decides by.
 //!
 //! A tool runs in its own network namespace whose only listener is `127.0.0.1:3128`; the worker

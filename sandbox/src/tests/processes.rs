@@ -1,4 +1,4 @@
-//! What a call's processes can reach and how long they live (issue 30 items 2 and 8): nothing a
+//! What a call's processes can reach and how long they live: nothing a
 //! call started outlives it, and concurrent calls see neither each other's private temp dirs
 //! nor each other's command lines.
 

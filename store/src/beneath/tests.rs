@@ -92,7 +92,7 @@ fn create_dirs_makes_real_directories_and_keeps_existing_ones() {
     assert_eq!(err.raw_os_error(), Some(Errno::ENOTDIR as i32), "{err}");
 }
 
-/// The review's race (issue 30): a thread exchanges the directory `d` with a link `e` to a
+/// The review's race: a thread exchanges the directory `d` with a link `e` to a
 /// directory outside while the worker writes and reads beneath `d`. Nothing may be written or
 /// read outside.
 #[test]

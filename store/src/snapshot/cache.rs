@@ -93,7 +93,7 @@ pub(super) struct LocalState {
     pub(super) files: BTreeMap<String, CacheEntry>,
 }
 
-/// The state directory of the workspace at `root`, opened beneath it (issue 30): tools can
+/// The state directory of the workspace at `root`, opened beneath it: tools can
 /// rename `.baton` and put a link or a directory of their own in its place, so it is never
 /// reached by name. A link or a file there is not followed (with `create`, it is replaced by a
 /// new directory); a directory owned by someone other than the worker (when the worker's uid
@@ -195,7 +195,7 @@ pub fn local_snapshot(root: &Path) -> Option<SnapshotId> {
 
 /// Drops what the local state of the tree at `root` says (its snapshot and every file's
 /// cached hash), so that the next [`restore`] or [`take`] hashes every file again. For a tree
-/// that changes hands (a worker reusing one run's workspace for another, issue 32): its tools
+/// that changes hands (a worker reusing one run's workspace for another): its tools
 /// may have written the state, which a run may trust about its own tree but no other run may.
 ///
 /// [`take`]: fn@super::take
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!((again.hashed, again.uploaded), (0, 0));
     }
 
-    /// Issue 32: a tree handed from one run to another. Its tools wrote the state, claiming
+    /// A tree handed from one run to another. Its tools wrote the state, claiming
     /// a file holds what the next run's snapshot has there; once the state is forgotten the
     /// restore hashes the file and writes the snapshot's content.
     #[tokio::test]
@@ -320,7 +320,7 @@ mod tests {
         );
     }
 
-    /// Issue 30: a tool replaced `.baton` with a link to a directory outside. Neither take nor
+    /// A tool replaced `.baton` with a link to a directory outside. Neither take nor
     /// restore writes through it; the link is replaced by a real directory of the worker's.
     #[tokio::test]
     async fn a_state_directory_swapped_for_a_link_is_never_written_through() {

@@ -143,7 +143,7 @@ fn hash_file(path: &Path, max: u64) -> io::Result<Option<(BlobId, u64)>> {
 }
 
 /// Hashes the regular file `rel` beneath `root`, reached without following links (the
-/// workspace may be changed meanwhile by the run's processes, issue 30); a link on the way is
+/// workspace may be changed meanwhile by the run's processes); a link on the way is
 /// an error ([`crate::beneath::is_link_error`]).
 fn hash_beneath(root: &Path, rel: &str, max: u64) -> io::Result<Option<(BlobId, u64)>> {
     let file = crate::beneath::open_regular_in(root, Path::new(rel)).map_err(|e| e.into_io())?;

@@ -1,4 +1,4 @@
-//! Environment overlays (issue 32): what a setup added to a tree, as a manifest of its own,
+//! Environment overlays: what a setup added to a tree, as a manifest of its own,
 //! and that overlay laid over another tree (a later commit with the same cache key).
 //!
 //! An overlay holds every entry of the tree after setup that the tree before it lacks or has

@@ -290,7 +290,7 @@ fn set_executable(path: &Path, meta: &fs::Metadata, exec: bool) -> Result<(), Sn
 }
 
 /// Writes `bytes` to `rel` below `root` through a temporary file in the same directory. The
-/// directory is reached beneath `root` without following links (issue 30: a process of the
+/// directory is reached beneath `root` without following links (a process of the
 /// run may swap a parent for a link after `prepare_parents` made it real), so the write lands
 /// in the workspace or fails.
 fn write_file(root: &Path, rel: &str, bytes: &[u8], exec: bool) -> Result<(), SnapshotError> {

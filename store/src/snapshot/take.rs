@@ -376,7 +376,7 @@ mod tests {
         );
     }
 
-    /// Issue 30: while a process swaps a directory with a link to a directory outside
+    /// While a process swaps a directory with a link to a directory outside
     /// (`renameat2(RENAME_EXCHANGE)`), no snapshot takes in a file from outside.
     #[tokio::test]
     async fn a_directory_swapped_for_a_link_meanwhile_brings_nothing_outside_into_a_snapshot() {

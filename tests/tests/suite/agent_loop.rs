@@ -547,7 +547,7 @@ fn big_tool_outputs_reach_the_model_as_a_preview_and_the_transcript_in_full() {
     }));
 }
 
-/// Issue 30: a repository's `AGENTS.md` is not trusted. Links to the worker's own environment,
+/// A repository's `AGENTS.md` is not trusted. Links to the worker's own environment,
 /// to a file outside the workspace and to `/dev/zero` put nothing of them into any model
 /// request, and the worker lives through all three (the run goes on without the file).
 #[test]

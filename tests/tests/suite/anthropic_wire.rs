@@ -1,4 +1,4 @@
-//! The Anthropic wire end to end (issue 16): a worker and a dev server running a
+//! The Anthropic wire end to end: a worker and a dev server running a
 //! `--provider anthropic` run with extended thinking against MockAnthropic, which refuses (400)
 //! a request whose last `tool_use` turn lacks its thinking block or carries one it did not
 //! sign. The run's `ModelConfig.thinking_budget_tokens` has no CLI flag on this branch, so the
@@ -142,7 +142,7 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
     assert!(llm.violations().is_empty());
 }
 
-/// Issue 31 item 7: Claude often writes "\n\n" before a tool call. The strict mock refuses a
+/// Claude often writes "\n\n" before a tool call. The strict mock refuses a
 /// whitespace-only text block as the Messages API does; the run's later requests leave it
 /// out, so the tool loop finishes.
 #[test]
@@ -183,7 +183,7 @@ fn a_whitespace_only_text_before_a_tool_call_is_not_sent_back() {
     );
 }
 
-/// Issue 31 item 5: claude-3-haiku's output limit is 4,096 tokens; the provider's default
+/// Claude-3-haiku's output limit is 4,096 tokens; the provider's default
 /// `max_tokens` (8,192) is refused on every call (the strict mock says so as the API does).
 /// The worker takes the limit from its model table.
 #[test]
@@ -221,7 +221,7 @@ fn max_tokens_stays_within_the_models_output_limit() {
     assert_eq!(llm.requests()[0].body["max_tokens"], 4096);
 }
 
-/// Issue 31 item 5: an answer cut at the default `max_tokens` is asked again, in the same
+/// An answer cut at the default `max_tokens` is asked again, in the same
 /// model call, with the model's output limit before it counts as a truncation; both calls
 /// are billed. A run that set `--max-output-tokens` keeps its limit.
 #[test]

@@ -303,7 +303,7 @@ fn assert_schema(run: &str, lines: &[Value]) {
             ],
             other => panic!("undocumented kind {other}: {l}"),
         };
-        // Present when the run has them: its outputs (issue 15).
+        // Present when the run has them: its outputs.
         let optional = ["changes", "delivered", "output"];
         let mut got: Vec<&str> = body
             .keys()

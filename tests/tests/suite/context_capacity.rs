@@ -1,4 +1,4 @@
-//! Context capacity (issue 31 item 2): a run compacts against what the provider takes as a
+//! Context capacity: a run compacts against what the provider takes as a
 //! prompt, not the model's window. The strict mocks refuse a gpt-5 prompt over 272K tokens
 //! and an Anthropic prompt whose `max_tokens` does not fit the window beside it, with the
 //! real APIs' messages (`tests/src/mock_window.rs`); both count ~4 bytes of request JSON a

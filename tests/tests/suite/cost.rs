@@ -211,7 +211,7 @@ fn without_usage(mut reply: Value) -> Value {
     reply
 }
 
-/// Issue 31 item 11: a server that reports no usage. The run's usage is estimated from the
+/// A server that reports no usage. The run's usage is estimated from the
 /// text, never 0 tokens, and says how many calls were estimated (`estimated_calls`); a token
 /// budget still ends the run (it would never trip on 0 tokens).
 #[test]

@@ -1,4 +1,4 @@
-//! Repository environments (issue 32), end to end: a repository's `.baton/environment.toml`
+//! Repository environments, end to end: a repository's `.baton/environment.toml`
 //! is set up once per cache key by a real worker (setup reaches its `setup_hosts` host on
 //! loopback through the egress proxy and reads a worker-side secret), later runs with the same
 //! lockfile start from the cached environment without running setup, a changed lockfile sets

@@ -114,7 +114,7 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     // Until the survivor's retry killed them, no other test's worker may start: it would
     // sweep the dead worker's processes first (`pause_worker_starts`).
     let quiet = pause_worker_starts();
-    // With a PID namespace per tool process (issue 30), the call's processes die with their
+    // With a PID namespace per tool process, the call's processes die with their
     // worker; without one, the survivor's retry kills them by their environment markers.
     let own_namespace = workers[victim]
         .log()

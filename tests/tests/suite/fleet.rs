@@ -1,4 +1,4 @@
-//! Fleet upgrades (issue 17): two worker builds whose workflow code differs (build B runs the
+//! Fleet upgrades: two worker builds whose workflow code differs (build B runs the
 //! test-only variant `BATON_TEST_WORKFLOW_VARIANT=extra-step`). Runs started on build A stay on
 //! A's workers after B becomes current, new runs go to B, a run of A that continues as new moves
 //! to B; `baton replay-check` with B's code names A's runs and the event where they part, and

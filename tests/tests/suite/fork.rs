@@ -1,4 +1,4 @@
-//! `baton fork RUN --at-turn N` (issue 20) end to end: the fork's first model request holds
+//! `baton fork RUN --at-turn N` end to end: the fork's first model request holds
 //! exactly RUN's first N turns and the instructions, its workspace is RUN's after turn N, its
 //! history starts small (the conversation goes by reference), and bad input is refused with
 //! what to do.

@@ -1,4 +1,4 @@
-//! Workspace hand-off between workers (issue 5): snapshots in the blob store follow a run to
+//! Workspace hand-off between workers: snapshots in the blob store follow a run to
 //! whichever worker takes it, and a chaos test kills workers at random while 20 runs write
 //! files.
 

@@ -1,4 +1,4 @@
-//! History stays bounded on long runs (issue 5): conversations by reference, payloads under
+//! History stays bounded on long runs: conversations by reference, payloads under
 //! 256 KiB, constant history bytes per turn, continue-as-new with an approval pending across
 //! the boundary.
 
@@ -369,7 +369,7 @@ fn small_and_large_turns(
     (costs.pop().unwrap(), large)
 }
 
-/// Issue 17's acceptance, on a shorter run than its 300 turns (the figure for 300 is the
+/// The bounded-history acceptance, on a shorter run than its 300 turns (the figure for 300 is the
 /// ignored test below, in BENCHMARKS.md): 4 KiB turns cost under 1.5x the history of
 /// 100-byte turns, and 300 of them would stay under 5 MB. Two segments: the checkpoint a
 /// continued run starts from carries previews too.
@@ -407,7 +407,7 @@ fn turns_adding_4_kib_cost_under_1_5x_the_history_of_100_byte_turns() {
 
 /// The 300-turn figures of BENCHMARKS.md "History bytes per turn": with the default limit,
 /// and with `inline_bytes` at its maximum (64 KiB: 4 KiB turns stay inline, as before
-/// issue 17). About 2 minutes; run with `--ignored`.
+/// the bounded-history acceptance). About 2 minutes; run with `--ignored`.
 #[test]
 #[ignore]
 fn history_bytes_of_300_turns_for_benchmarks() {

@@ -1,4 +1,4 @@
-//! Issue 31, "one real server": baton against a real OpenAI-compatible inference server, not a
+//! baton against a real OpenAI-compatible inference server, not a
 //! mock: llama.cpp's server (`llama-cpp-python[server]`, chat format
 //! `chatml-function-calling`) serving SmolLM2-135M-Instruct on loopback, behind a
 //! [`RecordingProxy`] that records every request and the status it got. The model is tiny, so

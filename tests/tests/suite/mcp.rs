@@ -1,4 +1,4 @@
-//! MCP tools in a run (issue 18) end to end against the reference servers installed from npm:
+//! MCP tools in a run end to end against the reference servers installed from npm:
 //! server-filesystem over stdio (through a `tee` that logs what the worker sent it) and
 //! server-everything over streamable HTTP (behind a relay that counts the listings and calls
 //! that reach it), with the OpenAI stand-in as the model so each test asserts on the next model

@@ -1,4 +1,4 @@
-//! Network for tools (issue 19) end to end: shell calls run in a network namespace of their
+//! Network for tools end to end: shell calls run in a network namespace of their
 //! own whose only way out is baton's proxy at 127.0.0.1:3128. `--allow-host` lets exactly the
 //! named hosts through; `--network` alone lets public hosts through but never loopback,
 //! link-local or private addresses; a raw connect reaches nothing. A refused request is a 403
@@ -240,7 +240,7 @@ fn allowed_host_is_reached_and_every_other_destination_refused_visibly() {
     assert_eq!((counted("allowed"), counted("refused")), (1.0, 4.0));
 }
 
-/// The review's held-out case (issue 30 item 4): a rule naming the frontend's address
+/// The review's held-out case: a rule naming the frontend's address
 /// (`--allow-host 127.0.0.1`) does not open the frontend's other ports. The dev server's HTTP
 /// API answers the harness, and a tool asking it (through the proxy) gets the proxy's 403
 /// `X-Baton-Refused: protected`, on the call's network report too; a local service on another

@@ -1,4 +1,4 @@
-//! The OpenAI Chat Completions wire end to end (issue 16): a worker and dev server running
+//! The OpenAI Chat Completions wire end to end: a worker and dev server running
 //! `--provider openai` against MockOpenAi in quirks mode, which refuses what DeepSeek, Gemini
 //! and vLLM refuse: a tool loop that drops `reasoning_content` or a thought signature, or
 //! sends invalid arguments back. A refusal ends the run as `content_filtered`.
@@ -148,7 +148,8 @@ fn reasoning_content_and_thought_signatures_round_trip_a_three_turn_tool_loop() 
 
 #[tokio::test]
 async fn quirks_mode_refuses_a_tool_call_turn_sent_back_without_its_reasoning_state() {
-    // The mock's own check, against a request the way baton sent it before issue 16.
+    // The mock's own check, against a request the way baton sent it before it sent
+    // `prompt_cache_key`.
     let llm = MockOpenAi::start_quirks().unwrap();
     llm.push(quirky_calls("think", &[("call_1", "list_files", "{}")]));
     let url = format!("{}/chat/completions", llm.base_url());
@@ -213,7 +214,7 @@ fn a_refusal_ends_the_run_as_content_filtered_with_the_refusal_text() {
     );
 }
 
-/// Issue 31 item 1: a reasoning model that spends its whole output budget twice (`length`,
+/// A reasoning model that spends its whole output budget twice (`length`,
 /// no text), then calls a tool and answers. Every request the worker sends after those turns
 /// is one the strict OpenAI mock and the Ollama-style mock take (OpenAI refuses an assistant
 /// `content: null` without `tool_calls`, Ollama refuses `null` content on any message).
@@ -275,7 +276,7 @@ fn cache_keys(requests: &[CapturedRequest]) -> Vec<Option<String>> {
         .collect()
 }
 
-/// Issue 31 item 3: a 200-character `--id` whose run spawns a subagent (`<id>.sub-1`).
+/// A 200-character `--id` whose run spawns a subagent (`<id>.sub-1`).
 /// Every Chat Completions and Responses request carries a key of at most 64 characters (the
 /// strict mocks refuse a longer one as OpenAI does), the parent's the same on both its
 /// turns, the child's its own; Gemini's endpoint (which refuses fields it does not know)

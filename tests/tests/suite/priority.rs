@@ -1,4 +1,4 @@
-//! Priority and fair shares (issue 34 item 2), end to end: runs submitted with `--priority`
+//! Priority and fair shares, end to end: runs submitted with `--priority`
 //! and `--fairness-key` (or a `team` label) carry them into Temporal, and a dev server with
 //! fairness on (`matching.enableFairness`) lets one team's run through a backlog of another
 //! team's 200 runs; bad values are refused at submit; schedules start their runs with them.

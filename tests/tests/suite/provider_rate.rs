@@ -1,4 +1,4 @@
-//! Fleet-wide provider rates (issue 34 item 3), end to end: a provider's model calls go
+//! Fleet-wide provider rates, end to end: a provider's model calls go
 //! through a task queue of their own (`<queue>-llm-<provider>`), whose server-side rate limit
 //! is the workers' `[openai] max_requests_per_second`. 50 runs queued at once against a mock
 //! that allows 5 requests per second (a token bucket of 10 refilled at 5 a second) and

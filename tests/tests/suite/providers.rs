@@ -322,7 +322,7 @@ fn a_context_overflow_trims_old_tool_outputs_then_summarizes_and_retries() {
         "{watch}"
     );
 
-    // Overflowing again after the trim summarizes the older turns and retries (issue 31);
+    // Overflowing again after the trim summarizes the older turns and retries;
     // a third overflow in the same turn ends the run with context_overflow.
     for i in 0..3 {
         llm.push_tool_calls(&[(&format!("d{i}"), "shell", &big(i))]);

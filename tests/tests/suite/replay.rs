@@ -312,7 +312,7 @@ async fn record_budget_history() {
     }
 }
 
-/// Records `tests/histories/<RECORD_MCP_AS>-segment-{1,2}.json` (issue 18): a run with two
+/// Records `tests/histories/<RECORD_MCP_AS>-segment-{1,2}.json`: a run with two
 /// MCP servers, server-filesystem over stdio and server-everything over HTTP: both listed once
 /// before the first turn, a read-only call and an echo without approval, a mutating call
 /// approved, then (after continue-as-new, which carries the listed tools) an image call and
@@ -402,7 +402,7 @@ async fn record_mcp_history() {
     }
 }
 
-/// Records `tests/histories/<RECORD_SUBAGENT_AS>-{parent,child}.json` (issue 20): a parent
+/// Records `tests/histories/<RECORD_SUBAGENT_AS>-{parent,child}.json`: a parent
 /// whose first turn spawns two subagents (child workflows) that each write a file; the second
 /// child's change set lands through `merge_changes` (the first one's took the tree as it was),
 /// then the parent answers. The child's history is recorded too (a run with a parent).
@@ -481,7 +481,7 @@ async fn record_subagent_history() {
     }
 }
 
-/// Records `tests/histories/<RECORD_FORK_AS>` (issue 20): `baton fork` at turn 9 of a run of
+/// Records `tests/histories/<RECORD_FORK_AS>`: `baton fork` at turn 9 of a run of
 /// ten turns that each write a file, with instructions. The fork's input holds the older turns
 /// as stubs under a stored head; it prepares its workspace from the snapshot of turn 9, writes
 /// the tenth file, answers and collects its change set.
@@ -541,7 +541,7 @@ async fn record_fork_history() {
     .unwrap();
 }
 
-/// Records `tests/histories/<RECORD_CONVERSATION_AS>` (issue 33): `baton send --start` makes
+/// Records `tests/histories/<RECORD_CONVERSATION_AS>`: `baton send --start` makes
 /// a conversation whose first task writes a file and answers; it waits idle, a second message
 /// (and the first one again, a duplicate) makes task 2, which writes another file; then no
 /// message comes for its idle timeout and it ends with task 2's answer.

@@ -203,7 +203,7 @@ fn a_429_with_an_http_date_retry_after_is_retried_no_earlier_than_that_date() {
     assert!(gap >= Duration::from_secs(2), "retried after {gap:?}");
 }
 
-/// Issue 31 item 4: an answer of two messages, each after its own reasoning item, then a
+/// An answer of two messages, each after its own reasoning item, then a
 /// reasoning-only `incomplete` answer. The mock refuses a reasoning item sent without the
 /// item that followed it; every later request keeps the pairs as issued and leaves the
 /// follower-less reasoning out, so the run finishes.

@@ -109,7 +109,7 @@ async fn an_absurd_budget_stops_the_worker_naming_the_key() {
     }
 }
 
-/// Issue 31 item 10: OpenAI's 429 "Request too large ... on tokens per min" refuses one
+/// OpenAI's 429 "Request too large ... on tokens per min" refuses one
 /// request that is over the per-minute limit, however long one waits. It ends the run at once
 /// with the reason, instead of 8 attempts over minutes.
 #[test]

@@ -1,4 +1,4 @@
-//! One trace per run (issue 34 item 4), end to end: workers export to an OTLP/gRPC receiver
+//! One trace per run, end to end: workers export to an OTLP/gRPC receiver
 //! written with the official Python packages (`tests/otlp/receiver.py`, on
 //! `opentelemetry-proto` and `grpcio`). A run calls the model, waits for an approval of a
 //! shell call, and its worker is killed with SIGKILL while the approved call runs; another

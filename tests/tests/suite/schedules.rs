@@ -1,4 +1,4 @@
-//! Schedules (issue 34 item 1), end to end on the dev server's real Temporal Schedules: a
+//! Schedules, end to end on the dev server's real Temporal Schedules: a
 //! schedule every second of a run that takes about three starts runs one after another (skip
 //! overlap: never two at once), labelled `baton.schedule=NAME`; `pause` stops new runs,
 //! `trigger` starts one anyway, `delete` removes it; a schedule whose run spec is invalid is

@@ -1,4 +1,4 @@
-//! What comes back to the user's machine and what the CLI shows (issue 30 item 7, security
+//! What comes back to the user's machine and what the CLI shows (security
 //! review #8 and #9), end to end with a real dev server, worker and `baton` CLI: `baton
 //! download` and `baton apply` of a run whose tree holds `.git/config` (with
 //! `core.fsmonitor`) and hooks write none of it.

@@ -1,4 +1,4 @@
-//! Live model output (issue 20): while `llm_generate` streams, `baton watch --json` shows
+//! Live model output: while `llm_generate` streams, `baton watch --json` shows
 //! `assistant_delta` lines read from the call's heartbeat details, then the final `assistant`
 //! line; a worker killed mid-stream gives attempt 2's deltas from its start, never a mix; the
 //! deltas write nothing to the run's history.

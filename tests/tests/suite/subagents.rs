@@ -1,4 +1,4 @@
-//! Subagents (issue 20, item 2), end to end on a real dev server and worker, the model being
+//! Subagents (item 2), end to end on a real dev server and worker, the model being
 //! the OpenAI wire mock answering each run by its own script (the request's
 //! `prompt_cache_key` is the run id; the turn is the number of assistant messages so far):
 //! two children started in one turn whose change sets both land in the parent's workspace, a

@@ -1,8 +1,8 @@
-//! Connection security (issue 8, part 5): the worker and the `baton` CLI reach Temporal over
+//! Connection security (part 5): the worker and the `baton` CLI reach Temporal over
 //! TLS, mutual TLS and with an API key through Temporal's envconfig settings (`TEMPORAL_TLS_*`,
 //! `TEMPORAL_API_KEY`, `TEMPORAL_CONFIG_FILE`/`TEMPORAL_PROFILE`). The dev server speaks
 //! plaintext, so a TLS-terminating proxy ([`TlsProxy`]) stands in front of it; certificates are
-//! generated per test ([`TestPki`]). README "Connection security: TLS, mTLS and API keys".
+//! generated per test ([`TestPki`]). docs/src/security/tls.md.
 
 #![allow(clippy::unwrap_used)]
 

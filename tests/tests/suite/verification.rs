@@ -1,4 +1,4 @@
-//! The verification gate (issue 32), end to end: a real worker runs the run's `--verify`
+//! The verification gate, end to end: a real worker runs the run's `--verify`
 //! commands when the scripted model answers; a model that breaks another test ends
 //! `verification_failed` with nothing pushed to the real `git daemon` and the patch still
 //! downloadable; one that recovers after being told is delivered; a worker killed with

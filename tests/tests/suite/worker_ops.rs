@@ -405,7 +405,7 @@ async fn worker_start_up_errors_say_what_to_fix_and_whose_they_are() {
     }
 }
 
-/// Issue 30 item 10: a root worker whose tools run as the sandbox user (65534), with a parent
+/// A root worker whose tools run as the sandbox user (65534), with a parent
 /// of its workspace root that user cannot traverse (`0700`, owned by root), would start and
 /// fail every tool using an absolute path with "Permission denied": it exits 2 within 5 s
 /// naming the directory and the fix. The same root made traversable starts.

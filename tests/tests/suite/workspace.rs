@@ -1,4 +1,4 @@
-//! Work in, results out (issue 15), end to end against real servers: a checkout uploaded with
+//! Work in, results out, end to end against real servers: a checkout uploaded with
 //! `--workspace-from` and its fix handed back as a patch that applies to a fresh clone; a
 //! `--git` source (real `git daemon`, real `git http-backend` with a token) delivered as a
 //! pushed branch and a pull request on a GitHub REST stand-in, through a kill -9 during
@@ -712,7 +712,7 @@ fn bytes_written(prepared: &Value) -> u64 {
     }
 }
 
-/// Issue 32 item 3: a worker keeps the trees of finished runs; a new run on the same tree
+/// A worker keeps the trees of finished runs; a new run on the same tree
 /// takes one over and the restore writes only the file that differs (the first run fixed
 /// `lib.sh`); a worker with no room for kept trees removes a run's tree once it ended.
 #[test]

@@ -1,4 +1,4 @@
-//! The run's MCP servers listed before its first step (issue 18): one `mcp_list_tools`
+//! The run's MCP servers listed before its first step: one `mcp_list_tools`
 //! activity per server, in parallel, raced against the deadline and cancellation. Whether to
 //! list depends only on the run's state ([`RunState::mcp_list_requests`]): a replay, a cold
 //! worker or a later segment never lists again.

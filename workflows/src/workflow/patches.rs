@@ -60,7 +60,7 @@ pub const PATCH_MEMO_ON_DECISION: &str = "memo-on-decision-v1";
 /// Checked once per execution, at its start.
 pub const PATCH_RUN_OUTPUTS: &str = "run-outputs-v1";
 
-/// A batch of read-only built-in tool calls runs as local activities by default (issue 21: one
+/// A batch of read-only built-in tool calls runs as local activities by default (one
 /// workflow task per turn instead of two), each bounded by
 /// [`LOCAL_READ_BUDGET`](super::options::LOCAL_READ_BUDGET): a read that fails or runs longer
 /// runs again as a regular activity. `RunSpec.remote_read_tools` opts out.
@@ -68,7 +68,7 @@ pub const PATCH_LOCAL_READS: &str = "local-read-tools-v1";
 
 /// A context overflow that eliding old tool outputs cannot fix is answered by a compaction
 /// (`compact_context`) and a retry of the turn, and the refused estimate lowers the
-/// compaction threshold (issue 31 item 2); histories before it end the run
+/// compaction threshold; histories before it end the run
 /// `context_overflow` there. Checked once per execution, at its start.
 pub const PATCH_COMPACT_ON_OVERFLOW: &str = "compact-on-overflow-v1";
 

@@ -1,4 +1,4 @@
-//! A `spawn_agent` call as a child workflow (issue 20): the child `AgentRun` starts from the
+//! A `spawn_agent` call as a child workflow: the child `AgentRun` starts from the
 //! parent's workspace as it is now, runs to its end (its own approvals, continue-as-new and
 //! change set), and its change set lands on the parent's workspace (`merge_changes`).
 //!

@@ -1,4 +1,4 @@
-//! Where a host's token goes (review #15, issue 30 item 9), against real git and a loopback
+//! Where a host's token goes, against real git and a loopback
 //! HTTP server that asks for credentials and records every `Authorization` it is sent: never
 //! over plain `http://` unless the host is loopback and the credential opts in, only to the
 //! repositories the credential is scoped to, and only to the protocol it was set up for.

@@ -187,7 +187,7 @@ async fn a_patch_that_does_not_apply_and_a_branch_elsewhere_are_errors() {
     assert_eq!(git(&origin.bare(), &["rev-parse", "dev"]), origin.dev);
 }
 
-/// Review #15 / issue 30 item 9: `main`, `master`, the run's source ref and base branch and the
+/// `main`, `master`, the run's source ref and base branch and the
 /// worker's `protected_branches` are refused before anything is pushed, unless the worker's
 /// `[git] deliver_to_protected_branches` allows them.
 #[tokio::test]

@@ -184,7 +184,7 @@ fn request_body_defaults_and_tool_results_first() {
 
 #[test]
 fn whitespace_only_text_is_never_sent() {
-    // Issue 31 item 7: the API refuses a text block of only whitespace; a model's "\n\n"
+    // The API refuses a text block of only whitespace; a model's "\n\n"
     // before a tool call, stored with the turn, would otherwise fail every later request.
     let req = LlmRequest {
         conversation: vec![

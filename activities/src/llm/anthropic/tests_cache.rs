@@ -196,7 +196,7 @@ async fn streamed_cache_usage_is_read_and_counted_in_the_input() {
 
 #[test]
 fn a_compaction_request_carries_no_cache_breakpoint() {
-    // Issue 31 item 9: the summary prompt is unique and never read back, so writing it to the
+    // The summary prompt is unique and never read back, so writing it to the
     // cache (1.25x input for 5 min, 2x for 1 h) would only cost.
     let request = crate::llm::compact::summary_request(&baton_proto::CompactRequest {
         task: "fix the bug".into(),

@@ -280,7 +280,7 @@ fn model_named(name: &str, budget: u32, effort: &str) -> ModelConfig {
     }
 }
 
-/// Issue 31 item 6: Opus 4.7 takes only adaptive thinking (4.6 prefers it); budgeted
+/// Opus 4.7 takes only adaptive thinking (4.6 prefers it); budgeted
 /// thinking on Claude 4 asks for interleaved thinking.
 #[test]
 fn each_model_gets_its_thinking_shape() {
@@ -340,7 +340,7 @@ async fn interleaved_thinking_and_configured_betas_go_in_one_header() {
     );
 }
 
-/// Issue 31 item 6: after a compaction the turn the request continues starts at the
+/// After a compaction the turn the request continues starts at the
 /// summary; when its first assistant message has no thinking block (it was a later call of
 /// its turn), the API would refuse the request with thinking on, so it goes without.
 #[test]

@@ -195,7 +195,7 @@ fn parallel_calls_sharing_an_index_are_split_by_id() {
     );
 }
 
-/// Issue 31 item 12: a server that changes the id in the middle of one call (no function
+/// A server that changes the id in the middle of one call (no function
 /// name in the later fragments) still gives one call, under its first id.
 #[test]
 fn an_id_changing_within_one_call_does_not_split_it() {

@@ -70,7 +70,7 @@ struct ChatFunction {
 /// Chat Completions `usage`: `prompt_tokens` counts every prompt token (the cached ones in
 /// `prompt_tokens_details.cached_tokens` included), `completion_tokens` the reasoning ones in
 /// `completion_tokens_details.reasoning_tokens` included: baton's convention already. Two
-/// servers differ (issue 31 item 9): Gemini's `completion_tokens` leaves its thinking tokens
+/// servers differ: Gemini's `completion_tokens` leaves its thinking tokens
 /// out while `total_tokens` counts them (its thoughts bill as output), so output is
 /// `total - prompt` when that is more; DeepSeek reports cache hits as
 /// `prompt_cache_hit_tokens` (part of `prompt_tokens`), not in `prompt_tokens_details`.

@@ -484,7 +484,7 @@ fn classifies_errors() {
         classify(429, &h, quota),
         LlmError::Rejected { status: 429, .. }
     ));
-    // Issue 31 item 10: a request over the per-minute token limit is refused on every retry.
+    // A request over the per-minute token limit is refused on every retry.
     let too_large = r#"{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 36278. The input or output tokens must be reduced in order to run successfully.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
     let err = classify(429, &h, too_large);
     assert!(!err.is_retryable(), "{err}");
@@ -573,7 +573,7 @@ async fn stalling_server(head: String, pings: usize, tail: Option<String>) -> St
 
 #[tokio::test]
 async fn a_stream_silent_longer_than_the_idle_timeout_is_cut_but_keep_alives_keep_it() {
-    // Issue 31 item 10: one total timeout cut long legitimate streams; a silent one is cut by
+    // One total timeout cut long legitimate streams; a silent one is cut by
     // the idle timeout instead, long before the total.
     let events = transcript_events();
     let idle = Duration::from_millis(300);

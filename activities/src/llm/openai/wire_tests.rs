@@ -1,4 +1,5 @@
-//! Issue 16 on the Chat Completions wire: `prompt_cache_key`, `reasoning_effort`, a prefix
+//! Prompt caching and reasoning effort on the Chat Completions wire: `prompt_cache_key`,
+//! `reasoning_effort`, a prefix
 //! that stays byte-identical across turns, DeepSeek `reasoning_content` and Gemini
 //! `extra_content` kept as reasoning parts and sent back, `refusal` as a content-filtered
 //! answer. The answers are the documented shapes in `fixtures/`, read whole and streamed.
@@ -351,7 +352,7 @@ fn assistant_turn(text: &str, calls: &[&str]) -> Item {
 
 #[test]
 fn an_empty_assistant_turn_is_left_out_and_a_tool_call_turn_has_the_content_the_server_takes() {
-    // Issue 31 item 1: after a `length` stop with no text the turn has neither text nor tool
+    // After a `length` stop with no text the turn has neither text nor tool
     // calls; OpenAI refuses it as `content: null`, Ollama refuses `null` even with calls.
     let mut r = request("", "");
     r.conversation.extend([

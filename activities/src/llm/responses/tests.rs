@@ -135,7 +135,7 @@ fn expected_body(stream: bool) -> Value {
         }],
         "max_output_tokens": 2048,
         "reasoning": {"effort": "low"},
-        // gpt-5 is a reasoning model: the run's temperature is not sent (issue 31 item 8).
+        // gpt-5 is a reasoning model: the run's temperature is not sent.
         "prompt_cache_key": "run-42",
         "store": false,
         "include": ["reasoning.encrypted_content"],
@@ -195,7 +195,7 @@ async fn an_unknown_reasoning_effort_is_refused_before_sending() {
         "{message}"
     );
     // Each listed effort goes to a model that takes it; gpt-5 takes `minimal` not `none`,
-    // gpt-5.1 `none` not `minimal` (issue 31 item 8).
+    // gpt-5.1 `none` not `minimal`.
     let with = |model: &str, effort: &str| {
         let mut r = request.clone();
         if let Some(m) = r.model.as_mut() {
@@ -553,7 +553,7 @@ fn debug_never_prints_the_key() {
 
 #[test]
 fn temperature_goes_only_to_models_that_take_it() {
-    // Issue 31 item 8: reasoning models answer 400 "Unsupported parameter: 'temperature'".
+    // Reasoning models answer 400 "Unsupported parameter: 'temperature'".
     let mut request = sample_request();
     for (model, sent) in [
         ("gpt-5", false),
@@ -611,7 +611,7 @@ fn call_item(id: &str) -> Value {
     json!({"type": "function_call", "call_id": id, "name": "list_files", "arguments": "{}"})
 }
 
-/// Issue 31 item 4: each reasoning item goes back right before the item that followed it,
+/// Each reasoning item goes back right before the item that followed it,
 /// as the API requires ("Item 'rs_..' of type 'reasoning' was provided without its required
 /// following item").
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 30: the worker's file tools against a process that swaps a workspace directory with a
+//! The worker's file tools against a process that swaps a workspace directory with a
 //! link to a directory outside (`renameat2(RENAME_EXCHANGE)`) while they run.
 
 use std::os::unix::fs::symlink;

@@ -78,7 +78,7 @@ pub async fn run(ctx: &ToolContext, args: ShellArgs) -> Result<Outcome, ToolErro
                 "timeout_seconds must be at least 1; leave it out to use the default timeout",
             ));
         }
-        // The model may shorten the call's timeout, never extend it (issue 30).
+        // The model may shorten the call's timeout, never extend it.
         Some(seconds) => Duration::from_secs(seconds).min(ctx.timeout),
         None => ctx.timeout,
     };
@@ -332,7 +332,7 @@ pub fn hide_env(names: impl IntoIterator<Item = String>) {
     named.extend(names.into_iter().filter(|n| !n.is_empty()));
 }
 
-/// The worker environment variables every tool command gets (issue 30: an allow-list, so that
+/// The worker environment variables every tool command gets (an allow-list, so that
 /// `DATABASE_URL`, `CI_JOB_JWT`, `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS` and whatever else
 /// a worker's environment holds do not reach model-chosen commands): the search path, locale
 /// and terminal, the user's names, where common toolchains live, and CA bundles. A name ending in `*` is a
@@ -639,7 +639,7 @@ pub(super) mod tests {
         assert!(is_secret_env("GH_PAT_FOR_BATON_TEST"));
     }
 
-    /// Issue 30: `env` in a tool shows only allow-listed variables of the worker (the test
+    /// `env` in a tool shows only allow-listed variables of the worker (the test
     /// process has cargo's `CARGO_PKG_*` and whatever the machine set; none of it passes).
     #[tokio::test]
     async fn env_in_a_tool_shows_only_allow_listed_variables() {

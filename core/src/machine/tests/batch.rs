@@ -48,7 +48,7 @@ fn malformed_arguments_and_unknown_tools_become_error_observations() {
     assert!(matches!(s.next_step(T0), Step::CallLlm(_)));
 }
 
-/// Issue 30: `timeout_seconds` in a shell call may shorten the run's tool timeout, never
+/// `timeout_seconds` in a shell call may shorten the run's tool timeout, never
 /// extend it.
 #[test]
 fn a_model_chosen_timeout_is_capped_at_the_runs_tool_timeout() {
