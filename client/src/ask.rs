@@ -276,7 +276,7 @@ fn remember_hint(p: &PendingCall) -> String {
         arguments: p.arguments.clone(),
         ..Default::default()
     };
-    match baton_core::policy::remembered_rule(&call, baton_core::policy::Matching::Strict) {
+    match baton_core::policy::remembered_rule(&call) {
         Some(rule) => format!(
             "    (r allows {} `{}` for the rest of the run)",
             escape_line(&rule.tool),

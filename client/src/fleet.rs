@@ -185,20 +185,15 @@ fn build_of(run: &WorkflowExecutionInfo, deployment: &str) -> Option<String> {
     })
 }
 
-/// The system search attribute listing the patch markers a run recorded.
-const CHANGE_ATTRIBUTE: &str = "TemporalChangeVersion";
-
-/// `baton fleet patches`.
-pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
-    use baton_workflows::workflow::patches::{REGISTRY, Stage};
-    let client = connect().await?;
-    let mut runs = Vec::new();
-    let (_, truncated) = for_each_open_run(&client, |run| {
-        let markers = keywords(run, CHANGE_ATTRIBUTE);
-        runs.push((build_of(run, &args.deployment).is_some(), markers));
-    })
-    .await?;
-    let markers = REGISTRY
+/// What each marker in use (active or deprecated) of `registry` needs before its next stage,
+/// from the open runs: `(pinned to a build of the deployment, the markers it recorded)`.
+/// Retired markers are left out: no code checks them.
+fn verdicts(
+    registry: &[baton_workflows::workflow::patches::Patch],
+    runs: &[(bool, Vec<String>)],
+) -> Vec<json::FleetPatch> {
+    use baton_workflows::workflow::patches::Stage;
+    registry
         .iter()
         .filter(|p| p.stage != Stage::Retired)
         .map(|p| {
@@ -210,15 +205,9 @@ pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
                         if *pinned { (p + 1, u) } else { (p, u + 1) }
                     },
                 );
-            let stage = match p.stage {
-                Stage::Active => "active",
-                Stage::Deprecated => "deprecated",
-                Stage::Retired => "retired",
-            };
-            let next = if p.stage == Stage::Active {
-                "deprecated"
-            } else {
-                "retired"
+            let (stage, next) = match p.stage {
+                Stage::Active => ("active", "deprecated"),
+                _ => ("deprecated", "retired"),
             };
             let verdict = if unversioned == 0 {
                 format!("can be {next}: no open run that could move to another build lacks it")
@@ -233,7 +222,23 @@ pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
                 verdict,
             }
         })
-        .collect::<Vec<_>>();
+        .collect()
+}
+
+/// The system search attribute listing the patch markers a run recorded.
+const CHANGE_ATTRIBUTE: &str = "TemporalChangeVersion";
+
+/// `baton fleet patches`.
+pub(crate) async fn patches(args: FleetStatusArgs) -> Result<i32, Exit> {
+    use baton_workflows::workflow::patches::REGISTRY;
+    let client = connect().await?;
+    let mut runs = Vec::new();
+    let (_, truncated) = for_each_open_run(&client, |run| {
+        let markers = keywords(run, CHANGE_ATTRIBUTE);
+        runs.push((build_of(run, &args.deployment).is_some(), markers));
+    })
+    .await?;
+    let markers = verdicts(&REGISTRY, &runs);
     let report = json::FleetPatches {
         open_runs: runs.len(),
         open_runs_truncated: truncated,
@@ -338,6 +343,53 @@ mod tests {
         });
         assert_eq!(build_of(&run, "baton").as_deref(), Some("0.1.0-abc"));
         assert_eq!(build_of(&run, "other"), None, "another deployment's run");
+    }
+
+    #[test]
+    fn a_marker_in_use_can_move_on_once_no_unversioned_open_run_lacks_it() {
+        use baton_workflows::workflow::patches::{Patch, Stage};
+        let patch = |id, stage| Patch {
+            id,
+            changed: "",
+            covered_by: &[],
+            stage,
+        };
+        let registry = [
+            patch("old-v1", Stage::Retired),
+            patch("kept-v1", Stage::Deprecated),
+            patch("new-v1", Stage::Active),
+        ];
+        let runs = [
+            (true, vec!["kept-v1".to_owned()]),
+            (false, vec!["kept-v1".to_owned(), "new-v1".to_owned()]),
+            (false, vec!["kept-v1".to_owned()]),
+        ];
+        let found = verdicts(&registry, &runs);
+        let ids: Vec<&str> = found.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["kept-v1", "new-v1"], "retired markers are not listed");
+        let (kept, new) = (&found[0], &found[1]);
+        assert_eq!(
+            (kept.stage.as_str(), kept.open_runs_without),
+            ("deprecated", 0)
+        );
+        assert!(
+            kept.verdict.starts_with("can be retired"),
+            "{}",
+            kept.verdict
+        );
+        // A pinned run lacking it cannot move to another build; the unversioned one can.
+        assert_eq!((new.open_runs_without, new.unversioned_without), (2, 1));
+        assert!(
+            new.verdict.starts_with("keep: 1 unversioned"),
+            "{}",
+            new.verdict
+        );
+        let without_unversioned = verdicts(&registry, &runs[..1]);
+        assert!(
+            without_unversioned[1]
+                .verdict
+                .starts_with("can be deprecated")
+        );
     }
 
     #[test]

@@ -25,23 +25,6 @@ pub const ASK: &str = "ask";
 /// Rule action: refuse.
 pub const DENY: &str = "deny";
 
-/// How rules match shell commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Matching {
-    /// Runs recorded before patch `strict-shell-rules-v1`: a pattern is matched against the
-    /// whole command text, so `ls*` also allows `lsblk` and `ls; rm -rf .`. Kept so those
-    /// histories replay.
-    Legacy,
-    /// Every run since: an `allow` rule (or a remembered approval) for `shell` matches only a
-    /// simple command, one with no `;`, `&`, `|`, redirection, command substitution or
-    /// subshell outside quotes (a pattern that is empty or `*` still allows anything);
-    /// `deny` and `ask` rules match the whole command or any part of a compound one; a
-    /// pattern ending in ` *` also matches its prefix alone (`git status *` matches
-    /// `git status`). A remembered approval allows the same first two words (`ls *`, never
-    /// `lsblk`), and approving a call without a command or path remembers nothing.
-    Strict,
-}
-
 /// What the policy says about one tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Assessment {
@@ -159,16 +142,20 @@ fn identity_matches(pattern: &str, identity: &str) -> bool {
 }
 
 /// Decides whether `call` (to the tool `tool`) may run, must wait for a human, or is refused.
+///
+/// How rules match shell commands: an `allow` rule (or a remembered approval) for `shell`
+/// matches only a simple command, one with no `;`, `&`, `|`, redirection, command substitution
+/// or subshell outside quotes (a pattern that is empty or `*` still allows anything); `deny`
+/// and `ask` rules match the whole command or any part of a compound one; a pattern ending in
+/// ` *` also matches its prefix alone (`git status *` matches `git status`).
 pub fn assess(
     call: &ToolCall,
     tool: &ToolDefinition,
     policy: &ApprovalPolicy,
     remembered: &[ToolRule],
-    matching: Matching,
 ) -> Assessment {
     let subject = subject(call);
-    let shell = (matching == Matching::Strict && tool.name == tools::SHELL)
-        .then(|| ShellCommand::parse(&subject));
+    let shell = (tool.name == tools::SHELL).then(|| ShellCommand::parse(&subject));
     let decided = remembered
         .iter()
         .chain(policy.rules.iter())
@@ -234,28 +221,25 @@ pub fn assess(
 }
 
 /// The rule to remember after a human approved `call` with `remember: true`: the same tool and
-/// the same command prefix (shell: program and first argument) or the same path. `None` when
-/// there is nothing to tie the rule to (strict matching: no command or path).
-pub fn remembered_rule(call: &ToolCall, matching: Matching) -> Option<ToolRule> {
+/// the same command prefix (shell: program and first argument, `ls *`, never `lsblk`) or the
+/// same path. `None` when there is nothing to tie the rule to (no command or path).
+pub fn remembered_rule(call: &ToolCall) -> Option<ToolRule> {
     let subject = subject(call);
-    let strict = matching == Matching::Strict;
     let pattern = if call.name == tools::SHELL {
-        // Strict: words with wildcard characters would widen the rule; stop before them.
+        // Words with wildcard characters would widen the rule; stop before them.
         let words: Vec<&str> = subject
             .split_whitespace()
             .take(2)
-            .take_while(|w| !strict || !w.contains(['*', '?']))
+            .take_while(|w| !w.contains(['*', '?']))
             .collect();
-        match (words.is_empty(), strict) {
-            (true, true) => return None,
-            (true, false) => String::new(),
-            (false, true) => format!("{} *", words.join(" ")),
-            (false, false) => format!("{}*", words.join(" ")),
+        if words.is_empty() {
+            return None;
         }
+        format!("{} *", words.join(" "))
     } else if crate::mcp::is_mcp_name(&call.name) && subject.is_empty() {
         // An MCP tool without a path: the approval covers the tool.
         String::new()
-    } else if strict && (subject.is_empty() || subject.contains(['*', '?'])) {
+    } else if subject.is_empty() || subject.contains(['*', '?']) {
         return None;
     } else {
         subject
@@ -301,7 +285,7 @@ fn known_tool(name: &str) -> bool {
     tools::definition(name).is_some() || crate::mcp::is_tool_pattern(name)
 }
 
-/// [`Matching::Strict`] for a shell command (see there).
+/// How a rule matches a shell command (see [`assess`]).
 fn shell_rule_matches(rule: &ToolRule, command: &ShellCommand, text: &str) -> bool {
     if rule.tool != "*" && rule.tool != tools::SHELL {
         return false;
@@ -426,19 +410,6 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// `assess` where both matchings agree (simple commands, patterns without ` *`).
-    fn assess_both(
-        call: &ToolCall,
-        tool: &ToolDefinition,
-        policy: &ApprovalPolicy,
-        remembered: &[ToolRule],
-    ) -> Assessment {
-        let legacy = assess(call, tool, policy, remembered, Matching::Legacy);
-        let strict = assess(call, tool, policy, remembered, Matching::Strict);
-        assert_eq!(legacy, strict, "{call:?}");
-        strict
-    }
-
     fn call(name: &str, args: &str) -> ToolCall {
         ToolCall {
             id: "c1".into(),
@@ -477,15 +448,15 @@ mod tests {
     fn listed_tools_ask_a_human() {
         let sh = def(tools::SHELL);
         assert_eq!(
-            assess_both(&shell("ls"), &sh, &policy(&["shell"], vec![]), &[]),
+            assess(&shell("ls"), &sh, &policy(&["shell"], vec![]), &[]),
             Assessment::AskHuman
         );
         assert_eq!(
-            assess_both(&shell("ls"), &sh, &policy(&[], vec![]), &[]),
+            assess(&shell("ls"), &sh, &policy(&[], vec![]), &[]),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess_both(&shell("ls"), &sh, &policy(&["*"], vec![]), &[]),
+            assess(&shell("ls"), &sh, &policy(&["*"], vec![]), &[]),
             Assessment::AskHuman
         );
     }
@@ -495,16 +466,16 @@ mod tests {
         let read = def(tools::READ_FILE);
         let c = call("read_file", r#"{"path":"secrets/key.pem"}"#);
         assert_eq!(
-            assess_both(&c, &read, &policy(&["*"], vec![]), &[]),
+            assess(&c, &read, &policy(&["*"], vec![]), &[]),
             Assessment::AutoApprove
         );
         let p = policy(&[], vec![rule("read_file", "secrets/*", "deny")]);
         assert!(matches!(
-            assess_both(&c, &read, &p, &[]),
+            assess(&c, &read, &p, &[]),
             Assessment::Reject { .. }
         ));
         let other = call("read_file", r#"{"path":"src/main.rs"}"#);
-        assert_eq!(assess_both(&other, &read, &p, &[]), Assessment::AutoApprove);
+        assert_eq!(assess(&other, &read, &p, &[]), Assessment::AutoApprove);
     }
 
     #[test]
@@ -520,24 +491,24 @@ mod tests {
             ],
         );
         assert_eq!(
-            assess_both(&shell("git status --short"), &sh, &p, &[]),
+            assess(&shell("git status --short"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess_both(&shell("cargo test -p x"), &sh, &p, &[]),
+            assess(&shell("cargo test -p x"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
         assert!(matches!(
-            assess_both(&shell("rm -rf /usr"), &sh, &p, &[]),
+            assess(&shell("rm -rf /usr"), &sh, &p, &[]),
             Assessment::Reject { reason } if reason.contains("rm -rf /*")
         ));
         // Near misses fall through to the catch-all.
         assert_eq!(
-            assess_both(&shell("git push"), &sh, &p, &[]),
+            assess(&shell("git push"), &sh, &p, &[]),
             Assessment::AskHuman
         );
         assert_eq!(
-            assess_both(&shell("rm -rf build"), &sh, &p, &[]),
+            assess(&shell("rm -rf build"), &sh, &p, &[]),
             Assessment::AskHuman
         );
         // Order matters: a deny before an allow wins.
@@ -549,7 +520,7 @@ mod tests {
             ],
         );
         assert!(matches!(
-            assess_both(&shell("git status"), &sh, &p, &[]),
+            assess(&shell("git status"), &sh, &p, &[]),
             Assessment::Reject { .. }
         ));
     }
@@ -560,10 +531,10 @@ mod tests {
         let mut p = policy(&["shell"], vec![rule("shell", "echo *", "allow")]);
         p.mode = MODE_NEVER_ASK.into();
         assert_eq!(
-            assess_both(&shell("echo hi"), &sh, &p, &[]),
+            assess(&shell("echo hi"), &sh, &p, &[]),
             Assessment::AutoApprove
         );
-        match assess_both(&shell("make deploy"), &sh, &p, &[]) {
+        match assess(&shell("make deploy"), &sh, &p, &[]) {
             Assessment::Reject { reason } => assert!(reason.contains("never_ask"), "{reason}"),
             other => panic!("expected a rejection, got {other:?}"),
         }
@@ -573,22 +544,21 @@ mod tests {
     fn remembered_approvals_allow_the_same_pattern() {
         let sh = def(tools::SHELL);
         let p = policy(&["shell", "edit_file"], vec![]);
-        let remembered =
-            vec![remembered_rule(&shell("cargo test --lib"), Matching::Legacy).unwrap()];
-        assert_eq!(remembered[0].pattern, "cargo test*");
+        let remembered = vec![remembered_rule(&shell("cargo test --lib")).unwrap()];
+        assert_eq!(remembered[0].pattern, "cargo test *");
         assert_eq!(
-            assess_both(&shell("cargo test -p other"), &sh, &p, &remembered),
+            assess(&shell("cargo test -p other"), &sh, &p, &remembered),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess_both(&shell("cargo build"), &sh, &p, &remembered),
+            assess(&shell("cargo build"), &sh, &p, &remembered),
             Assessment::AskHuman
         );
         let edit = call(
             "edit_file",
             r#"{"path":"src/lib.rs","old_text":"a","new_text":"b"}"#,
         );
-        let remembered = vec![remembered_rule(&edit, Matching::Legacy).unwrap()];
+        let remembered = vec![remembered_rule(&edit).unwrap()];
         let edit_def = def(tools::EDIT_FILE);
         let again = call(
             "edit_file",
@@ -599,31 +569,25 @@ mod tests {
             r#"{"path":"src/main.rs","old_text":"c","new_text":"d"}"#,
         );
         assert_eq!(
-            assess_both(&again, &edit_def, &p, &remembered),
+            assess(&again, &edit_def, &p, &remembered),
             Assessment::AutoApprove
         );
         assert_eq!(
-            assess_both(&other, &edit_def, &p, &remembered),
+            assess(&other, &edit_def, &p, &remembered),
             Assessment::AskHuman
         );
     }
 
     fn strict(call: &ToolCall, policy: &ApprovalPolicy, remembered: &[ToolRule]) -> Assessment {
-        assess(
-            call,
-            &def(tools::SHELL),
-            policy,
-            remembered,
-            Matching::Strict,
-        )
+        assess(call, &def(tools::SHELL), policy, remembered)
     }
 
     /// A remembered `ls` approval allows `ls -la`, never `lsblk`, a chained `ls; rm` or an
-    /// `ls` with a substitution; legacy matching (old histories) still does what it did.
+    /// `ls` with a substitution.
     #[test]
     fn remembered_approvals_allow_only_simple_commands_with_the_same_words() {
         let p = policy(&["shell"], vec![]);
-        let remembered = vec![remembered_rule(&shell("ls"), Matching::Strict).unwrap()];
+        let remembered = vec![remembered_rule(&shell("ls")).unwrap()];
         assert_eq!(remembered[0].pattern, "ls *");
         for allowed in ["ls", "ls -la", "ls 'a;b'", "ls \"x|y\"", "ls a\\;b"] {
             assert_eq!(
@@ -651,33 +615,18 @@ mod tests {
                 "{asked}"
             );
         }
-        let legacy = vec![remembered_rule(&shell("ls"), Matching::Legacy).unwrap()];
-        assert_eq!(
-            assess(
-                &shell("ls; echo x"),
-                &def(tools::SHELL),
-                &p,
-                &legacy,
-                Matching::Legacy
-            ),
-            Assessment::AutoApprove
-        );
-
-        let two = remembered_rule(&shell("cargo test --lib"), Matching::Strict).unwrap();
+        let two = remembered_rule(&shell("cargo test --lib")).unwrap();
         assert_eq!(two.pattern, "cargo test *");
-        let wild = remembered_rule(&shell("rm *.tmp"), Matching::Strict).unwrap();
+        let wild = remembered_rule(&shell("rm *.tmp")).unwrap();
         assert_eq!(
             wild.pattern, "rm *",
             "wildcard words are not part of the rule"
         );
         // Nothing to tie a rule to: nothing is remembered (it would allow every call).
-        assert_eq!(remembered_rule(&shell("  "), Matching::Strict), None);
+        assert_eq!(remembered_rule(&shell("  ")), None);
+        assert_eq!(remembered_rule(&call("shell", "{}")), None);
         assert_eq!(
-            remembered_rule(&call("shell", "{}"), Matching::Strict),
-            None
-        );
-        assert_eq!(
-            remembered_rule(&call("write_file", r#"{"content":"x"}"#), Matching::Strict),
+            remembered_rule(&call("write_file", r#"{"content":"x"}"#)),
             None
         );
     }
@@ -824,31 +773,31 @@ mod tests {
         let mut c = shell("ls -la [cut: 70000 bytes in all, kept in the blob store]");
         c.cut = cut.clone();
         let allow = policy(&[], vec![rule("shell", "ls*", "allow")]);
-        assert_eq!(assess_both(&c, &sh, &allow, &[]), Assessment::AskHuman);
+        assert_eq!(assess(&c, &sh, &allow, &[]), Assessment::AskHuman);
         assert_eq!(
-            assess_both(&c, &sh, &policy(&[], vec![]), &[]),
+            assess(&c, &sh, &policy(&[], vec![]), &[]),
             Assessment::AskHuman
         );
         let deny = policy(&[], vec![rule("shell", "ls*", "deny")]);
         assert!(matches!(
-            assess_both(&c, &sh, &deny, &[]),
+            assess(&c, &sh, &deny, &[]),
             Assessment::Reject { .. }
         ));
         let mut never = allow.clone();
         never.mode = MODE_NEVER_ASK.into();
         assert!(matches!(
-            assess_both(&c, &sh, &never, &[]),
+            assess(&c, &sh, &never, &[]),
             Assessment::Reject { .. }
         ));
         // Read-only tools too.
         let mut read = call("read_file", r#"{"path":"src/a.rs"}"#);
         read.cut = cut;
         assert_eq!(
-            assess_both(&read, &def(tools::READ_FILE), &policy(&[], vec![]), &[]),
+            assess(&read, &def(tools::READ_FILE), &policy(&[], vec![]), &[]),
             Assessment::AskHuman
         );
         // Not cut: as before.
         c.cut = None;
-        assert_eq!(assess_both(&c, &sh, &allow, &[]), Assessment::AutoApprove);
+        assert_eq!(assess(&c, &sh, &allow, &[]), Assessment::AutoApprove);
     }
 }

@@ -70,7 +70,6 @@ impl RunState {
             self.note(now_ms, &format!("approval ignored: {e}"));
             return Err(e);
         }
-        let matching = self.matching();
         let Phase::AwaitingApproval(batch) = &mut self.phase else {
             // Not reached: `validate_decision` refused the decision (with a note) above.
             return Err(DecisionError::NothingPending);
@@ -91,7 +90,7 @@ impl RunState {
             }
             if decision.approved
                 && decision.remember
-                && let Some(rule) = policy::remembered_rule(&planned.call, matching)
+                && let Some(rule) = policy::remembered_rule(&planned.call)
             {
                 learned.push(rule);
             }
@@ -349,14 +348,5 @@ impl RunState {
             .as_ref()
             .map(|p| p.timeout_seconds)
             .filter(|t| *t > 0)
-    }
-
-    /// How this run's rules match shell commands.
-    pub fn matching(&self) -> policy::Matching {
-        if self.strict_rules {
-            policy::Matching::Strict
-        } else {
-            policy::Matching::Legacy
-        }
     }
 }

@@ -60,21 +60,16 @@ impl RunState {
     /// Validates and assesses every call of a batch before any of it runs.
     pub(super) fn plan_batch(&mut self, calls: Vec<ToolCall>, now_ms: i64) {
         let policy = self.spec.approval.clone().unwrap_or_default();
-        let matching = self.matching();
         let planned: Vec<PlannedCall> = calls
             .into_iter()
             .map(|call| {
                 let disposition = match self.check_call(&call) {
                     Err(content) => Disposition::Refused { content },
-                    Ok(def) => {
-                        match policy::assess(&call, def, &policy, &self.remembered, matching) {
-                            Assessment::AutoApprove => Disposition::Run { approver: None },
-                            Assessment::AskHuman => Disposition::Pending,
-                            Assessment::Reject { reason } => {
-                                Disposition::Refused { content: reason }
-                            }
-                        }
-                    }
+                    Ok(def) => match policy::assess(&call, def, &policy, &self.remembered) {
+                        Assessment::AutoApprove => Disposition::Run { approver: None },
+                        Assessment::AskHuman => Disposition::Pending,
+                        Assessment::Reject { reason } => Disposition::Refused { content: reason },
+                    },
                 };
                 PlannedCall { call, disposition }
             })

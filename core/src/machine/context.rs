@@ -116,12 +116,11 @@ impl RunState {
         Some(refused_at.map_or(threshold, |r| r.min(threshold)))
     }
 
-    /// Whether an overflow that eliding could not fix may be answered by a compaction: runs
-    /// since patch `compact-on-overflow-v1`, once per turn, not after a failed compaction this
-    /// turn, and only with older turns left to summarize.
+    /// Whether an overflow that eliding could not fix may be answered by a compaction: once per
+    /// turn, not after a failed compaction this turn, and only with older turns left to
+    /// summarize.
     pub(super) fn may_compact_on_overflow(&self) -> bool {
-        self.compact_on_overflow
-            && !self.overflow_compacted
+        !self.overflow_compacted
             && self.compaction_failed_turn != Some(self.turn)
             && self.compaction_cut().is_some()
     }

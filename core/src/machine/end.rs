@@ -9,7 +9,7 @@ use super::{Disposition, Phase, RunState};
 
 impl RunState {
     /// The run completed with `answer` (and its JSON `output`, `--output-schema`).
-    pub(super) fn complete(&mut self, now_ms: i64, answer: String, output: String) {
+    pub(super) fn complete(&mut self, answer: String, output: String) {
         let result = RunResult {
             run_id: self.run_id.clone(),
             status: StateName::Completed as i32,
@@ -22,7 +22,6 @@ impl RunState {
             started_at_ms: self.started_at_ms,
             ..RunResult::default()
         };
-        self.announce_or_defer(now_ms, &result);
         self.phase = Phase::Finished(Box::new(result));
     }
 
@@ -44,17 +43,7 @@ impl RunState {
             started_at_ms: self.started_at_ms,
             ..RunResult::default()
         };
-        self.announce_or_defer(now_ms, &result);
         self.phase = Phase::Finished(Box::new(result));
-    }
-
-    /// The `finished` event of a run that ends with `result`: now, unless the run hands back
-    /// outputs first (then [`RunState::announce`] tells it, with them, as the last event).
-    fn announce_or_defer(&mut self, now_ms: i64, result: &RunResult) {
-        if !self.outputs.collect {
-            self.push_event(now_ms, run_event::Kind::Finished(result.clone()));
-            self.outputs.announced = true;
-        }
     }
 
     /// Tells the `finished` event (once), carrying the result with its outputs.

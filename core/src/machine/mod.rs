@@ -46,7 +46,7 @@
 //! | `Verifying` | `on_verified`, the last command passed | `Finished` (`Completed`, `verification` in the result) | |
 //! | `Verifying` | `on_verified`, failed, rounds left | `Thinking` | the failure as a synthetic user message |
 //! | `Verifying` | `on_verified`, failed in the last round; `on_verify_failed` | `Finished` (`VerificationFailed`; not delivered) | |
-//! | `Finished` | `next_step`, outputs collected (patch `run-outputs-v1`), change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
+//! | `Finished` | `next_step`, change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
 //! | `Finished` | `next_step`, change set collected, delivery asked for and not done, a patch to deliver | `Finished` | `Deliver` |
 //! | `Finished` | `next_step`, otherwise (not a conversation between tasks) | `Finished` | `Finish` (the result with `changes` and `delivered`) |
 //! | `Finished` (`Completed`), a conversation (`idle_timeout_seconds`) | `next_step`, outputs done, inbox empty | `Finished`, status `Idle` | `AwaitMessage` |
@@ -352,11 +352,6 @@ pub struct RunState {
     /// Allow rules learned from approvals with `remember: true`.
     #[serde(default)]
     pub remembered: Vec<ToolRule>,
-    /// Rules match shell commands strictly ([`policy::Matching::Strict`]): set by the
-    /// workflow for runs since patch `strict-shell-rules-v1`; older histories replay with
-    /// legacy matching.
-    #[serde(default)]
-    pub strict_rules: bool,
     /// Consecutive turns in which a tool call failed (circuit breaker).
     #[serde(default)]
     pub error_streak: u32,
@@ -406,10 +401,6 @@ pub struct RunState {
     /// unknown): compaction uses it before either window.
     #[serde(default)]
     pub prompt_capacity: u32,
-    /// Answer a context overflow that eliding cannot fix by compacting (patch
-    /// `compact-on-overflow-v1`; older histories end the run there).
-    #[serde(default)]
-    pub compact_on_overflow: bool,
     /// The current turn's overflow asked for a compaction (once per turn).
     #[serde(default)]
     pub overflow_compacted: bool,
@@ -534,7 +525,6 @@ impl RunState {
             segment_start_turn: 0,
             overflow_retried: false,
             remembered: Vec::new(),
-            strict_rules: false,
             error_streak: 0,
             summary: None,
             calibration: None,
@@ -544,7 +534,6 @@ impl RunState {
             outputs: Outputs::default(),
             model_context_window: 0,
             prompt_capacity: 0,
-            compact_on_overflow: false,
             overflow_compacted: false,
             compact_now: false,
             refused_at: None,

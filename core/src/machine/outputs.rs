@@ -36,10 +36,6 @@ pub struct WorkspaceStart {
 /// What the run hands back, as far as it has got.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Outputs {
-    /// Collect the change set when the run ends: set by the workflow for runs since patch
-    /// `run-outputs-v1` (older histories replay without the extra steps).
-    #[serde(default)]
-    pub collect: bool,
     /// The tree the run started from (runs with a workspace source; `None`: an empty dir).
     #[serde(default)]
     pub start: Option<WorkspaceStart>,
@@ -214,9 +210,6 @@ impl RunState {
 
     /// The step that collects or delivers the outputs of a finished run, if one is due.
     pub(super) fn outputs_step(&mut self, result: &RunResult, now_ms: i64) -> Option<Step> {
-        if !self.outputs.collect {
-            return None;
-        }
         let start = self.outputs.start.clone().unwrap_or_default();
         let Some(changes) = self.outputs.changes.clone() else {
             let base = start.snapshot.clone();

@@ -239,9 +239,9 @@ impl RunState {
 
     /// The LLM activity failed for good (retries exhausted or a non-retryable error). A context
     /// overflow is answered once per turn by eliding old tool outputs from the model's view and
-    /// retrying; when that frees nothing, by a compaction (runs since patch
-    /// `compact-on-overflow-v1`, once per turn, and the estimate the provider refused lowers
-    /// the threshold for later turns); when neither is left, the run ends.
+    /// retrying; when that frees nothing, by a compaction (once per turn; the estimate the
+    /// provider refused lowers the threshold for later turns); when neither is left, the run
+    /// ends.
     pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
         if !matches!(self.phase, Phase::Thinking) {
             self.ignored(now_ms, "model failure", "thinking");
@@ -253,10 +253,8 @@ impl RunState {
                 self.finish(now_ms, TerminationReason::InternalError, detail)
             }
             LlmFailure::ContextOverflow => {
-                if self.compact_on_overflow {
-                    let refused = self.estimate_tokens().saturating_mul(9) / 10;
-                    self.refused_at = Some(self.refused_at.map_or(refused, |r| r.min(refused)));
-                }
+                let refused = self.estimate_tokens().saturating_mul(9) / 10;
+                self.refused_at = Some(self.refused_at.map_or(refused, |r| r.min(refused)));
                 let (count, bytes) = if self.overflow_retried {
                     (0, 0)
                 } else {

@@ -113,7 +113,7 @@ impl RunState {
     /// The model answered and the answer is otherwise acceptable: verify it, or complete.
     pub(super) fn answered(&mut self, now_ms: i64, answer: String, output: String) {
         if self.verify_commands().is_empty() {
-            self.complete(now_ms, answer, output);
+            self.complete(answer, output);
             return;
         }
         self.verify.rounds += 1;
@@ -186,7 +186,7 @@ impl RunState {
             }
             self.verify.passed = true;
             self.note(now_ms, "verification passed");
-            self.complete(now_ms, answer, output);
+            self.complete(answer, output);
             return;
         }
         let (round, attempts) = (self.verify.rounds, self.verify_attempts());

@@ -3,8 +3,11 @@
 //! removed command) fails here. Record a new history with
 //! `cargo test -p baton-tests --test all -- --ignored record_approval_history` (or
 //! `record_budget_history`, `record_mcp_history`, `record_subagent_history`,
-//! `record_fork_history`). Every patch marker of the workflow's registry
-//! (`baton_workflows::workflow::patches`) must be recorded by one of these histories.
+//! `record_fork_history`, `record_conversation_history`). Every patch marker of the workflow's
+//! registry (`baton_workflows::workflow::patches`) must be recorded by one of these histories
+//! while it is active, and be gone from the workflow's code once retired. Histories from
+//! before the 0.1.0 baseline, which folded the first eleven markers, are kept in
+//! `tests/histories/retired/` and no longer replay.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,7 +34,7 @@ use temporalio_client::{
 use temporalio_sdk::workflow_replayer::{WorkflowReplayer, WorkflowReplayerOptions};
 
 /// File the recorder writes; older recordings stay and must keep replaying.
-const RECORD_AS: &str = "approval-run-v11.json";
+const RECORD_AS: &str = "approval-run.json";
 /// Prefix of the files `record_budget_history` writes (`<prefix>-segment-<n>.json`).
 const RECORD_BUDGET_AS: &str = "budget-run";
 /// Prefix of the files `record_mcp_history` writes (`<prefix>-segment-<n>.json`).
@@ -134,13 +137,23 @@ async fn committed_histories_replay_against_current_code() {
 
 /// Each registered patch marker is recorded by a committed history (the new path replays), and
 /// the histories the registry names record it. Markers in use (active or deprecated) count only
-/// in the replayed histories; a retired marker's histories are in `retired/`.
+/// in the replayed histories; a retired marker's histories are in `retired/`. An active marker
+/// that every replayed history records has an old path no history takes: it is due for
+/// retirement.
 #[test]
 fn every_patch_marker_is_covered_by_a_recorded_history() {
     let replayed = markers_by_file(&histories_dir());
     let retired = markers_by_file(&retired_dir());
     let mut problems = Vec::new();
     for patch in REGISTRY {
+        if patch.stage == Stage::Active && replayed.values().all(|m| m.contains(patch.id)) {
+            problems.push(format!(
+                "every replayed history records patch marker {}, so no supported history takes \
+                 its old path: deprecate it (workflows/src/workflow/patches.rs) and delete that \
+                 path",
+                patch.id
+            ));
+        }
         let (files, dir) = match patch.stage {
             Stage::Active | Stage::Deprecated => (&replayed, "tests/histories"),
             Stage::Retired => (&retired, "tests/histories/retired"),
@@ -172,6 +185,80 @@ fn every_patch_marker_is_covered_by_a_recorded_history() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A retired marker's old path is gone with it: its id is nowhere in the workflow's code but
+/// the registry, and the workflow checks no marker the registry does not list as in use.
+#[test]
+fn retired_markers_are_gone_from_the_workflow_code() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut sources = Vec::new();
+    for dir in ["workflows/src", "core/src"] {
+        rust_files(&root.join(dir), &mut sources);
+    }
+    let mut problems = Vec::new();
+    for file in &sources {
+        if file.ends_with("workflow/patches.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for patch in REGISTRY.iter().filter(|p| p.stage == Stage::Retired) {
+            if text.contains(&format!("\"{}\"", patch.id)) {
+                problems.push(format!(
+                    "{} still names retired marker {}",
+                    file.display(),
+                    patch.id
+                ));
+            }
+        }
+        let checks = text.matches(".patched(").count() + text.matches(".deprecate_patch(").count();
+        let in_use = REGISTRY
+            .iter()
+            .filter(|p| p.stage != Stage::Retired)
+            .count();
+        if checks > 0 && in_use == 0 {
+            problems.push(format!(
+                "{} checks a patch marker, but the registry lists none in use",
+                file.display()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The oldest retired history was recorded before any marker: it took every old path, and those
+/// paths are gone, so it must no longer replay (a replayer that accepted it would mean an old
+/// path, or the test, is still there).
+#[tokio::test]
+async fn a_history_from_before_the_baseline_no_longer_replays() {
+    let file = retired_dir().join("approval-run.json");
+    let bytes = std::fs::read(&file).unwrap();
+    let history: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(
+        patch_markers(&history).is_empty(),
+        "{} records patch markers: it is not the pre-marker history",
+        file.display()
+    );
+    let history = WorkflowHistory::from_json(&bytes).unwrap();
+    let err = replayer()
+        .replay_workflow(history)
+        .await
+        .expect_err("a history that took the retired markers' old paths still replays");
+    assert!(
+        err.to_string().to_lowercase().contains("nondetermin"),
+        "replay failed, but not for nondeterminism: {err}"
+    );
 }
 
 #[tokio::test]
@@ -302,10 +389,10 @@ async fn record_budget_history() {
     let first_run = started["continued_execution_run_id"].as_str().unwrap();
     assert!(!first_run.is_empty(), "the last segment continues another");
     let first = fetch_history(&server, run, Some(first_run)).await;
+    // The baseline checks no marker: continuing as new and chaining the mutating calls' snapshots
+    // are unconditional.
     let markers = patch_markers(&serde_json::from_slice(&first).unwrap());
-    for id in ["continue-as-new-v1", "serial-mutating-tools-v1"] {
-        assert!(markers.contains(id), "segment 1 records {id}: {markers:?}");
-    }
+    assert!(markers.is_empty(), "segment 1 records markers: {markers:?}");
     for (n, json) in [(1, first), (2, second)] {
         let file = format!("{RECORD_BUDGET_AS}-segment-{n}.json");
         std::fs::write(histories_dir().join(file), json).unwrap();

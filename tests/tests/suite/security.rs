@@ -76,7 +76,19 @@ fn assert_sealed(server: &DevServer, run: &str, markers: &[&str], key_id: &str) 
         );
     }
     let payloads = history_payloads(&history);
-    assert!(payloads.len() > 10, "{payloads:?}");
+    // The run's input, each activity's input and result, and the run's result are all there
+    // to be checked.
+    for kind in [
+        "workflowExecutionStartedEventAttributes/input",
+        "activityTaskScheduledEventAttributes/input",
+        "activityTaskCompletedEventAttributes/result",
+        "workflowExecutionCompletedEventAttributes/result",
+    ] {
+        assert!(
+            payloads.iter().any(|p| p.path.contains(kind)),
+            "no {kind} payload in the history of {run}: {payloads:?}"
+        );
+    }
     // Patch markers are written by the SDK core itself, not through the codec: they hold the
     // patch id only.
     let plain: Vec<&PayloadSeen> = payloads

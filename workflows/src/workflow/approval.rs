@@ -13,7 +13,6 @@ use super::{
     deadline::{OnDeadline, within_deadline},
     now_ms,
     options::{step_token, timer_options},
-    patches::PATCH_MEMO_ON_DECISION,
     status,
 };
 
@@ -57,8 +56,7 @@ pub(super) async fn await_approval(ctx: &WorkflowContext<AgentRun>, timeout_seco
 }
 
 /// Until every call is decided. A decision that leaves others pending refreshes the status
-/// memo (`baton pending`, and `status` with no worker, read it), behind a patch: it adds
-/// commands to histories.
+/// memo (`baton pending`, and `status` with no worker, read it).
 async fn until_settled(ctx: &WorkflowContext<AgentRun>, token: &WorkflowCancellationToken) {
     loop {
         let seen = ctx.state(|s| s.run.pending_count());
@@ -73,19 +71,6 @@ async fn until_settled(ctx: &WorkflowContext<AgentRun>, token: &WorkflowCancella
         if token.is_cancelled() || ctx.state(|s| s.run.approvals_settled()) {
             return;
         }
-        if ctx.patched(PATCH_MEMO_ON_DECISION) {
-            status::publish_now(ctx);
-        } else {
-            // Histories from before: wait for the whole batch, as they did.
-            let _ = ctx
-                .wait_condition_with_options(
-                    |s: &AgentRun| s.run.approvals_settled(),
-                    WaitConditionOptions::builder()
-                        .cancellation_token(token.clone())
-                        .build(),
-                )
-                .await;
-            return;
-        }
+        status::publish_now(ctx);
     }
 }

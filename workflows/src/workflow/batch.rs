@@ -11,7 +11,6 @@ use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, Wor
 use super::{
     AgentRun, failure_message, now_ms,
     options::{local_tool_options, mcp_tool_options, tool_options},
-    patches::{PATCH_LOCAL_READS, PATCH_SERIAL_MUTATING},
     subagents,
 };
 use crate::activities::ToolActivities;
@@ -39,9 +38,7 @@ pub(super) async fn run_tools(
     // one left: they may run on different workers, whose copies cannot be merged.
     // Subagents of one batch start from the same tree and run side by side: their change sets
     // land one after another, three-way, once they end.
-    let serial = requests.len() > 1
-        && requests.iter().any(|r| r.mutating && r.subagent.is_none())
-        && ctx.patched(PATCH_SERIAL_MUTATING);
+    let serial = requests.len() > 1 && requests.iter().any(|r| r.mutating && r.subagent.is_none());
     let chunk = if serial {
         1
     } else {
@@ -52,17 +49,17 @@ pub(super) async fn run_tools(
         .map(|r| r.snapshot.clone())
         .unwrap_or_default();
     // Read-only calls as local activities: one workflow task per turn instead of two. They
-    // change nothing, so running one again after a worker failure is harmless. By default since
-    // patch `local-read-tools-v1`, each within a budget after which it runs again as a regular
-    // activity (a slow read must not hold the workflow task); before it, only for runs that
-    // asked (`local_read_tools`), unbounded.
+    // change nothing, so running one again after a worker failure is harmless. Each runs within
+    // a budget after which it runs again as a regular activity (a slow read must not hold the
+    // workflow task). `remote_read_tools` opts out; with it, `local_read_tools` still asks for
+    // them, unbounded.
     let read_only = !requests.is_empty()
         && requests
             .iter()
             .all(|r| !r.mutating && r.mcp.is_none() && r.subagent.is_none());
     let (asked, remote) =
         ctx.state(|s| (s.run.spec.local_read_tools, s.run.spec.remote_read_tools));
-    let bounded = read_only && !remote && ctx.patched(PATCH_LOCAL_READS);
+    let bounded = read_only && !remote;
     let local = read_only && (bounded || asked);
     for group in requests.chunks(chunk) {
         let ids: Vec<String> = group

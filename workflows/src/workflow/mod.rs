@@ -45,10 +45,6 @@ use temporalio_workflow::{
 use self::{
     deadline::{OnDeadline, within_deadline},
     options::{instructions_options, llm_options, step_token},
-    patches::{
-        PATCH_COMPACT_ON_OVERFLOW, PATCH_CONTINUE_AS_NEW, PATCH_READ_INSTRUCTIONS,
-        PATCH_RUN_OUTPUTS, PATCH_STRICT_SHELL_RULES,
-    },
 };
 pub use self::{
     options::{
@@ -80,8 +76,7 @@ pub struct AgentRun {
     /// Search attribute values last sent; not part of the run's state: rebuilt identically on
     /// replay.
     indexed: Option<status::Indexed>,
-    /// What the last status refresh showed and at which turn (patch `status-on-change-v1`);
-    /// rebuilt identically on replay.
+    /// What the last status refresh showed and at which turn; rebuilt identically on replay.
     published: Option<status::Published>,
 }
 
@@ -121,27 +116,14 @@ impl AgentRun {
                 .timer(options::timer_options(Duration::from_millis(1), &token))
                 .await;
         }
-        if ctx.patched(PATCH_STRICT_SHELL_RULES) {
-            ctx.state_mut(|s| s.run.strict_rules = true);
-        }
-        if ctx.patched(PATCH_COMPACT_ON_OVERFLOW) {
-            ctx.state_mut(|s| s.run.compact_on_overflow = true);
-        }
         // Only runs started for a GitHub issue or pull request (no command otherwise).
         github::report_queued(ctx).await;
-        if ctx.patched(PATCH_RUN_OUTPUTS) {
-            ctx.state_mut(|s| s.run.outputs.collect = true);
-            // Only runs with a workspace source have one (no command otherwise).
-            outputs::prepare(ctx).await;
-            // Only runs with an environment that has setup commands (no command otherwise).
-            outputs::setup(ctx).await;
-        }
-        // Runs recorded before the prompt builder existed did not read the workspace.
-        // A continued run read them in its first segment.
-        if ctx.state(|s| s.run.segment == 0)
-            && ctx.patched(PATCH_READ_INSTRUCTIONS)
-            && ctx.state(|s| s.run.result().is_none())
-        {
+        // Only runs with a workspace source have one (no command otherwise).
+        outputs::prepare(ctx).await;
+        // Only runs with an environment that has setup commands (no command otherwise).
+        outputs::setup(ctx).await;
+        // A continued run read the workspace's instructions in its first segment.
+        if ctx.state(|s| s.run.segment == 0 && s.run.result().is_none()) {
             let token = step_token(ctx);
             let request = ctx.state(|s| s.run.instructions_request());
             let outcome = ctx
@@ -158,9 +140,7 @@ impl AgentRun {
         mcp::discover(ctx).await;
         loop {
             let (length, suggested) = (ctx.history_length(), ctx.continue_as_new_suggested());
-            if ctx.state(|s| s.run.wants_continue_as_new(length, suggested))
-                && ctx.patched(PATCH_CONTINUE_AS_NEW)
-            {
+            if ctx.state(|s| s.run.wants_continue_as_new(length, suggested)) {
                 return continue_as_new(ctx, length, suggested);
             }
             let now = now_ms(ctx.workflow_time());

@@ -284,17 +284,17 @@ pub(super) fn mcp_tool_options(
 }
 
 /// How long a read-only call may run as a local activity, retries included, before it runs
-/// again as a regular activity (the slow-read safeguard of patch `local-read-tools-v1`): a
+/// again as a regular activity (the slow-read safeguard): a
 /// local activity holds the workflow task open while it runs, and a quick read is the point.
 /// Under 80% of the shortest workflow task timeout baton sets (5 s), so the SDK never has to
 /// heartbeat the workflow task for it: a late heartbeat on a loaded worker would time the task
 /// out and start the read over.
 pub const LOCAL_READ_BUDGET: Duration = Duration::from_secs(3);
 
-/// A tool call run as a local activity: a read-only call. `bounded` (patch
-/// `local-read-tools-v1`): within [`LOCAL_READ_BUDGET`], after which the workflow runs it as a
-/// regular activity; otherwise (runs that asked for `local_read_tools` before the patch) within
-/// the tool's own timeout.
+/// A tool call run as a local activity: a read-only call. `bounded`: within
+/// [`LOCAL_READ_BUDGET`], after which the workflow runs it as a regular activity; otherwise
+/// (runs with `remote_read_tools` that still asked for `local_read_tools`) within the tool's
+/// own timeout.
 pub(super) fn local_tool_options(
     request: &ToolRequest,
     token: &WorkflowCancellationToken,

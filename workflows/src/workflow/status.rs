@@ -1,25 +1,16 @@
 //! Status publishing: the run's memo (read by `baton status` with no worker), its search
 //! attributes (`baton list`, `baton pending`) and its Web UI details.
 //!
-//! Three generations of the rule for *when* to refresh are live, because recorded histories
-//! replay through each; [`before_step`] holds all three:
-//!
-//! 1. runs started before `quiet-read-steps-v1`: memo and search attributes before every step;
-//! 2. runs started with `quiet-read-steps-v1` but before `status-on-change-v1`: the same, except
-//!    that a step running only read-only tools sets the details alone;
-//! 3. runs started with `status-on-change-v1` (every run current code starts): on a change of
-//!    the coarse state or the pending calls, every [`STATUS_EVERY_TURNS`] turns, and at the end.
-//!
-//! The live `status` query is always exact; only what is written to the server varies.
+//! When to refresh ([`before_step`]): on a change of the coarse state or the pending calls,
+//! every [`STATUS_EVERY_TURNS`] turns, and at the end. Each refresh is a history event and a
+//! visibility write, the largest per-turn cost baton adds to the server (BENCHMARKS.md); the
+//! live `status` query is always exact.
 
 use baton_proto::RunStatus;
 use temporalio_common::search_attributes::SearchAttributeKey;
 use temporalio_workflow::{MemoValue, WorkflowContext};
 
-use super::{
-    AgentRun,
-    patches::{PATCH_QUIET_READ_STEPS, PATCH_SEARCH_ATTRIBUTES, PATCH_STATUS_ON_CHANGE},
-};
+use super::AgentRun;
 use baton_core::machine::Step;
 
 /// Memo key holding the latest [`RunStatus`], so `baton status` can answer without a worker.
@@ -97,21 +88,15 @@ impl Published {
     }
 }
 
-/// Publishes what the run's history says it should before `step` (the three generations of the
-/// module doc; the order of the `patched` checks is part of the histories).
+/// Publishes before `step` when the rule of the module doc says it is due; sets the details
+/// always.
 pub(super) fn before_step(ctx: &WorkflowContext<AgentRun>, step: &Step) {
-    if ctx.patched(PATCH_STATUS_ON_CHANGE) {
-        let status = set_details(ctx);
-        let now = Published::of(&status);
-        let due = ctx.state(|s| s.published.as_ref().is_none_or(|p| p.is_due(&now, step)));
-        if due {
-            publish(ctx, &status);
-            ctx.state_mut(|s| s.published = Some(now));
-        }
-    } else if is_read_only_step(step) && ctx.patched(PATCH_QUIET_READ_STEPS) {
-        set_details(ctx);
-    } else {
-        publish_status(ctx);
+    let status = set_details(ctx);
+    let now = Published::of(&status);
+    let due = ctx.state(|s| s.published.as_ref().is_none_or(|p| p.is_due(&now, step)));
+    if due {
+        publish(ctx, &status);
+        ctx.state_mut(|s| s.published = Some(now));
     }
 }
 
@@ -123,24 +108,17 @@ pub(super) fn publish_now(ctx: &WorkflowContext<AgentRun>) {
     ctx.state_mut(|s| s.published = Some(Published::of(&status)));
 }
 
-fn is_read_only_step(step: &Step) -> bool {
-    matches!(step, Step::RunTools { requests, .. } if requests.iter().all(|r| !r.mutating))
-}
-
 /// Keeps the run's memo and UI details current, so `baton status` works with no worker.
 pub(super) fn publish_status(ctx: &WorkflowContext<AgentRun>) {
     let status = set_details(ctx);
     publish(ctx, &status);
 }
 
-/// Writes `status` (the run's current one, its details already set) to the memo and, where the
-/// history has the search-attributes patch, the search attributes that changed.
+/// Writes `status` (the run's current one, its details already set) to the memo, and the search
+/// attributes that changed.
 fn publish(ctx: &WorkflowContext<AgentRun>, status: &RunStatus) {
     if let Ok(value) = serde_json::to_value(status) {
         let _ = ctx.upsert_memo([(STATUS_MEMO_KEY, Some(MemoValue::new(value)))]);
-    }
-    if !ctx.patched(PATCH_SEARCH_ATTRIBUTES) {
-        return;
     }
     let indexed = Indexed {
         state: status.state().as_str_name().to_owned(),

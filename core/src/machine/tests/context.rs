@@ -47,11 +47,10 @@ fn context_overflow_elides_old_tool_outputs_and_retries_once() {
     assert_eq!(contents[2], big);
     // The full output is kept in the conversation itself.
     assert_eq!(tool_results(&s)[0].content, big);
-    // A second overflow in the same turn ends the run.
+    // A second overflow in the same turn, with nothing left to elide, summarizes the older
+    // turns before the turn is tried again.
     s.on_llm_failure(LlmFailure::ContextOverflow, "prompt is too long".into(), T0);
-    let r = expect_finish(&mut s);
-    assert_eq!(r.reason(), TerminationReason::ContextOverflow);
-    assert_eq!(r.detail, "prompt is too long");
+    assert!(matches!(s.next_step(T0), Step::Compact(_)));
 }
 
 #[test]
@@ -258,9 +257,8 @@ fn the_reported_prompt_capacity_is_what_compaction_runs_against() {
 
 /// A run of five turns with long assistant texts and small outputs: nothing to elide, and
 /// the window is too large for the threshold to ask for a compaction.
-fn long_texts(compact_on_overflow: bool) -> RunState {
+fn long_texts() -> RunState {
     let mut s = RunState::new("run-1", windowed(1_000_000), T0).unwrap();
-    s.compact_on_overflow = compact_on_overflow;
     let long_text = "z".repeat(6_000);
     for i in 0..5 {
         turn_with_output(&mut s, i, &long_text, "small");
@@ -270,7 +268,7 @@ fn long_texts(compact_on_overflow: bool) -> RunState {
 
 #[test]
 fn an_overflow_that_eliding_cannot_fix_is_compacted_and_the_turn_retried() {
-    let mut s = long_texts(true);
+    let mut s = long_texts();
     expect_llm(&mut s);
     let estimate = s.estimate_tokens();
     s.on_llm_failure(
@@ -332,25 +330,8 @@ fn an_overflow_that_eliding_cannot_fix_is_compacted_and_the_turn_retried() {
 }
 
 #[test]
-fn before_the_patch_an_overflow_with_nothing_to_elide_ends_the_run() {
-    let mut s = long_texts(false);
-    expect_llm(&mut s);
-    s.on_llm_failure(
-        LlmFailure::ContextOverflow,
-        "input tokens exceed".into(),
-        T0,
-    );
-    assert_eq!(
-        expect_finish(&mut s).reason(),
-        TerminationReason::ContextOverflow
-    );
-    assert_eq!(s.refused_at, None);
-}
-
-#[test]
 fn an_overflow_with_nothing_to_summarize_ends_the_run() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
-    s.compact_on_overflow = true;
     expect_llm(&mut s);
     s.on_llm_failure(LlmFailure::ContextOverflow, "too long".into(), T0);
     assert_eq!(

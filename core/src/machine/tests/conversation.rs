@@ -28,7 +28,6 @@ fn conversation(idle: u32) -> RunSpec {
 
 fn started(spec: RunSpec) -> RunState {
     let mut s = RunState::new("gh-acme-parser-7", spec, T0).unwrap();
-    s.outputs.collect = true;
     s.on_workspace_prepared(
         PreparedWorkspace {
             snapshot: "a".repeat(64),

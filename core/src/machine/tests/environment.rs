@@ -44,7 +44,6 @@ fn prepared(environment: Option<EnvironmentSpec>) -> PreparedWorkspace {
 #[test]
 fn setup_runs_once_and_its_tree_is_the_runs_starting_tree() {
     let mut s = RunState::new("run-1", git_spec(), T0).unwrap();
-    s.outputs.collect = true;
     assert!(s.setup_request().is_none(), "not before the workspace");
     s.on_workspace_prepared(prepared(Some(env())), T0);
     let request = s.setup_request().expect("setup is due");
@@ -86,7 +85,6 @@ fn setup_runs_once_and_its_tree_is_the_runs_starting_tree() {
 #[test]
 fn a_failed_setup_ends_the_run_before_any_model_call() {
     let mut s = RunState::new("run-1", git_spec(), T0).unwrap();
-    s.outputs.collect = true;
     s.on_workspace_prepared(prepared(Some(env())), T0);
     s.on_environment_ready(
         SetupResult {

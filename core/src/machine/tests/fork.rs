@@ -168,7 +168,6 @@ fn a_fork_of_a_long_run_holds_stubs_and_counts_them_like_the_source() {
 fn a_forks_workspace_is_its_sources_at_the_turn_and_its_changes_count_from_the_sources_start() {
     let (source, segments) = source_run(6, &[]);
     let mut fork = RunState::fork("fork", fork_spec(&source, &segments, 3, "go on"), T0).unwrap();
-    fork.outputs.collect = true;
     let request = fork.prepare_request().unwrap();
     let Some(workspace_source::Source::Snapshot(s)) = request.source.unwrap().source else {
         panic!("a snapshot source");

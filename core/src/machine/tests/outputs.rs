@@ -84,7 +84,6 @@ fn collected(patch: &str) -> Changes {
 #[test]
 fn a_git_run_prepares_collects_delivers_and_finishes_with_all_of_it() {
     let mut s = RunState::new("run-1", git_spec("pr"), T0).unwrap();
-    s.outputs.collect = true;
     let request = s.prepare_request().expect("a source to prepare");
     assert!(matches!(
         request.source.and_then(|w| w.source),
@@ -136,7 +135,6 @@ fn a_git_run_prepares_collects_delivers_and_finishes_with_all_of_it() {
 #[test]
 fn a_run_that_changed_nothing_needs_no_activity_and_delivers_nothing() {
     let mut s = RunState::new("run-1", git_spec("branch"), T0).unwrap();
-    s.outputs.collect = true;
     s.on_workspace_prepared(prepared(), T0);
     expect_llm(&mut s);
     s.on_llm_response(reply("Nothing to do.", vec![], FinishReason::Stop), T0);
@@ -150,7 +148,6 @@ fn a_run_that_changed_nothing_needs_no_activity_and_delivers_nothing() {
 #[test]
 fn an_empty_change_set_is_not_delivered_and_a_failed_collection_is_said() {
     let mut s = RunState::new("run-1", git_spec("branch"), T0).unwrap();
-    s.outputs.collect = true;
     s.on_workspace_prepared(prepared(), T0);
     edit_and_answer(&mut s);
     assert!(matches!(s.next_step(T0), Step::CollectChanges(_)));
@@ -173,7 +170,6 @@ fn an_empty_change_set_is_not_delivered_and_a_failed_collection_is_said() {
 #[test]
 fn a_failed_source_ends_the_run_before_any_turn() {
     let mut s = RunState::new("run-1", git_spec(""), T0).unwrap();
-    s.outputs.collect = true;
     s.on_workspace_failed("ref 'v9' not found in git://h/r", T0);
     assert!(s.prepare_request().is_none());
     let result = expect_finish(&mut s);
@@ -187,19 +183,8 @@ fn a_failed_source_ends_the_run_before_any_turn() {
 }
 
 #[test]
-fn runs_recorded_before_outputs_finish_as_they_did() {
-    let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
-    expect_llm(&mut s);
-    s.on_llm_response(reply("hi", vec![], FinishReason::Stop), T0);
-    let result = expect_finish(&mut s);
-    assert_eq!(result.changes, None);
-    assert_eq!(result.delivered, None);
-}
-
-#[test]
 fn a_run_without_a_source_diffs_against_the_empty_tree() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
-    s.outputs.collect = true;
     expect_llm(&mut s);
     s.on_llm_response(
         reply(
@@ -225,7 +210,6 @@ fn a_run_without_a_source_diffs_against_the_empty_tree() {
 #[test]
 fn a_run_without_a_source_diffs_against_its_workspace_at_the_start() {
     let mut s = RunState::new("run-1", spec(&[]), T0).unwrap();
-    s.outputs.collect = true;
     s.on_instructions(
         Some(baton_proto::WorkspaceInstructions {
             snapshot: "e".repeat(64),

@@ -58,6 +58,8 @@ fn finished() -> RunState {
     let mut s = thinking();
     s.on_llm_response(reply("done", vec![], FinishReason::Stop), T0);
     assert!(matches!(s.phase, Phase::Finished(_)));
+    // The `finished` event is told with the outputs, at the last step.
+    expect_finish(&mut s);
     s
 }
 

@@ -194,7 +194,6 @@ fn a_check_that_cannot_run_ends_the_run_unverified() {
 #[test]
 fn checks_run_on_the_latest_snapshot() {
     let mut s = RunState::new("run-1", verified_spec(&["pytest"], 0), T0).unwrap();
-    s.outputs.collect = true;
     write_a_file(&mut s, &"f".repeat(64));
     answer(&mut s, "Done.");
     assert_eq!(expect_verify(&mut s).snapshot, "f".repeat(64));
@@ -217,7 +216,6 @@ fn a_run_that_failed_verification_is_not_delivered_but_its_changes_are_collected
     };
     for exit_code in [0, 101] {
         let mut s = RunState::new("run-1", spec.clone(), T0).unwrap();
-        s.outputs.collect = true;
         s.on_workspace_prepared(
             baton_proto::PreparedWorkspace {
                 snapshot: "a".repeat(64),
