@@ -13,7 +13,7 @@ use baton_activities::{
     llm::{ProviderSettings, Providers},
     tools::{self, ToolContext},
 };
-use baton_core::{RunState, Step};
+use baton_core::{RunState, Step, machine::Input};
 use baton_proto::{LlmRequest, LlmResponse, RunState as StateName, WorkspaceInstructions};
 use baton_store::{StoreSettings, conversation::Conversations};
 use baton_tests::MockOpenAi;
@@ -84,20 +84,23 @@ impl InProcess {
         let mut run = RunState::new(id, scenario::spec(turns), now_ms())
             .map_err(|e| anyhow::anyhow!("invalid spec: {e}"))?;
         // What the `read_instructions` activity returns for a workspace without AGENTS.md.
-        run.on_instructions(
-            Some(WorkspaceInstructions {
+        run.apply(Input::Instructions {
+            instructions: Some(WorkspaceInstructions {
                 workspace: workspace.display().to_string(),
                 ..Default::default()
             }),
-            now_ms(),
-        );
+            now_ms: now_ms(),
+        });
         let mut turn_starts = Vec::new();
         let result = loop {
             match run.next_step(now_ms()) {
                 Step::CallLlm(request) => {
                     turn_starts.push(Instant::now());
                     let response = self.generate(request).await?;
-                    run.on_llm_response(response, now_ms());
+                    run.apply(Input::LlmResponse {
+                        response,
+                        now_ms: now_ms(),
+                    });
                 }
                 Step::RunTools { requests, .. } => {
                     let mut results = Vec::with_capacity(requests.len());
@@ -111,7 +114,10 @@ impl InProcess {
                         );
                         results.push(result);
                     }
-                    run.on_tool_results(results, now_ms());
+                    run.apply(Input::ToolResults {
+                        results,
+                        now_ms: now_ms(),
+                    });
                 }
                 Step::Finish(result) => break result,
                 other => bail!("unexpected step in the in-process loop: {other:?}"),

@@ -41,7 +41,7 @@ fn json_of(answer: &str) -> Result<Value, String> {
 }
 
 /// The answer's JSON value if it matches `schema`, else why not (in words, at most
-/// [`MAX_ERRORS`] reasons, each with the JSON pointer it is about).
+/// `MAX_ERRORS` reasons, each with the JSON pointer it is about).
 pub fn validate(schema: &str, answer: &str) -> Result<Value, String> {
     let validator = compile(schema)?;
     let value = json_of(answer)?;

@@ -61,7 +61,7 @@ impl RunState {
 
     /// Applies an approval decision (signal `approval` or update `approve`). Once no call of
     /// the batch is pending, the batch moves on to execution.
-    pub fn on_decision(
+    pub(crate) fn on_decision(
         &mut self,
         decision: ApprovalDecision,
         now_ms: i64,
@@ -163,7 +163,7 @@ impl RunState {
     }
 
     /// Nobody decided in time: deny the undecided calls, or end the run, by policy.
-    pub fn on_approval_timeout(&mut self, now_ms: i64) {
+    pub(crate) fn on_approval_timeout(&mut self, now_ms: i64) {
         let action = self
             .spec
             .approval

@@ -162,7 +162,7 @@ impl RunState {
 
     /// The calls `ids` of the current batch start executing now (the workflow tells as it
     /// schedules them: mutating calls go one at a time).
-    pub fn on_tools_started(&mut self, ids: &[String], now_ms: i64) {
+    pub(crate) fn on_tools_started(&mut self, ids: &[String], now_ms: i64) {
         let Phase::Executing(batch) = &mut self.phase else {
             self.ignored(now_ms, "tools started", "executing tools");
             return;
@@ -181,8 +181,8 @@ impl RunState {
 
     /// Calls of the current batch completed (as each group of it does): `watch` sees them
     /// finish now, and if the run ends before the batch does, they keep their results.
-    /// [`RunState::on_tool_results`] takes them all again at the end of the batch.
-    pub fn on_tools_finished(&mut self, results: &[ToolResult], now_ms: i64) {
+    /// [`Input::ToolResults`] takes them all again at the end of the batch.
+    pub(crate) fn on_tools_finished(&mut self, results: &[ToolResult], now_ms: i64) {
         let Phase::Executing(batch) = &mut self.phase else {
             self.ignored(now_ms, "tools finished", "executing tools");
             return;
@@ -202,7 +202,7 @@ impl RunState {
 
     /// Results of the calls of the last [`Step::RunTools`], in the same order. Refused calls
     /// get their error observation; everything goes into the conversation in call order.
-    pub fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
+    pub(crate) fn on_tool_results(&mut self, results: Vec<ToolResult>, now_ms: i64) {
         let batch = match std::mem::replace(&mut self.phase, Phase::Thinking) {
             Phase::Executing(batch) => batch,
             other => {

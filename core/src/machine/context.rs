@@ -196,7 +196,7 @@ impl RunState {
     }
 
     /// The summary arrived: it replaces the older turns in the model's view.
-    pub fn on_compacted(&mut self, response: CompactResponse, now_ms: i64) {
+    pub(crate) fn on_compacted(&mut self, response: CompactResponse, now_ms: i64) {
         let Phase::Compacting {
             upto,
             tokens_before,
@@ -224,7 +224,7 @@ impl RunState {
     }
 
     /// The summary could not be made: go on without it (not retried this turn).
-    pub fn on_compaction_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_compaction_failed(&mut self, detail: &str, now_ms: i64) {
         if !matches!(self.phase, Phase::Compacting { .. }) {
             self.ignored(now_ms, "compaction failure", "compacting");
             return;

@@ -77,7 +77,7 @@ impl RunState {
     /// A message for the run (signal `message`, update `send`): queued for the next model
     /// call (or the next task, when the run is idle), unless its id was taken before or the
     /// run has ended.
-    pub fn on_message(&mut self, text: String, id: &str, now_ms: i64) -> SendOutcome {
+    pub(crate) fn on_message(&mut self, text: String, id: &str, now_ms: i64) -> SendOutcome {
         let task = self.task_number();
         if !id.is_empty() && id == self.spec.task_message_id && !self.follow_ups.task_message_taken
         {
@@ -148,7 +148,7 @@ impl RunState {
     }
 
     /// No message came within the idle timeout: the run ends with its last result.
-    pub fn on_idle_timeout(&mut self, now_ms: i64) {
+    pub(crate) fn on_idle_timeout(&mut self, now_ms: i64) {
         self.end_conversation(
             now_ms,
             &format!(

@@ -130,7 +130,7 @@ impl RunState {
 
     /// The deadline passed while an activity or approval wait was in flight (which the
     /// workflow cancelled).
-    pub fn on_deadline_passed(&mut self, now_ms: i64) {
+    pub(crate) fn on_deadline_passed(&mut self, now_ms: i64) {
         let secs = self.limits().deadline_seconds;
         self.end_conversation(
             now_ms,
@@ -150,7 +150,7 @@ impl RunState {
     }
 
     /// Workflow cancellation was requested.
-    pub fn on_cancelled(&mut self, reason: Option<String>, now_ms: i64) {
+    pub(crate) fn on_cancelled(&mut self, reason: Option<String>, now_ms: i64) {
         self.end_conversation(now_ms, "cancelled between tasks: the conversation ends");
         if matches!(self.phase, Phase::Finished(_)) {
             // The run ended first: that ending stands, and stays its last event.

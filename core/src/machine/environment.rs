@@ -1,6 +1,6 @@
 //! The run's environment: set up between the prepared workspace and the first model
-//! call ([`RunState::setup_request`], then [`RunState::on_environment_ready`] or
-//! [`RunState::on_environment_failed`]). A setup that fails ends the run `setup_failed` before
+//! call ([`RunState::setup_request`], then [`Input::EnvironmentReady`] or
+//! [`Input::EnvironmentFailed`]). A setup that fails ends the run `setup_failed` before
 //! any model call; one that passes (or came from the cache) makes its tree the run's starting
 //! tree, so the change set leaves out what setup added.
 
@@ -55,7 +55,7 @@ impl RunState {
 
     /// Setup ran (or came from the cache): its tree is the run's starting tree, or it failed
     /// and the run ends `setup_failed`.
-    pub fn on_environment_ready(&mut self, result: SetupResult, now_ms: i64) {
+    pub(crate) fn on_environment_ready(&mut self, result: SetupResult, now_ms: i64) {
         if self.result().is_some() {
             return;
         }
@@ -119,7 +119,7 @@ impl RunState {
     }
 
     /// The setup activity failed for good (the blob store, the workspace).
-    pub fn on_environment_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_environment_failed(&mut self, detail: &str, now_ms: i64) {
         if self.result().is_some() {
             return;
         }

@@ -4,7 +4,7 @@
 //! activity loads it), the state holds it as stubs but for the task and the last few turns.
 //! The turn count goes on from N, usage starts at zero, and the instructions join as a user
 //! message before the first call. The workspace is restored by the spec's `workspace` (see
-//! [`RunState::on_workspace_prepared`]).
+//! [`Input::WorkspacePrepared`]).
 
 use baton_proto::{ConversationRef, FinishReason, ForkSource, RunSpec, item};
 

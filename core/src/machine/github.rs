@@ -164,7 +164,7 @@ impl RunState {
     }
 
     /// The report went out: later ones edit the same comment and check run.
-    pub fn on_progress_reported(&mut self, reported: ProgressReported) {
+    pub(crate) fn on_progress_reported(&mut self, reported: ProgressReported) {
         if reported.comment_id != 0 {
             self.github.comment_id = reported.comment_id;
         }
@@ -174,7 +174,7 @@ impl RunState {
     }
 
     /// The report could not go out (the run goes on; the next state is reported as usual).
-    pub fn on_progress_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_progress_failed(&mut self, detail: &str, now_ms: i64) {
         self.note(
             now_ms,
             &format!("progress could not be posted to GitHub: {detail}"),

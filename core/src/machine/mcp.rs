@@ -2,7 +2,7 @@
 //! what the run does when a server cannot be used.
 //!
 //! The workflow lists before the first step ([`RunState::mcp_list_requests`], one activity per
-//! server, then [`RunState::on_mcp_listed`]); the tools join [`RunState::tools`], which the
+//! server, then [`Input::McpListed`]); the tools join [`RunState::tools`], which the
 //! checkpoint carries into later segments, so the decision to list depends on the run's state
 //! alone and replay reads the lists from history.
 
@@ -33,7 +33,7 @@ impl RunState {
     /// The outcome of each listing of [`RunState::mcp_list_requests`], in its order: the
     /// tools join the run, and a server that could not be used (or lacks a tool the spec
     /// named) ends the run as `tools_unavailable` unless the spec says `continue`.
-    pub fn on_mcp_listed(&mut self, outcomes: Vec<Result<McpToolList, String>>, now_ms: i64) {
+    pub(crate) fn on_mcp_listed(&mut self, outcomes: Vec<Result<McpToolList, String>>, now_ms: i64) {
         let requests = self.mcp_list_requests();
         if requests.is_empty() {
             return;

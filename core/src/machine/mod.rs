@@ -1,70 +1,16 @@
 //! The agent state machine: a pure transition function over an explicit [`RunState`].
 //!
 //! The workflow asks [`RunState::next_step`] what to do, does it (an activity, a wait for
-//! approval), and feeds the outcome back (`on_llm_response`, `on_decision`, `on_tool_results`,
-//! ...). Nothing here does I/O or reads a clock: time comes in as arguments, so every
-//! transition is unit-tested without a server and replays identically.
+//! approval), and feeds the outcome back as an [`Input`] ([`RunState::apply`]). Nothing here
+//! does I/O or reads a clock: time comes in as arguments, so every transition is unit-tested
+//! without a server and replays identically.
 //!
 //! # Transitions
 //!
-//! Phase × input → next phase, and the [`Step`] that [`RunState::next_step`] returns in it.
-//! "Question" is a one-call batch for a human ([`QUESTION_TOOL`]): approving continues the run,
-//! denying ends it.
-//!
-//! | Phase | Input | Next phase | Step / effect |
-//! |---|---|---|---|
-//! | `Thinking` | `next_step`, a turn guard trips (turns, tokens, deadline), `on_exhausted = "ask"` | `AwaitingApproval` (question, `extend`) | `AwaitApproval` |
-//! | `Thinking` | `next_step`, a turn guard trips | `Finished` (`MaxTurnsExceeded`, `BudgetExceeded`) | `Finish` |
-//! | `Thinking` | `next_step`, over the compaction threshold after eliding old outputs, older turns to cut, compaction not failed this turn | `Compacting` | `Compact` |
-//! | `Thinking` | `next_step`, otherwise (the inbox joins the conversation) | `Thinking` | `CallLlm` |
-//! | `Thinking` | `on_llm_response`, finish `length`, at most [`MAX_LENGTH_CONTINUATIONS`] in a row | `Thinking` | [`CONTINUE_PROMPT`] added |
-//! | `Thinking` | `on_llm_response`, finish `length`, one more | `Finished` (`OutputTruncated`) | |
-//! | `Thinking` | `on_llm_response`, finish `content_filter` | `Finished` (`ContentFiltered`) | |
-//! | `Thinking` | `on_llm_response`, a loop detected | `AwaitingApproval` (question) if `loops.on_loop = "ask"`, else `Finished` (`LoopDetected`) | |
-//! | `Thinking` | `on_llm_response`, no tool calls | `Finished` (`Completed`, the answer) | |
-//! | `Thinking` | `on_llm_response`, tool calls, each auto-approved or refused by policy | `Executing` | |
-//! | `Thinking` | `on_llm_response`, tool calls, one needs a human | `AwaitingApproval` (the whole batch) | `approval_requested` events |
-//! | `Thinking` | `on_llm_failure(ContextOverflow)`, first in the turn and old outputs to elide | `Thinking` (the turn is retried) | note |
-//! | `Thinking` | `on_llm_failure`, otherwise | `Finished` (`ContextOverflow`, `ProviderError`, `InternalError`) | |
-//! | `Compacting` | `next_step` | `Compacting` | `Compact` |
-//! | `Compacting` | `on_compacted` | `Thinking` (the summary replaces the older turns in the view) | note |
-//! | `Compacting` | `on_compaction_failed` | `Thinking` (not retried this turn) | note |
-//! | `AwaitingApproval` | `next_step` | `AwaitingApproval` | `AwaitApproval` (policy timeout) |
-//! | `AwaitingApproval` | `on_decision`, valid, calls still pending | `AwaitingApproval` | `approval_decided` events |
-//! | `AwaitingApproval` | `on_decision`, the last pending call of a tool batch | `Executing` | |
-//! | `AwaitingApproval` | `on_decision`, a question approved | `Thinking` (limit extended, or breaker reset) | note |
-//! | `AwaitingApproval` | `on_decision`, a question denied | `Finished` (the limit's reason, else `LoopDetected`) | |
-//! | `AwaitingApproval` | `on_decision`, invalid ([`DecisionError`](crate::error::DecisionError)) | `AwaitingApproval` | note `approval ignored: ..` |
-//! | `AwaitingApproval` | `on_approval_timeout`, `on_timeout = "deny"` | as if the undecided calls were denied | note |
-//! | `AwaitingApproval` | `on_approval_timeout`, `on_timeout = "fail"` | `Finished` (`ApprovalTimedOut`) | |
-//! | `Executing` | `next_step` | `Executing` | `RunTools` (the calls allowed to run) |
-//! | `Executing` | `on_tools_started`, `on_tools_finished` | `Executing` | `tool_started`/`tool_finished` events, once each |
-//! | `Executing` | `on_tool_results` | `Thinking`; `AwaitingApproval` (question) when the breaker pauses; `AwaitingApproval` (`retry`) for calls a worker failure cut off (`on_retry = "ask"`) | results join the conversation (and the breaker's alert, after its first threshold) |
-//! | `Thinking` | `on_llm_response`, no tool calls, the spec has `verify` commands | `Verifying` (the answer waits) | note |
-//! | `Verifying` | `next_step` | `Verifying` | `Verify` (the round's next command; `verification_started` once) |
-//! | `Verifying` | `on_verified`, passed, commands left | `Verifying` | `verification_finished` |
-//! | `Verifying` | `on_verified`, the last command passed | `Finished` (`Completed`, `verification` in the result) | |
-//! | `Verifying` | `on_verified`, failed, rounds left | `Thinking` | the failure as a synthetic user message |
-//! | `Verifying` | `on_verified`, failed in the last round; `on_verify_failed` | `Finished` (`VerificationFailed`; not delivered) | |
-//! | `Finished` | `next_step`, change set not yet collected, a call that may change the tree ran | `Finished` | `CollectChanges` |
-//! | `Finished` | `next_step`, change set collected, delivery asked for and not done, a patch to deliver | `Finished` | `Deliver` |
-//! | `Finished` | `next_step`, otherwise (not a conversation between tasks) | `Finished` | `Finish` (the result with `changes` and `delivered`) |
-//! | `Finished` (`Completed`), a conversation (`idle_timeout_seconds`) | `next_step`, outputs done, inbox empty | `Finished`, status `Idle` | `AwaitMessage` |
-//! | `Finished` (`Completed`), a conversation | `next_step`, outputs done, a message in the inbox | `Thinking` (the next task: turn limit counted afresh, change set from the last delivery) | `CallLlm` |
-//! | `Finished`, a conversation between tasks | `on_message` (`on_user_message`) | unchanged (the inbox) | note |
-//! | `Finished`, a conversation between tasks | `on_idle_timeout`, `on_cancelled`, `on_deadline_passed` | `Finished` (the last task's result) | note, then `Finish` |
-//! | any | `on_message` with an id taken before (or the task's `task_message_id`) | unchanged | note |
-//! | `Finished` | `on_changes`, `on_changes_failed`, `on_delivered`, `on_delivery_failed` | `Finished` | note |
-//! | not `Finished` | `on_deadline_passed` | `Finished` (`BudgetExceeded`) | open calls answered |
-//! | not `Finished` | `on_cancelled` | `Finished` (`Cancelled`) | open calls answered |
-//! | not `Finished` | `on_user_message` | unchanged (the inbox) | note |
-//! | any | `on_workspace_prepared` (once, before the first step) | unchanged | note, the starting snapshot |
-//! | not `Finished` | `on_workspace_failed` | `Finished` (`WorkspaceUnavailable`) | |
-//! | any | `on_instructions` (once, before the first step) | unchanged | note |
-//! | not `Finished` | `on_environment_ready` (once, after the workspace, before the first step: an environment with setup) | unchanged (the starting tree is the set-up one) | note |
-//! | not `Finished` | `on_environment_ready` with `failed`, `on_environment_failed` | `Finished` (`SetupFailed`) | |
-//! | not `Finished` | `on_mcp_listed` (once, before the first step: the spec's MCP servers) | unchanged | the tools join the run, a note per server |
-//! | not `Finished` | `on_mcp_listed`, a server could not be used (or lacks a named tool), `mcp_unavailable` not `continue` | `Finished` (`ToolsUnavailable`) | |
+//! The inputs are one enum, [`Input`], applied by [`RunState::apply`] (a `match` the compiler
+//! checks). Every transition, phase × trigger → next phase and the [`Step`] or effect, is the
+//! table [`TRANSITIONS`], data that a test checks against [`InputKind::ALL`] and that
+//! `docs/src/architecture/machine.md` is rendered from.
 //!
 //! An input in a phase the table does not list for it changes nothing. The workflow never
 //! sends one (it feeds each step's outcome back in the phase that asked for it), so each such
@@ -79,6 +25,8 @@
 //! # Files
 //!
 //! - `mod.rs`: the types, [`RunState::new`], [`RunState::next_step`].
+//! - `input.rs`: [`Input`], [`InputKind`] and [`RunState::apply`].
+//! - `transitions.rs`: the transition table, [`TRANSITIONS`].
 //! - `turn.rs`: the LLM request, the model's reply (finish reasons, length continuations, call
 //!   ids), LLM failures, the turn guards, workspace instructions, user messages.
 //! - `batch.rs`: planning a batch of tool calls (validation, policy), tools started, finished
@@ -116,18 +64,22 @@ mod end;
 mod environment;
 mod fork;
 mod github;
+mod input;
 mod mcp;
 mod network;
 mod outputs;
 mod status;
 mod subagents;
+mod transitions;
 mod turn;
 mod verify;
 
 pub use conversation::{FollowUps, MAX_MESSAGE_IDS};
 pub use github::{GitHubProgress, PROGRESS_EVERY_TURNS, comment_marker};
+pub use input::{Applied, Input, InputKind};
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
 pub use status::describe_event;
+pub use transitions::{On, TRANSITIONS, Transition};
 pub use verify::{
     DEFAULT_VERIFY_ATTEMPTS, MAX_VERIFY_ATTEMPTS, MAX_VERIFY_COMMAND_BYTES, MAX_VERIFY_COMMANDS,
     VerifyState,
@@ -188,7 +140,7 @@ pub enum Step {
         timeout_seconds: Option<u32>,
     },
     /// Run these tool calls (activity `run_tool`), at most `max_parallel` at once, then report
-    /// their results in the same order with [`RunState::on_tool_results`].
+    /// their results in the same order with [`Input::ToolResults`].
     RunTools {
         /// The approved calls of the batch, in call order.
         requests: Vec<ToolRequest>,
@@ -196,20 +148,20 @@ pub enum Step {
         max_parallel: u32,
     },
     /// Summarize the older part of the conversation (activity `compact_context`), then report
-    /// with [`RunState::on_compacted`] or [`RunState::on_compaction_failed`].
+    /// with [`Input::Compacted`] or [`Input::CompactionFailed`].
     Compact(CompactRequest),
     /// Collect the change set of the finished run (activity `collect_changes`), then report
-    /// with [`RunState::on_changes`] or [`RunState::on_changes_failed`].
+    /// with [`Input::Changes`] or [`Input::ChangesFailed`].
     CollectChanges(baton_proto::CollectRequest),
     /// Run one verification command (activity `run_verification`), then report with
-    /// [`RunState::on_verified`] or [`RunState::on_verify_failed`].
+    /// [`Input::Verified`] or [`Input::VerifyFailed`].
     Verify(baton_proto::VerifyRequest),
     /// Deliver the change set (activity `deliver`), then report with
-    /// [`RunState::on_delivered`] or [`RunState::on_delivery_failed`].
+    /// [`Input::Delivered`] or [`Input::DeliveryFailed`].
     Deliver(baton_proto::DeliverRequest),
     /// A conversation answered its task: wait for the next message (then
     /// [`RunState::next_step`] begins the next task) at most `timeout_seconds`, then report
-    /// [`RunState::on_idle_timeout`].
+    /// [`Input::IdleTimeout`].
     AwaitMessage {
         /// The idle timeout.
         timeout_seconds: u32,
@@ -263,7 +215,7 @@ pub struct Batch {
     /// again, denying skips them.
     #[serde(default)]
     pub retry: bool,
-    /// Host questions (`on_unknown_host = "ask"`, [`network`]): approving allows a host for
+    /// Host questions (`on_unknown_host = "ask"`, `network.rs`): approving allows a host for
     /// the rest of the run, denying keeps it refused; nothing runs.
     #[serde(default)]
     pub hosts: bool,
@@ -300,7 +252,7 @@ pub enum Phase {
         tokens_before: u32,
     },
     /// The model answered; the answer waits while the verification commands run
-    /// ([`verify`]).
+    /// (`verify.rs`).
     Verifying {
         /// The final answer.
         answer: String,
@@ -418,13 +370,13 @@ pub struct RunState {
     /// `spawn_agent` calls that ran (each took a child run id), over the whole run.
     #[serde(default)]
     pub subagents_started: u32,
-    /// The verification gate's rounds and results ([`verify`]).
+    /// The verification gate's rounds and results (`verify.rs`).
     #[serde(default)]
     pub verify: VerifyState,
-    /// A conversation's tasks and the message ids it took ([`conversation`]).
+    /// A conversation's tasks and the message ids it took (`conversation.rs`).
     #[serde(default)]
     pub follow_ups: FollowUps,
-    /// What was reported to the run's GitHub issue or pull request ([`github`]).
+    /// What was reported to the run's GitHub issue or pull request (`github.rs`).
     #[serde(default)]
     pub github: GitHubProgress,
 }

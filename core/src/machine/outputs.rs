@@ -3,7 +3,7 @@
 //! the spec asks for it, delivery (a pushed branch, a pull request).
 //!
 //! The workflow prepares the workspace before the first step ([`RunState::prepare_request`],
-//! then [`RunState::on_workspace_prepared`] or [`RunState::on_workspace_failed`]). Once the
+//! then [`Input::WorkspacePrepared`] or [`Input::WorkspaceFailed`]). Once the
 //! run is `Finished`, [`RunState::next_step`] asks for [`Step::CollectChanges`] and then
 //! [`Step::Deliver`] before [`Step::Finish`], whose result carries both. Delivery is a step the
 //! workflow owns: the model never has to remember to push.
@@ -125,7 +125,7 @@ impl RunState {
 
     /// The workspace is ready at `prepared.snapshot`. A fork's change set is against the tree
     /// its source started from (`ForkSource.base_snapshot`), not against this one.
-    pub fn on_workspace_prepared(&mut self, prepared: PreparedWorkspace, now_ms: i64) {
+    pub(crate) fn on_workspace_prepared(&mut self, prepared: PreparedWorkspace, now_ms: i64) {
         let fork = self.spec.fork.clone();
         let origin = match self.spec.workspace.as_ref().and_then(|w| w.source.as_ref()) {
             Some(workspace_source::Source::Snapshot(s)) if fork.is_some() => s.origin.clone(),
@@ -184,7 +184,7 @@ impl RunState {
     }
 
     /// The workspace could not be prepared: the run ends `workspace_unavailable`.
-    pub fn on_workspace_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_workspace_failed(&mut self, detail: &str, now_ms: i64) {
         if self.result().is_some() {
             return;
         }
@@ -304,7 +304,7 @@ impl RunState {
     }
 
     /// The change set is collected.
-    pub fn on_changes(&mut self, changes: Changes, now_ms: i64) {
+    pub(crate) fn on_changes(&mut self, changes: Changes, now_ms: i64) {
         let text = if changes.files_changed == 0 {
             "changes: none".to_owned()
         } else {
@@ -322,7 +322,7 @@ impl RunState {
     }
 
     /// The change set could not be collected (the run's result stands).
-    pub fn on_changes_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_changes_failed(&mut self, detail: &str, now_ms: i64) {
         self.note(now_ms, &format!("changes could not be collected: {detail}"));
         let start = self.outputs.start.clone().unwrap_or_default();
         self.outputs.changes = Some(Changes {
@@ -335,7 +335,7 @@ impl RunState {
     }
 
     /// Delivery ended (`error` says whether it failed).
-    pub fn on_delivered(&mut self, delivered: Delivered, now_ms: i64) {
+    pub(crate) fn on_delivered(&mut self, delivered: Delivered, now_ms: i64) {
         let text = if !delivered.error.is_empty() {
             format!(
                 "delivery failed: {} (the patch stays available: baton diff {})",
@@ -362,7 +362,7 @@ impl RunState {
     }
 
     /// The delivery activity failed for good.
-    pub fn on_delivery_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_delivery_failed(&mut self, detail: &str, now_ms: i64) {
         let mode = self
             .spec
             .deliver

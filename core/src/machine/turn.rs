@@ -101,7 +101,7 @@ impl RunState {
 
     /// The workspace's contribution to the system prompt arrived (`None`: it could not be
     /// read; the run goes on without it).
-    pub fn on_instructions(&mut self, instructions: Option<WorkspaceInstructions>, now_ms: i64) {
+    pub(crate) fn on_instructions(&mut self, instructions: Option<WorkspaceInstructions>, now_ms: i64) {
         match &instructions {
             Some(i) if !i.agents_md.is_empty() => self.note(
                 now_ms,
@@ -135,7 +135,7 @@ impl RunState {
     }
 
     /// The model answered.
-    pub fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
+    pub(crate) fn on_llm_response(&mut self, response: LlmResponse, now_ms: i64) {
         if !matches!(self.phase, Phase::Thinking) {
             // Only a `CallLlm` step (from `Thinking`) is answered by a reply.
             self.ignored(now_ms, "model reply", "thinking");
@@ -242,7 +242,7 @@ impl RunState {
     /// retrying; when that frees nothing, by a compaction (once per turn; the estimate the
     /// provider refused lowers the threshold for later turns); when neither is left, the run
     /// ends.
-    pub fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
+    pub(crate) fn on_llm_failure(&mut self, failure: LlmFailure, detail: String, now_ms: i64) {
         if !matches!(self.phase, Phase::Thinking) {
             self.ignored(now_ms, "model failure", "thinking");
             return;
@@ -331,7 +331,7 @@ impl RunState {
     }
 
     /// A user message (signal `message`) for the model, added before the next LLM call.
-    pub fn on_user_message(&mut self, text: String, now_ms: i64) {
+    pub(crate) fn on_user_message(&mut self, text: String, now_ms: i64) {
         if !self.takes_messages() {
             // Too late: no turn follows. Nothing is recorded, so the run's last event stays
             // its `finished` one (what `status` shows).

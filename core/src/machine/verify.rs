@@ -167,7 +167,7 @@ impl RunState {
     }
 
     /// A verification command ran.
-    pub fn on_verified(&mut self, mut verification: Verification, now_ms: i64) {
+    pub(crate) fn on_verified(&mut self, mut verification: Verification, now_ms: i64) {
         let Phase::Verifying { answer, output } = &self.phase else {
             self.ignored(now_ms, "verification result", "verifying");
             return;
@@ -213,7 +213,7 @@ impl RunState {
     /// The verification activity failed for good (the workspace could not be restored, the
     /// host cannot sandbox): the answer cannot be verified, so the run ends
     /// `verification_failed`.
-    pub fn on_verify_failed(&mut self, detail: &str, now_ms: i64) {
+    pub(crate) fn on_verify_failed(&mut self, detail: &str, now_ms: i64) {
         if !matches!(self.phase, Phase::Verifying { .. }) {
             self.ignored(now_ms, "verification failure", "verifying");
             return;

@@ -9,12 +9,13 @@ use temporalio_workflow::{
 };
 
 use super::{
-    AgentRun,
+    AgentRun, apply,
     deadline::{OnDeadline, within_deadline},
     now_ms,
     options::{step_token, timer_options},
     status,
 };
+use baton_core::machine::Input;
 
 /// How a wait for decisions ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub(super) async fn await_approval(ctx: &WorkflowContext<AgentRun>, timeout_seco
     };
     if within_deadline(ctx, &token, wait, OnDeadline::Abandon).await == Some(WaitEnd::TimedOut) {
         let now = now_ms(ctx.workflow_time());
-        ctx.state_mut(|s| s.run.on_approval_timeout(now));
+        apply(ctx, Input::ApprovalTimeout { now_ms: now });
     }
 }
 

@@ -9,11 +9,12 @@ use baton_proto::{ToolRequest, ToolResult};
 use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, WorkflowContext};
 
 use super::{
-    AgentRun, failure_message, now_ms,
+    AgentRun, apply, failure_message, now_ms,
     options::{local_tool_options, mcp_tool_options, tool_options},
     subagents,
 };
 use crate::activities::ToolActivities;
+use baton_core::machine::Input;
 
 /// How one call of a group ended (built per call and consumed at once: the size of the
 /// larger variant costs nothing).
@@ -67,7 +68,7 @@ pub(super) async fn run_tools(
             .filter_map(|r| r.call.as_ref().map(|c| c.id.clone()))
             .collect();
         let now = now_ms(ctx.workflow_time());
-        ctx.state_mut(|s| s.run.on_tools_started(&ids, now));
+        apply(ctx, Input::ToolsStarted { ids, now_ms: now });
         let with_snapshot = |r: &ToolRequest| ToolRequest {
             snapshot: snapshot.clone(),
             ..r.clone()
@@ -163,7 +164,13 @@ pub(super) async fn run_tools(
             });
         }
         let now = now_ms(ctx.workflow_time());
-        ctx.state_mut(|s| s.run.on_tools_finished(&results[finished_before..], now));
+        apply(
+            ctx,
+            Input::ToolsFinished {
+                results: results[finished_before..].to_vec(),
+                now_ms: now,
+            },
+        );
         if token.is_cancelled() {
             break;
         }

@@ -7,11 +7,12 @@ use futures::FutureExt;
 use temporalio_workflow::{TimerResult, WaitConditionOptions, WorkflowContext};
 
 use super::{
-    AgentRun,
+    AgentRun, apply,
     deadline::{OnDeadline, within_deadline},
     now_ms,
     options::{step_token, timer_options},
 };
+use baton_core::machine::Input;
 
 /// Waits for a message for at most `timeout_seconds`; tells the machine when none came.
 pub(super) async fn await_message(ctx: &WorkflowContext<AgentRun>, timeout_seconds: u32) {
@@ -37,6 +38,6 @@ pub(super) async fn await_message(ctx: &WorkflowContext<AgentRun>, timeout_secon
     };
     if within_deadline(ctx, &token, wait, OnDeadline::Abandon).await == Some(true) {
         let now = now_ms(ctx.workflow_time());
-        ctx.state_mut(|s| s.run.on_idle_timeout(now));
+        apply(ctx, Input::IdleTimeout { now_ms: now });
     }
 }

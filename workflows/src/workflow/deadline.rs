@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use temporalio_workflow::{TimerResult, WorkflowCancellationToken, WorkflowContext};
 
-use super::{AgentRun, now_ms, options::timer_options};
+use super::{AgentRun, apply, now_ms, options::timer_options};
+use baton_core::machine::Input;
 
 /// What becomes of a step's work when the deadline passes while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,11 +88,17 @@ async fn until_deadline<T>(
 fn settle<T>(ctx: &WorkflowContext<AgentRun>, raced: Raced<T>) -> Option<T> {
     let now = now_ms(ctx.workflow_time());
     if let Some(cancel) = cancel_request(ctx) {
-        ctx.state_mut(|s| s.run.on_cancelled(cancel.reason, now));
+        apply(
+            ctx,
+            Input::Cancelled {
+                reason: cancel.reason,
+                now_ms: now,
+            },
+        );
         return None;
     }
     if raced.late {
-        ctx.state_mut(|s| s.run.on_deadline_passed(now));
+        apply(ctx, Input::DeadlinePassed { now_ms: now });
         return None;
     }
     raced.output

@@ -3,7 +3,8 @@
 
 use temporalio_workflow::{WorkflowCancellationToken, WorkflowContext};
 
-use super::{AgentRun, failure_message, now_ms, options::report_options};
+use super::{AgentRun, apply, failure_message, now_ms, options::report_options};
+use baton_core::machine::Input;
 use baton_core::machine::Step;
 
 use crate::activities::GitHubActivities;
@@ -36,10 +37,16 @@ async fn send(ctx: &WorkflowContext<AgentRun>, request: baton_proto::ProgressReq
         .await;
     let now = now_ms(ctx.workflow_time());
     match outcome {
-        Ok(reported) => ctx.state_mut(|s| s.run.on_progress_reported(reported)),
+        Ok(reported) => apply(ctx, Input::ProgressReported { reported }),
         Err(e) => {
             let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_progress_failed(&detail, now));
+            apply(
+                ctx,
+                Input::ProgressFailed {
+                    detail,
+                    now_ms: now,
+                },
+            );
         }
     }
 }

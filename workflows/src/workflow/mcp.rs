@@ -8,12 +8,13 @@
 use temporalio_workflow::WorkflowContext;
 
 use super::{
-    AgentRun,
+    AgentRun, apply,
     deadline::{OnDeadline, within_deadline},
     failure_message, now_ms,
     options::{mcp_list_options, step_token},
 };
 use crate::activities::McpActivities;
+use baton_core::machine::Input;
 
 /// Lists the tools of the spec's MCP servers, once per run.
 pub(super) async fn discover(ctx: &mut WorkflowContext<AgentRun>) {
@@ -38,5 +39,11 @@ pub(super) async fn discover(ctx: &mut WorkflowContext<AgentRun>) {
         .map(|o| o.map_err(|e| failure_message(&e)))
         .collect();
     let now = now_ms(ctx.workflow_time());
-    ctx.state_mut(|s| s.run.on_mcp_listed(outcomes, now));
+    apply(
+        ctx,
+        Input::McpListed {
+            outcomes,
+            now_ms: now,
+        },
+    );
 }

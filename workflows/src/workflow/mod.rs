@@ -56,7 +56,7 @@ pub use self::{
         SEARCH_ATTRIBUTE_DEFINITIONS, STATUS_EVERY_TURNS, STATUS_MEMO_KEY,
     },
 };
-use baton_core::machine::{LlmFailure, RunState, Step};
+use baton_core::machine::{Input, LlmFailure, RunState, Step};
 
 use crate::activities::{FailureType, LlmActivities, ToolActivities};
 
@@ -134,7 +134,13 @@ impl AgentRun {
                 )
                 .await;
             let now = now_ms(ctx.workflow_time());
-            ctx.state_mut(|s| s.run.on_instructions(outcome.ok(), now));
+            apply(
+                ctx,
+                Input::Instructions {
+                    instructions: outcome.ok(),
+                    now_ms: now,
+                },
+            );
         }
         // Runs without MCP servers (every run recorded before them) schedule nothing here.
         mcp::discover(ctx).await;
@@ -168,7 +174,13 @@ impl AgentRun {
                     };
                     let now = now_ms(ctx.workflow_time());
                     match outcome {
-                        Ok(response) => ctx.state_mut(|s| s.run.on_llm_response(response, now)),
+                        Ok(response) => apply(
+                            ctx,
+                            Input::LlmResponse {
+                                response,
+                                now_ms: now,
+                            },
+                        ),
                         Err(e) => {
                             let detail = failure_message(&e);
                             let kind = match failure_type(&e) {
@@ -176,7 +188,14 @@ impl AgentRun {
                                 Some(FailureType::StoreUnavailable) => LlmFailure::Infrastructure,
                                 _ => LlmFailure::Fatal,
                             };
-                            ctx.state_mut(|s| s.run.on_llm_failure(kind, detail, now));
+                            apply(
+                                ctx,
+                                Input::LlmFailure {
+                                    failure: kind,
+                                    detail,
+                                    now_ms: now,
+                                },
+                            );
                         }
                     }
                 }
@@ -194,10 +213,22 @@ impl AgentRun {
                     };
                     let now = now_ms(ctx.workflow_time());
                     match outcome {
-                        Ok(response) => ctx.state_mut(|s| s.run.on_compacted(response, now)),
+                        Ok(response) => apply(
+                            ctx,
+                            Input::Compacted {
+                                response,
+                                now_ms: now,
+                            },
+                        ),
                         Err(e) => {
                             let detail = failure_message(&e);
-                            ctx.state_mut(|s| s.run.on_compaction_failed(&detail, now));
+                            apply(
+                                ctx,
+                                Input::CompactionFailed {
+                                    detail,
+                                    now_ms: now,
+                                },
+                            );
                         }
                     }
                 }
@@ -221,7 +252,13 @@ impl AgentRun {
                         continue;
                     };
                     let now = now_ms(ctx.workflow_time());
-                    ctx.state_mut(|s| s.run.on_tool_results(results, now));
+                    apply(
+                        ctx,
+                        Input::ToolResults {
+                            results,
+                            now_ms: now,
+                        },
+                    );
                 }
             }
         }
@@ -236,7 +273,10 @@ impl AgentRun {
         let now = now_ms(ctx.workflow_time());
         match parse_decision(decision) {
             Ok(d) => {
-                let _ = self.run.on_decision(d, now);
+                self.run.apply(Input::Decision {
+                    decision: d,
+                    now_ms: now,
+                });
             }
             Err(e) => self.run.note(now, &format!("approval signal ignored: {e}")),
         }
@@ -251,7 +291,11 @@ impl AgentRun {
         let now = now_ms(ctx.workflow_time());
         match parse_message(message) {
             Ok(m) => {
-                let _ = self.run.on_message(m.text, &m.id, now);
+                self.run.apply(Input::Message {
+                    text: m.text,
+                    id: m.id,
+                    now_ms: now,
+                });
             }
             Err(e) => self.run.note(now, &format!("message signal ignored: {e}")),
         }
@@ -287,7 +331,14 @@ impl AgentRun {
         let now = now_ms(ctx.workflow_time());
         // The validator ran against this same state.
         match parse_message(message) {
-            Ok(m) => self.run.on_message(m.text, &m.id, now),
+            Ok(m) => self
+                .run
+                .apply(Input::Message {
+                    text: m.text,
+                    id: m.id,
+                    now_ms: now,
+                })
+                .sent(),
             Err(_) => SendOutcome::default(),
         }
     }
@@ -316,7 +367,15 @@ impl AgentRun {
         // The validator ran against this same state, so neither step can fail.
         parse_decision(decision)
             .ok()
-            .and_then(|d| self.run.on_decision(d, now).ok())
+            .and_then(|decision| {
+                self.run
+                    .apply(Input::Decision {
+                        decision,
+                        now_ms: now,
+                    })
+                    .decided()
+                    .ok()
+            })
             .unwrap_or_default()
     }
 
@@ -482,6 +541,13 @@ fn failure_type(e: &ActivityExecutionError) -> Option<FailureType> {
         cause = c.cause();
     }
     None
+}
+
+/// Reports `input` to the run's machine (what it answers is for signals and updates only).
+fn apply(ctx: &WorkflowContext<AgentRun>, input: Input) {
+    ctx.state_mut(|s| {
+        s.run.apply(input);
+    });
 }
 
 fn now_ms(t: Option<std::time::SystemTime>) -> i64 {

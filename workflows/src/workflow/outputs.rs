@@ -9,7 +9,7 @@ use baton_proto::{CollectRequest, DeliverRequest, VerifyRequest};
 use temporalio_workflow::{ActivityExecutionError, WorkflowCancellationToken, WorkflowContext};
 
 use super::{
-    AgentRun,
+    AgentRun, apply,
     deadline::{OnDeadline, within_deadline},
     failure_message, now_ms,
     options::{
@@ -17,7 +17,7 @@ use super::{
         verify_options,
     },
 };
-use baton_core::machine::RunState;
+use baton_core::machine::Input;
 
 use crate::activities::{ToolActivities, WorkspaceActivities};
 
@@ -38,10 +38,22 @@ pub(super) async fn prepare(ctx: &mut WorkflowContext<AgentRun>) {
     };
     let now = now_ms(ctx.workflow_time());
     match outcome {
-        Ok(prepared) => ctx.state_mut(|s| s.run.on_workspace_prepared(prepared, now)),
+        Ok(prepared) => apply(
+            ctx,
+            Input::WorkspacePrepared {
+                prepared,
+                now_ms: now,
+            },
+        ),
         Err(e) => {
             let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_workspace_failed(&detail, now));
+            apply(
+                ctx,
+                Input::WorkspaceFailed {
+                    detail,
+                    now_ms: now,
+                },
+            );
         }
     }
 }
@@ -60,10 +72,22 @@ pub(super) async fn setup(ctx: &mut WorkflowContext<AgentRun>) {
     };
     let now = now_ms(ctx.workflow_time());
     match outcome {
-        Ok(result) => ctx.state_mut(|s| s.run.on_environment_ready(result, now)),
+        Ok(result) => apply(
+            ctx,
+            Input::EnvironmentReady {
+                result,
+                now_ms: now,
+            },
+        ),
         Err(e) => {
             let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_environment_failed(&detail, now));
+            apply(
+                ctx,
+                Input::EnvironmentFailed {
+                    detail,
+                    now_ms: now,
+                },
+            );
         }
     }
 }
@@ -79,10 +103,22 @@ pub(super) async fn verify(ctx: &mut WorkflowContext<AgentRun>, request: VerifyR
     };
     let now = now_ms(ctx.workflow_time());
     match outcome {
-        Ok(verification) => ctx.state_mut(|s| s.run.on_verified(verification, now)),
+        Ok(verification) => apply(
+            ctx,
+            Input::Verified {
+                verification,
+                now_ms: now,
+            },
+        ),
         Err(e) => {
             let detail = failure_message(&e);
-            ctx.state_mut(|s| s.run.on_verify_failed(&detail, now));
+            apply(
+                ctx,
+                Input::VerifyFailed {
+                    detail,
+                    now_ms: now,
+                },
+            );
         }
     }
 }
@@ -95,7 +131,13 @@ pub(super) async fn collect(ctx: &mut WorkflowContext<AgentRun>, request: Collec
         request,
         collect_options(&token),
     );
-    closing(ctx, call, RunState::on_changes, RunState::on_changes_failed).await;
+    closing(
+        ctx,
+        call,
+        |changes, now_ms| Input::Changes { changes, now_ms },
+        |detail, now_ms| Input::ChangesFailed { detail, now_ms },
+    )
+    .await;
 }
 
 /// Delivers the finished run's change set.
@@ -109,8 +151,8 @@ pub(super) async fn deliver(ctx: &mut WorkflowContext<AgentRun>, request: Delive
     closing(
         ctx,
         call,
-        RunState::on_delivered,
-        RunState::on_delivery_failed,
+        |delivered, now_ms| Input::Delivered { delivered, now_ms },
+        |detail, now_ms| Input::DeliveryFailed { detail, now_ms },
     )
     .await;
 }
@@ -119,16 +161,14 @@ pub(super) async fn deliver(ctx: &mut WorkflowContext<AgentRun>, request: Delive
 async fn closing<T>(
     ctx: &WorkflowContext<AgentRun>,
     call: impl Future<Output = Result<T, ActivityExecutionError>>,
-    done: impl FnOnce(&mut RunState, T, i64),
-    failed: impl FnOnce(&mut RunState, &str, i64),
+    done: impl FnOnce(T, i64) -> Input,
+    failed: impl FnOnce(String, i64) -> Input,
 ) {
     let outcome = call.await;
     let now = now_ms(ctx.workflow_time());
-    match outcome {
-        Ok(value) => ctx.state_mut(|s| done(&mut s.run, value, now)),
-        Err(e) => {
-            let detail = failure_message(&e);
-            ctx.state_mut(|s| failed(&mut s.run, &detail, now));
-        }
-    }
+    let input = match outcome {
+        Ok(value) => done(value, now),
+        Err(e) => failed(failure_message(&e), now),
+    };
+    apply(ctx, input);
 }

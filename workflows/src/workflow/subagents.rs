@@ -17,7 +17,8 @@ use temporalio_workflow::{
     ChildWorkflowOptions, ParentClosePolicy, WorkflowCancellationToken, WorkflowContext,
 };
 
-use super::{AgentRun, failure_message, innermost_message, now_ms, options::merge_options};
+use super::{AgentRun, apply, failure_message, innermost_message, now_ms, options::merge_options};
+use baton_core::machine::Input;
 use baton_core::{subagent, view};
 
 use crate::activities::WorkspaceActivities;
@@ -59,10 +60,15 @@ pub(super) async fn run_child(
         Err(e) => return Ended::Broken(format!("the subagent could not start: {e}")),
     };
     let now = now_ms(ctx.workflow_time());
-    ctx.state_mut(|s| {
-        s.run
-            .on_subagent_started(&call_id, &request.subagent_run_id, &task, now)
-    });
+    apply(
+        ctx,
+        Input::SubagentStarted {
+            call_id: call_id.clone(),
+            run_id: request.subagent_run_id.clone(),
+            task: task.clone(),
+            now_ms: now,
+        },
+    );
     match started.result().await {
         Ok(result) => Ended::Ran(Box::new(result)),
         Err(e) => match cancelled_result(&e) {
