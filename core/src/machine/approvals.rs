@@ -7,7 +7,8 @@ use baton_proto::{
 };
 
 use super::{
-    Batch, Disposition, Phase, PlannedCall, QUESTION_CALL_PREFIX, QUESTION_TOOL, RunState,
+    Batch, BatchKind, Disposition, Phase, PlannedCall, QUESTION_CALL_PREFIX, QUESTION_TOOL,
+    RunState,
 };
 use crate::{error::DecisionError, policy};
 
@@ -83,6 +84,8 @@ impl RunState {
         };
         let mut applied = Vec::new();
         let mut learned = Vec::new();
+        // A denied question ends the run: who ended it and why, for its result.
+        let mut denial = None;
         for planned in batch.calls.iter_mut() {
             let matches = decision.call_id == "*" || planned.call.id == decision.call_id;
             if !matches || planned.disposition != Disposition::Pending {
@@ -98,7 +101,7 @@ impl RunState {
                 Disposition::Run {
                     approver: Some(approver.clone()),
                 }
-            } else if batch.retry {
+            } else if batch.kind == BatchKind::Retry {
                 Disposition::Refused {
                     content: format!(
                         "A worker failed while this call ran; it may or may not have taken \
@@ -117,6 +120,9 @@ impl RunState {
                 } else {
                     decision.reason.clone()
                 };
+                if matches!(batch.kind, BatchKind::Question { .. }) {
+                    denial = Some(format!("The run was ended by {approver}: {reason}."));
+                }
                 Disposition::Refused {
                     content: format!(
                         "The call was denied by {approver}: {reason}. It did not run. Do not \
@@ -153,7 +159,7 @@ impl RunState {
             };
             self.push_event(now_ms, run_event::Kind::ApprovalDecided(d));
         }
-        self.advance_if_decided(now_ms);
+        self.advance_if_decided(now_ms, denial);
         Ok(ApprovalOutcome {
             call_ids: applied,
             approved: decision.approved,
@@ -193,12 +199,17 @@ impl RunState {
                     }
                 }
                 self.note(now_ms, "approval timed out: undecided calls denied");
-                self.advance_if_decided(now_ms);
+                self.advance_if_decided(
+                    now_ms,
+                    Some("The run was ended: approval timed out.".to_owned()),
+                );
             }
         }
     }
 
-    fn advance_if_decided(&mut self, now_ms: i64) {
+    /// Once no call of the batch is pending, the batch moves on as its kind says. `denial`: who
+    /// ended the run and why, when the batch was a question that was denied.
+    fn advance_if_decided(&mut self, now_ms: i64, denial: Option<String>) {
         if let Phase::AwaitingApproval(batch) = &self.phase
             && batch.pending().next().is_none()
         {
@@ -207,35 +218,26 @@ impl RunState {
             else {
                 return;
             };
-            if batch.hosts {
-                self.on_hosts_decided(batch, now_ms);
-                return;
-            }
-            if batch.question.is_none() {
-                self.phase = Phase::Executing(batch);
-                return;
-            }
-            // A question: approved continues (phase stays Thinking), denied ends the run.
-            let reason = batch
-                .extend
-                .and_then(|r| TerminationReason::try_from(r).ok())
-                .unwrap_or(TerminationReason::LoopDetected);
-            match batch.calls.first().map(|c| &c.disposition) {
-                Some(Disposition::Refused { content }) => {
-                    // The refusal was written for the model ("... Do not retry it"); the
-                    // result only needs who ended the run and why.
-                    let detail = content.replace("The call was denied", "The run was ended");
-                    let detail = match detail.split_once(" It did not run.") {
-                        Some((said, _)) => said.to_owned(),
-                        None => detail,
-                    };
-                    self.finish(now_ms, reason, detail);
-                }
-                _ if batch.extend.is_some() => self.extend_limits(reason, now_ms),
-                _ => {
-                    self.error_streak = 0;
-                    self.note(now_ms, "a human chose to continue the run");
-                }
+            let approved = matches!(
+                batch.calls.first().map(|c| &c.disposition),
+                Some(Disposition::Run { .. })
+            );
+            match batch.kind {
+                BatchKind::Hosts => self.on_hosts_decided(batch, now_ms),
+                BatchKind::Tools | BatchKind::Retry => self.phase = Phase::Executing(batch),
+                // A question: approved continues (the phase stays Thinking), denied ends the run.
+                BatchKind::Question { extend, .. } => match (approved, extend) {
+                    (false, extend) => self.finish(
+                        now_ms,
+                        extend.unwrap_or(TerminationReason::LoopDetected),
+                        denial.unwrap_or_else(|| "The run was ended.".to_owned()),
+                    ),
+                    (true, Some(reason)) => self.extend_limits(reason, now_ms),
+                    (true, None) => {
+                        self.error_streak = 0;
+                        self.note(now_ms, "a human chose to continue the run");
+                    }
+                },
             }
         }
     }
@@ -257,10 +259,7 @@ impl RunState {
         self.phase = Phase::AwaitingApproval(Batch {
             calls,
             requested_at_ms: now_ms,
-            question: None,
-            extend: None,
-            retry: true,
-            hosts: false,
+            kind: BatchKind::Retry,
             started: Vec::new(),
             done: Vec::new(),
         });
@@ -279,8 +278,14 @@ impl RunState {
         );
     }
 
-    /// Pauses the run with a question for a human, answered like an approval.
-    pub(super) fn ask_question(&mut self, question: String, now_ms: i64) {
+    /// Pauses the run with a question for a human, answered like an approval. `extend`: the
+    /// exhausted limit's reason, when approving extends it.
+    pub(super) fn ask_question(
+        &mut self,
+        question: String,
+        extend: Option<TerminationReason>,
+        now_ms: i64,
+    ) {
         let call = ToolCall {
             id: format!("{QUESTION_CALL_PREFIX}{}", self.turn),
             name: QUESTION_TOOL.to_owned(),
@@ -294,10 +299,10 @@ impl RunState {
                 disposition: Disposition::Pending,
             }],
             requested_at_ms: now_ms,
-            question: Some(question),
-            extend: None,
-            retry: false,
-            hosts: false,
+            kind: BatchKind::Question {
+                text: question,
+                extend,
+            },
             started: Vec::new(),
             done: Vec::new(),
         });

@@ -7,7 +7,7 @@ use baton_proto::{
     run_event,
 };
 
-use super::{Batch, Disposition, Phase, PlannedCall, RunState, Step, user};
+use super::{Batch, BatchKind, Disposition, Phase, PlannedCall, RunState, Step, user};
 use crate::{
     guards,
     policy::{self, Assessment},
@@ -37,7 +37,7 @@ impl RunState {
                     .approval
                     .as_ref()
                     .is_some_and(|p| p.on_retry == "ask"),
-                retry_confirmed: batch.retry,
+                retry_confirmed: batch.kind == BatchKind::Retry,
                 sandbox: self.spec.sandbox.clone(),
                 subagent: None,
                 subagent_run_id: String::new(),
@@ -79,10 +79,7 @@ impl RunState {
         let batch = Batch {
             calls: planned,
             requested_at_ms: now_ms,
-            question: None,
-            extend: None,
-            retry: false,
-            hosts: false,
+            kind: BatchKind::Tools,
             started: Vec::new(),
             done: Vec::new(),
         };
@@ -299,6 +296,7 @@ impl RunState {
         if ask {
             self.ask_question(
                 format!("Loop detected: {why}. Continue the run (approve) or abort it (deny)?"),
+                None,
                 now_ms,
             );
         } else {
@@ -334,6 +332,7 @@ impl RunState {
                     "The agent's tool calls failed in {} turns in a row, even after it was told to change strategy. Continue the run (approve) or abort it (deny)?",
                     self.error_streak
                 ),
+                None,
                 now_ms,
             );
         }

@@ -5,7 +5,7 @@ use baton_proto::{
     Item, RunResult, RunState as StateName, TerminationReason, ToolResult, item, run_event,
 };
 
-use super::{Disposition, Phase, RunState};
+use super::{BatchKind, Disposition, Phase, RunState};
 
 impl RunState {
     /// The run completed with `answer` (and its JSON `output`, `--output-schema`).
@@ -60,7 +60,9 @@ impl RunState {
     fn close_open_calls(&mut self, now_ms: i64, detail: &str) {
         let (batch, running) = match &self.phase {
             Phase::Executing(batch) => (batch, true),
-            Phase::AwaitingApproval(batch) if batch.question.is_none() => (batch, false),
+            Phase::AwaitingApproval(batch) if !matches!(batch.kind, BatchKind::Question { .. }) => {
+                (batch, false)
+            }
             _ => return,
         };
         // (result, whether its `tool_finished` event is still to be told)

@@ -33,7 +33,11 @@ impl RunState {
     /// The outcome of each listing of [`RunState::mcp_list_requests`], in its order: the
     /// tools join the run, and a server that could not be used (or lacks a tool the spec
     /// named) ends the run as `tools_unavailable` unless the spec says `continue`.
-    pub(crate) fn on_mcp_listed(&mut self, outcomes: Vec<Result<McpToolList, String>>, now_ms: i64) {
+    pub(crate) fn on_mcp_listed(
+        &mut self,
+        outcomes: Vec<Result<McpToolList, String>>,
+        now_ms: i64,
+    ) {
         let requests = self.mcp_list_requests();
         if requests.is_empty() {
             return;

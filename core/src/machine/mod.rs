@@ -68,6 +68,7 @@ mod input;
 mod mcp;
 mod network;
 mod outputs;
+mod persisted;
 mod status;
 mod subagents;
 mod transitions;
@@ -196,34 +197,42 @@ pub struct PlannedCall {
     pub disposition: Disposition,
 }
 
-/// The tool calls of one assistant message.
+/// What a batch is, and so what deciding its calls does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchKind {
+    /// The model's tool calls: approved ones run, denied ones are answered with the refusal.
+    Tools,
+    /// A one-call question to a human (continue or end the run?): approving continues the
+    /// run, denying ends it.
+    Question {
+        /// The question as asked.
+        text: String,
+        /// For a question about an exhausted limit: the reason the run ends with when denied;
+        /// approving extends the limit. `None`: a loop or the circuit breaker asked.
+        extend: Option<TerminationReason>,
+    },
+    /// Calls cut off by a worker failure that may have taken effect: approving runs them
+    /// again, denying skips them.
+    Retry,
+    /// Host questions (`on_unknown_host = "ask"`, `network.rs`): approving allows a host for
+    /// the rest of the run, denying keeps it refused; nothing runs.
+    Hosts,
+}
+
+/// The tool calls of one assistant message, or a question for a human ([`BatchKind`]).
+/// Persisted across continue-as-new in the shape of `persisted::BatchRepr`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "persisted::BatchRepr", into = "persisted::BatchRepr")]
 pub struct Batch {
     /// In the order the model made them.
     pub calls: Vec<PlannedCall>,
     /// When approval was first requested (workflow time, Unix ms).
     pub requested_at_ms: i64,
-    /// Set when this "batch" is a question to a human (continue or abort?) rather than tool
-    /// calls: approving continues the run, denying ends it.
-    #[serde(default)]
-    pub question: Option<String>,
-    /// For a question about an exhausted limit: the termination reason it would end with.
-    /// Approving extends the limit.
-    #[serde(default)]
-    pub extend: Option<i32>,
-    /// Calls cut off by a worker failure that may have taken effect: approving runs them
-    /// again, denying skips them.
-    #[serde(default)]
-    pub retry: bool,
-    /// Host questions (`on_unknown_host = "ask"`, `network.rs`): approving allows a host for
-    /// the rest of the run, denying keeps it refused; nothing runs.
-    #[serde(default)]
-    pub hosts: bool,
+    /// What the batch is.
+    pub kind: BatchKind,
     /// Calls whose execution has started (their `tool_started` events are out).
-    #[serde(default)]
     pub started: Vec<String>,
     /// Results of the calls that completed so far (their `tool_finished` events are out).
-    #[serde(default)]
     pub done: Vec<ToolResult>,
 }
 
@@ -524,11 +533,9 @@ impl RunState {
                     if self.ask_on_exhausted() {
                         self.ask_question(
                             format!("{detail}. Extend the limit (approve) or end the run (deny)?"),
+                            Some(reason),
                             now_ms,
                         );
-                        if let Phase::AwaitingApproval(batch) = &mut self.phase {
-                            batch.extend = Some(reason as i32);
-                        }
                     } else {
                         self.finish(now_ms, reason, detail);
                     }

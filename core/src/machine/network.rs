@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use baton_proto::{ToolCall, ToolResult};
 
-use super::{Batch, Disposition, Phase, PlannedCall, RunState, user};
+use super::{Batch, BatchKind, Disposition, Phase, PlannedCall, RunState, user};
 
 /// The tool name of a host question in `baton pending` and approver rules.
 pub const ALLOW_HOST_TOOL: &str = "baton.allow_host";
@@ -96,10 +96,7 @@ impl RunState {
         self.phase = Phase::AwaitingApproval(Batch {
             calls,
             requested_at_ms: now_ms,
-            question: None,
-            extend: None,
-            retry: false,
-            hosts: true,
+            kind: BatchKind::Hosts,
             started: Vec::new(),
             done: Vec::new(),
         });

@@ -76,7 +76,13 @@ impl RunState {
     }
 
     /// A child run started (the workflow tells as its start is confirmed).
-    pub(crate) fn on_subagent_started(&mut self, call_id: &str, run_id: &str, task: &str, now_ms: i64) {
+    pub(crate) fn on_subagent_started(
+        &mut self,
+        call_id: &str,
+        run_id: &str,
+        task: &str,
+        now_ms: i64,
+    ) {
         let mut task = task.to_owned();
         view::cut_text(&mut task, subagent::ANSWER_PREVIEW_BYTES);
         self.push_event(

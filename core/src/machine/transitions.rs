@@ -392,7 +392,10 @@ pub const TRANSITIONS: &[Transition] = &[
     },
     Transition {
         phase: "not `Finished`",
-        on: &[On::Input(K::EnvironmentReady), On::Input(K::EnvironmentFailed)],
+        on: &[
+            On::Input(K::EnvironmentReady),
+            On::Input(K::EnvironmentFailed),
+        ],
         when: "the setup failed, or could not be run",
         next: "`Finished` (`SetupFailed`)",
         effect: "",

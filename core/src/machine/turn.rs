@@ -101,7 +101,11 @@ impl RunState {
 
     /// The workspace's contribution to the system prompt arrived (`None`: it could not be
     /// read; the run goes on without it).
-    pub(crate) fn on_instructions(&mut self, instructions: Option<WorkspaceInstructions>, now_ms: i64) {
+    pub(crate) fn on_instructions(
+        &mut self,
+        instructions: Option<WorkspaceInstructions>,
+        now_ms: i64,
+    ) {
         match &instructions {
             Some(i) if !i.agents_md.is_empty() => self.note(
                 now_ms,
