@@ -137,7 +137,7 @@ async fn fork_spec(
         .await
         .map_err(|e| store_error(run, e))?
         .unwrap_or_default();
-    let mut limits = source.spec.limits.clone().unwrap_or_default();
+    let mut limits = source.spec.limits.unwrap_or_default();
     if let Some(max) = args.max_turns {
         limits.max_turns = max;
     }

@@ -11,7 +11,7 @@ use baton_proto::{
 use serde_json::Value;
 
 use crate::{
-    cli::{Exhausted, OnRetry, OnUnknownHost, SandboxMode, SubmitArgs, TimeoutAction},
+    cli::{SandboxMode, SubmitArgs, TimeoutAction},
     connect::connect,
     exit::Exit,
     json,
@@ -98,7 +98,9 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
             None => String::new(),
         },
         mcp,
-        mcp_unavailable: flag_name(args.mcp_unavailable),
+        mcp_unavailable: args
+            .mcp_unavailable
+            .map_or(0, |v| baton_proto::run_spec::McpUnavailable::from(v) as i32),
         verify,
         verify_attempts,
         environment,
@@ -224,10 +226,8 @@ fn sandbox_policy(args: &SubmitArgs) -> SandboxPolicy {
         },
         network: args.network || !args.allow_hosts.is_empty(),
         allowed_hosts: args.allow_hosts.clone(),
-        on_unknown_host: match args.on_unknown_host {
-            OnUnknownHost::Deny => String::new(),
-            OnUnknownHost::Ask => "ask".to_owned(),
-        },
+        on_unknown_host: baton_proto::sandbox_policy::OnUnknownHost::from(args.on_unknown_host)
+            as i32,
     }
 }
 
@@ -241,10 +241,7 @@ fn limits(args: &SubmitArgs) -> Limits {
             .deadline
             .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
             .unwrap_or(0),
-        on_exhausted: match args.on_exhausted {
-            Exhausted::Stop => String::new(),
-            Exhausted::Ask => "ask".to_owned(),
-        },
+        on_exhausted: baton_proto::limits::OnExhausted::from(args.on_exhausted) as i32,
         tool_timeout_seconds: args
             .tool_timeout
             .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
@@ -329,7 +326,7 @@ fn mcp_servers(entries: &[String]) -> Result<Vec<McpUse>, Exit> {
             }
         })
         .collect();
-    mcp::validate(&servers, "").map_err(|e| Exit::usage(format!("--mcp: {e}")))?;
+    mcp::validate(&servers, 0).map_err(|e| Exit::usage(format!("--mcp: {e}")))?;
     Ok(servers)
 }
 
@@ -461,22 +458,10 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
         }
     }
     if let Some(on_retry) = args.on_retry {
-        policy.on_retry = match on_retry {
-            OnRetry::Rerun => String::new(),
-            OnRetry::Ask => "ask".to_owned(),
-        };
+        policy.on_retry = baton_proto::approval_policy::OnRetry::from(on_retry) as i32;
     }
     if args.never_ask {
         policy.mode = policy::MODE_NEVER_ASK.to_owned();
-    }
-    // Checked here rather than in `policy::validate`, which runs again in the workflow: a
-    // stricter check there would make runs already started with such a policy fail on replay.
-    if !matches!(policy.on_retry.as_str(), "" | "rerun" | "ask") {
-        return Err(Exit::usage(format!(
-            "invalid approval policy: on_retry = \"{}\"; use \"rerun\" (run a cut-off call \
-             again from its snapshot) or \"ask\" (a human decides)",
-            policy.on_retry
-        )));
     }
     if policy.on_timeout() == ApprovalTimeoutAction::Fail && policy.timeout_seconds == 0 {
         return Err(Exit::usage(
@@ -775,7 +760,10 @@ mod tests {
     #[test]
     fn policy_files_are_held_to_what_the_flags_are() {
         for (file, said) in [
-            ("on_retry = \"maybe\"\n", "on_retry = \"maybe\""),
+            (
+                "on_retry = \"maybe\"\n",
+                "unknown variant `maybe`, expected `rerun` or `ask`",
+            ),
             (
                 "on_timeout = \"fail\"\n",
                 "has no effect without an approval timeout",
@@ -789,7 +777,10 @@ mod tests {
             Some("on_retry = \"ask\"\ntimeout_seconds = 60\non_timeout = \"fail\"\n"),
             &[],
         );
-        assert_eq!(ok.unwrap().on_retry, "ask");
+        assert_eq!(
+            ok.unwrap().on_retry(),
+            baton_proto::approval_policy::OnRetry::Ask
+        );
     }
 
     #[test]
@@ -910,7 +901,10 @@ mod tests {
             servers,
             [("fs", vec![]), ("github", vec!["get_issue", "list_issues"])]
         );
-        assert_eq!(spec.mcp_unavailable, "continue");
+        assert_eq!(
+            spec.mcp_unavailable(),
+            baton_proto::run_spec::McpUnavailable::Continue
+        );
         assert_eq!(spec.approval.unwrap().require_approval, ["mcp__github__*"]);
         for (bad, says) in [
             ("a__b", "invalid MCP server name"),

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use baton_proto::{McpOrigin, McpTool, McpToolList, McpUse, ToolDefinition};
+use baton_proto::{McpOrigin, McpTool, McpToolList, McpUse, ToolDefinition, run_spec};
 
 /// Prefix of every MCP tool's name as the model sees it: `mcp__<server>__<tool>`.
 pub const PREFIX: &str = "mcp__";
@@ -25,11 +25,6 @@ pub const MAX_SERVER_LEN: usize = 32;
 pub const MAX_TOOLS: usize = 128;
 /// A tool's description beyond this many bytes is cut (it goes to the model on every call).
 pub const MAX_DESCRIPTION_BYTES: usize = 2048;
-
-/// `mcp_unavailable` values.
-pub const ON_UNAVAILABLE_FAIL: &str = "fail";
-/// The run goes on without the server's tools.
-pub const ON_UNAVAILABLE_CONTINUE: &str = "continue";
 
 /// Whether `name` is a valid server name: ASCII letters, digits, `-` and `_`, no `__` (it
 /// separates server and tool), not starting or ending with `_`, at most [`MAX_SERVER_LEN`].
@@ -53,13 +48,10 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
 }
 
 /// Checks a spec's `mcp` entries and `mcp_unavailable`; the error says what to fix.
-pub fn validate(servers: &[McpUse], on_unavailable: &str) -> Result<(), String> {
-    if !matches!(
-        on_unavailable,
-        "" | ON_UNAVAILABLE_FAIL | ON_UNAVAILABLE_CONTINUE
-    ) {
+pub fn validate(servers: &[McpUse], on_unavailable: i32) -> Result<(), String> {
+    if run_spec::McpUnavailable::try_from(on_unavailable).is_err() {
         return Err(format!(
-            "unknown mcp_unavailable '{on_unavailable}'; use \"{ON_UNAVAILABLE_FAIL}\" or \"{ON_UNAVAILABLE_CONTINUE}\""
+            "unknown mcp_unavailable value {on_unavailable}; use \"fail\" or \"continue\""
         ));
     }
     for entry in servers {
@@ -303,17 +295,13 @@ mod tests {
             server: s.into(),
             tools: t.iter().map(|t| (*t).into()).collect(),
         };
-        assert!(validate(&[use_("fs", &[])], "").is_ok());
+        assert!(validate(&[use_("fs", &[])], 0).is_ok());
         for bad in ["", "a__b", "_a", "a b", &"x".repeat(40)] {
-            let err = validate(&[use_(bad, &[])], "").unwrap_err();
+            let err = validate(&[use_(bad, &[])], 0).unwrap_err();
             assert!(err.contains("invalid MCP server name"), "{err}");
         }
-        assert!(validate(&[use_("fs", &[" "])], "").is_err());
-        assert!(
-            validate(&[], "maybe")
-                .unwrap_err()
-                .contains("mcp_unavailable")
-        );
+        assert!(validate(&[use_("fs", &[" "])], 0).is_err());
+        assert!(validate(&[], 7).unwrap_err().contains("mcp_unavailable"));
         let merged = merged(&[
             use_("fs", &["a"]),
             use_("gh", &[]),

@@ -92,10 +92,10 @@ pub fn validate(policy: &ApprovalPolicy) -> Result<(), String> {
         }
     }
     if let Some(loops) = &policy.loops
-        && !matches!(loops.on_loop.as_str(), "" | "stop" | "ask")
+        && baton_proto::loop_policy::OnLoop::try_from(loops.on_loop).is_err()
     {
         return Err(format!(
-            "unknown loops.on_loop '{}'; use \"stop\" or \"ask\"",
+            "unknown loops.on_loop value {}; use \"stop\" or \"ask\"",
             loops.on_loop
         ));
     }

@@ -80,7 +80,7 @@ fn sandbox_text(sandbox: Option<&SandboxPolicy>) -> Option<String> {
              https_proxy already point to: {}; the proxy refuses anything else with HTTP 403 and \
              a reason, and direct connections fail{}",
             p.allowed_hosts.join(", "),
-            if p.on_unknown_host == "ask" {
+            if p.on_unknown_host() == baton_proto::sandbox_policy::OnUnknownHost::Ask {
                 " (a refused host is put to a human, who may allow it: the decision comes \
                  before your next turn)"
             } else {

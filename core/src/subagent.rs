@@ -70,7 +70,7 @@ pub fn depth(spec: &RunSpec) -> u32 {
 }
 
 fn limits(spec: &RunSpec) -> Limits {
-    spec.limits.clone().unwrap_or_default()
+    spec.limits.unwrap_or_default()
 }
 
 /// Subagents a run with `spec` may start over its life.
@@ -182,7 +182,7 @@ pub fn child_spec(parent: &Parent<'_>, call: &ToolCall) -> Result<RunSpec, Strin
         sandbox,
         local_read_tools: spec.local_read_tools,
         mcp,
-        mcp_unavailable: spec.mcp_unavailable.clone(),
+        mcp_unavailable: spec.mcp_unavailable,
         parent: Some(ParentRun {
             run_id: parent.run_id.to_owned(),
             call_id: call.id.clone(),

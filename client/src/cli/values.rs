@@ -106,3 +106,42 @@ impl DeliverMode {
         }
     }
 }
+
+// Each flag's values map onto the spec's enum of the same name: the set is written once in the
+// proto contract, and the compiler checks the mapping.
+
+impl From<Exhausted> for baton_proto::limits::OnExhausted {
+    fn from(value: Exhausted) -> Self {
+        match value {
+            Exhausted::Stop => Self::Stop,
+            Exhausted::Ask => Self::Ask,
+        }
+    }
+}
+
+impl From<OnRetry> for baton_proto::approval_policy::OnRetry {
+    fn from(value: OnRetry) -> Self {
+        match value {
+            OnRetry::Rerun => Self::Rerun,
+            OnRetry::Ask => Self::Ask,
+        }
+    }
+}
+
+impl From<McpUnavailable> for baton_proto::run_spec::McpUnavailable {
+    fn from(value: McpUnavailable) -> Self {
+        match value {
+            McpUnavailable::Fail => Self::Fail,
+            McpUnavailable::Continue => Self::Continue,
+        }
+    }
+}
+
+impl From<OnUnknownHost> for baton_proto::sandbox_policy::OnUnknownHost {
+    fn from(value: OnUnknownHost) -> Self {
+        match value {
+            OnUnknownHost::Deny => Self::Deny,
+            OnUnknownHost::Ask => Self::Ask,
+        }
+    }
+}

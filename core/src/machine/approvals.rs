@@ -310,12 +310,12 @@ impl RunState {
 
     /// Whether limits pause for a human instead of ending the run.
     pub(super) fn ask_on_exhausted(&self) -> bool {
-        self.limits().on_exhausted == "ask"
+        self.limits().on_exhausted() == baton_proto::limits::OnExhausted::Ask
     }
 
     /// Adds the starting limit again to the one that was reached.
     fn extend_limits(&mut self, reason: TerminationReason, now_ms: i64) {
-        let base = self.base_limits.clone().unwrap_or_default();
+        let base = self.base_limits.unwrap_or_default();
         let turn = self.turn;
         let used = self.usage.total_tokens;
         let cost = self.usage.cost_usd;

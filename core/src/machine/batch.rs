@@ -21,36 +21,35 @@ impl RunState {
     /// The step of an `Executing` batch: its calls allowed to run, in call order.
     pub(super) fn run_tools_step(&self, batch: &Batch, now_ms: i64) -> Step {
         let spawns = self.spawns(batch, now_ms);
-        let requests: Vec<ToolRequest> = batch
-            .calls
-            .iter()
-            .filter(|c| matches!(c.disposition, Disposition::Run { .. }))
-            .map(|c| (c, self.tool_def(&c.call.name)))
-            .map(|(c, def)| ToolRequest {
-                call: Some(c.call.clone()),
-                timeout_seconds: self.tool_timeout(&c.call),
-                snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
-                mutating: !def.is_some_and(|d| d.read_only),
-                mcp: def.and_then(|d| d.mcp.clone()),
-                confirm_retries: self
-                    .spec
-                    .approval
-                    .as_ref()
-                    .is_some_and(|p| p.on_retry == "ask"),
-                retry_confirmed: batch.kind == BatchKind::Retry,
-                sandbox: self.spec.sandbox.clone(),
-                subagent: None,
-                subagent_run_id: String::new(),
-            })
-            .map(|mut r| {
-                let id = r.call.as_ref().map(|c| c.id.as_str()).unwrap_or_default();
-                if let Some((_, spec, run_id)) = spawns.iter().find(|(call, ..)| call == id) {
-                    r.subagent = Some(spec.clone());
-                    r.subagent_run_id = run_id.clone();
-                }
-                r
-            })
-            .collect();
+        let requests: Vec<ToolRequest> =
+            batch
+                .calls
+                .iter()
+                .filter(|c| matches!(c.disposition, Disposition::Run { .. }))
+                .map(|c| (c, self.tool_def(&c.call.name)))
+                .map(|(c, def)| ToolRequest {
+                    call: Some(c.call.clone()),
+                    timeout_seconds: self.tool_timeout(&c.call),
+                    snapshot: self.workspace_snapshot.clone().unwrap_or_default(),
+                    mutating: !def.is_some_and(|d| d.read_only),
+                    mcp: def.and_then(|d| d.mcp.clone()),
+                    confirm_retries: self.spec.approval.as_ref().is_some_and(|p| {
+                        p.on_retry() == baton_proto::approval_policy::OnRetry::Ask
+                    }),
+                    retry_confirmed: batch.kind == BatchKind::Retry,
+                    sandbox: self.spec.sandbox.clone(),
+                    subagent: None,
+                    subagent_run_id: String::new(),
+                })
+                .map(|mut r| {
+                    let id = r.call.as_ref().map(|c| c.id.as_str()).unwrap_or_default();
+                    if let Some((_, spec, run_id)) = spawns.iter().find(|(call, ..)| call == id) {
+                        r.subagent = Some(spec.clone());
+                        r.subagent_run_id = run_id.clone();
+                    }
+                    r
+                })
+                .collect();
         Step::RunTools {
             requests,
             max_parallel: self.limits().max_parallel_tools,
@@ -292,7 +291,9 @@ impl RunState {
 
     /// A loop was detected: stop, or ask a human, by policy.
     pub(super) fn on_loop(&mut self, why: String, now_ms: i64) {
-        let ask = self.loops_policy().is_some_and(|l| l.on_loop == "ask");
+        let ask = self
+            .loops_policy()
+            .is_some_and(|l| l.on_loop() == baton_proto::loop_policy::OnLoop::Ask);
         if ask {
             self.ask_question(
                 format!("Loop detected: {why}. Continue the run (approve) or abort it (deny)?"),

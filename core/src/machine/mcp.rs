@@ -97,7 +97,7 @@ impl RunState {
         if failed.is_empty() {
             return;
         }
-        if self.spec.mcp_unavailable == mcp::ON_UNAVAILABLE_CONTINUE {
+        if self.spec.mcp_unavailable() == baton_proto::run_spec::McpUnavailable::Continue {
             for why in failed {
                 self.note(
                     now_ms,

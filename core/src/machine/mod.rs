@@ -439,11 +439,11 @@ impl RunState {
         outputs::validate(&spec)?;
         verify::validate(&spec)?;
         environment::validate(&spec)?;
-        crate::mcp::validate(&spec.mcp, &spec.mcp_unavailable)
+        crate::mcp::validate(&spec.mcp, spec.mcp_unavailable)
             .map_err(|detail| StateError::InvalidMcp { detail })?;
         let conversation = vec![user(&spec.task, false)];
         let mut state = Self::blank(run_id, spec, tools, conversation, now_ms);
-        state.base_limits = state.spec.limits.clone();
+        state.base_limits = state.spec.limits;
         state.note(now_ms, "run started");
         Ok(state)
     }
@@ -553,7 +553,7 @@ impl RunState {
     }
 
     fn limits(&self) -> baton_proto::Limits {
-        self.spec.limits.clone().unwrap_or_default()
+        self.spec.limits.unwrap_or_default()
     }
 }
 

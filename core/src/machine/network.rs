@@ -43,7 +43,7 @@ impl RunState {
         self.spec
             .sandbox
             .as_ref()
-            .is_some_and(|s| s.on_unknown_host == "ask")
+            .is_some_and(|s| s.on_unknown_host() == baton_proto::sandbox_policy::OnUnknownHost::Ask)
     }
 
     /// After a batch whose calls were refused `hosts` (from [`unknown_hosts`], in call order)

@@ -423,7 +423,7 @@ fn exhausted_limits_can_ask_for_an_extension() {
         let mut sp = spec(&[]);
         sp.limits = Some(Limits {
             max_turns: 2,
-            on_exhausted: "ask".into(),
+            on_exhausted: baton_proto::limits::OnExhausted::Ask as i32,
             ..Default::default()
         });
         let mut s = RunState::new("run-1", sp, T0).unwrap();
@@ -456,7 +456,7 @@ fn token_budget_extension_and_deadline_interruption() {
     let mut sp = spec(&[]);
     sp.limits = Some(Limits {
         max_total_tokens: 20,
-        on_exhausted: "ask".into(),
+        on_exhausted: baton_proto::limits::OnExhausted::Ask as i32,
         ..Default::default()
     });
     let mut s = RunState::new("run-1", sp, T0).unwrap();
@@ -506,7 +506,7 @@ fn token_budget_extension_and_deadline_interruption() {
 #[test]
 fn an_interrupted_call_waits_for_a_human_who_reruns_or_skips_it() {
     let mut spec = spec(&[]);
-    spec.approval.as_mut().unwrap().on_retry = "ask".into();
+    spec.approval.as_mut().unwrap().on_retry = baton_proto::approval_policy::OnRetry::Ask as i32;
     for approve in [true, false] {
         let mut s = RunState::new("run-1", spec.clone(), T0).unwrap();
         expect_llm(&mut s);

@@ -211,7 +211,7 @@ fn repeated_batches_stop_the_run_or_ask_by_policy() {
         let mut sp = spec(&[]);
         if ask {
             sp.approval.as_mut().unwrap().loops = Some(baton_proto::LoopPolicy {
-                on_loop: "ask".into(),
+                on_loop: baton_proto::loop_policy::OnLoop::Ask as i32,
                 ..Default::default()
             });
         }

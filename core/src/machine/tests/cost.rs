@@ -32,11 +32,11 @@ fn tool_turn(s: &mut RunState, id: &str, cost_usd: f64) {
     s.on_tool_results(vec![ok_result("x")], T0);
 }
 
-fn cost_limited(max_cost_usd: f64, on_exhausted: &str) -> RunSpec {
+fn cost_limited(max_cost_usd: f64, on_exhausted: baton_proto::limits::OnExhausted) -> RunSpec {
     let mut sp = spec(&[]);
     sp.limits = Some(Limits {
         max_cost_usd,
-        on_exhausted: on_exhausted.into(),
+        on_exhausted: on_exhausted as i32,
         ..Default::default()
     });
     sp
@@ -65,7 +65,12 @@ fn usage_sums_cache_reasoning_tokens_and_cost() {
 
 #[test]
 fn the_cost_budget_ends_the_run_before_the_next_call() {
-    let mut s = RunState::new("run-1", cost_limited(0.5, ""), T0).unwrap();
+    let mut s = RunState::new(
+        "run-1",
+        cost_limited(0.5, baton_proto::limits::OnExhausted::Stop),
+        T0,
+    )
+    .unwrap();
     tool_turn(&mut s, "a", 0.3);
     // $0.30 < $0.50: another turn.
     tool_turn(&mut s, "b", 0.3);
@@ -82,7 +87,12 @@ fn the_cost_budget_ends_the_run_before_the_next_call() {
 
 #[test]
 fn an_exhausted_cost_budget_can_be_extended_by_a_human() {
-    let mut s = RunState::new("run-1", cost_limited(0.25, "ask"), T0).unwrap();
+    let mut s = RunState::new(
+        "run-1",
+        cost_limited(0.25, baton_proto::limits::OnExhausted::Ask),
+        T0,
+    )
+    .unwrap();
     tool_turn(&mut s, "a", 0.3);
     assert!(matches!(s.next_step(T0), Step::AwaitApproval { .. }));
     let question = s.status().pending[0].arguments.clone();

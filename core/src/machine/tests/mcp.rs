@@ -186,7 +186,7 @@ fn an_unusable_server_ends_the_run_or_is_left_out_as_the_spec_says() {
     );
 
     let mut spec = mcp_spec(&[], &[("fs", &["read_text_file", "nope"]), ("gh", &[])]);
-    spec.mcp_unavailable = "continue".into();
+    spec.mcp_unavailable = baton_proto::run_spec::McpUnavailable::Continue as i32;
     let mut s = RunState::new("r", spec, T0).unwrap();
     assert_eq!(s.mcp_list_requests()[0].tools, ["read_text_file", "nope"]);
     let mut list = fs_tools();

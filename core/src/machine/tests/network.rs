@@ -5,13 +5,14 @@ use baton_proto::{NetworkRefusal, SandboxPolicy};
 use pretty_assertions::assert_eq;
 
 use super::*;
+use baton_proto::sandbox_policy::OnUnknownHost;
 
-fn asking_spec(on_unknown_host: &str) -> RunSpec {
+fn asking_spec(on_unknown_host: OnUnknownHost) -> RunSpec {
     RunSpec {
         sandbox: Some(SandboxPolicy {
             network: true,
             allowed_hosts: vec!["pypi.org".into()],
-            on_unknown_host: on_unknown_host.into(),
+            on_unknown_host: on_unknown_host as i32,
             ..Default::default()
         }),
         ..spec(&[])
@@ -70,7 +71,7 @@ fn decide(s: &mut RunState, call_id: &str, approved: bool) {
 
 #[test]
 fn refused_unknown_hosts_are_put_to_a_human_and_approved_ones_join_the_list() {
-    let mut s = RunState::new("run-1", asking_spec("ask"), T0).unwrap();
+    let mut s = RunState::new("run-1", asking_spec(OnUnknownHost::Ask), T0).unwrap();
     refused_turn(
         &mut s,
         vec![
@@ -135,7 +136,7 @@ fn refused_unknown_hosts_are_put_to_a_human_and_approved_ones_join_the_list() {
 
 #[test]
 fn deny_mode_and_already_allowed_hosts_ask_nothing() {
-    let mut s = RunState::new("run-1", asking_spec(""), T0).unwrap();
+    let mut s = RunState::new("run-1", asking_spec(OnUnknownHost::Deny), T0).unwrap();
     refused_turn(
         &mut s,
         vec![refused("files.example.com", 443, "not_allowed")],
@@ -143,7 +144,7 @@ fn deny_mode_and_already_allowed_hosts_ask_nothing() {
     expect_llm(&mut s);
 
     // Asking, but the host was allowed meanwhile (the same entry as the list has).
-    let mut spec = asking_spec("ask");
+    let mut spec = asking_spec(OnUnknownHost::Ask);
     spec.sandbox
         .as_mut()
         .unwrap()
@@ -159,7 +160,7 @@ fn deny_mode_and_already_allowed_hosts_ask_nothing() {
 
 #[test]
 fn unanswered_host_questions_are_denied_on_timeout_by_policy() {
-    let mut spec = asking_spec("ask");
+    let mut spec = asking_spec(OnUnknownHost::Ask);
     let approval = spec.approval.as_mut().unwrap();
     approval.timeout_seconds = 60;
     approval.on_timeout = ApprovalTimeoutAction::Deny as i32;
