@@ -112,6 +112,60 @@ pub(crate) struct SubmitArgs {
     /// Read the task from this file instead (e.g. a task written by an earlier CI step).
     #[arg(long, value_name = "FILE")]
     pub(crate) prompt_file: Option<PathBuf>,
+    /// Extra instructions for the agent, appended to its system prompt (after the workspace's
+    /// AGENTS.md).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) instructions: Option<String>,
+    /// Label the run (repeatable), e.g. --label repo=acme/api.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub(crate) labels: Vec<(String, String)>,
+    /// Where the run's tasks go in a backlogged queue: 1 first, 5 last (server default 3).
+    /// Every activity of the run inherits it.
+    #[arg(long, value_name = "1..5", value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub(crate) priority: Option<u32>,
+    /// Runs with different keys share a backlogged queue by weight, so one team's many runs do
+    /// not hold up another's (default: the `team` label, if given; at most 64 bytes). Needs a
+    /// server with fairness on (`matching.enableFairness`).
+    #[arg(long, value_name = "KEY", value_parser = parse_fairness_key)]
+    pub(crate) fairness_key: Option<String>,
+    /// The fairness key's weight (default 1.0; 0.001..1000).
+    #[arg(long, value_name = "W", value_parser = parse_fairness_weight)]
+    pub(crate) fairness_weight: Option<f32>,
+    /// Run id (the workflow id); default: a new unique id. The run works in a workspace of
+    /// that name: an id reused after its run ended finds the files that run left.
+    #[arg(long, value_parser = parse_run_id)]
+    pub(crate) id: Option<String>,
+    /// Task queue the workers poll.
+    #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
+    pub(crate) task_queue: String,
+    /// Wait for the run to end and print its result.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: give up waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    // The groups come last: each sets the help heading of the flags after it.
+    #[command(flatten)]
+    pub(crate) llm: ModelArgs,
+    #[command(flatten)]
+    pub(crate) toolset: ToolArgs,
+    #[command(flatten)]
+    pub(crate) approval: ApprovalArgs,
+    #[command(flatten)]
+    pub(crate) sandboxing: SandboxArgs,
+    #[command(flatten)]
+    pub(crate) workspace: WorkspaceArgs,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+}
+
+/// `submit` flags: which model the run calls, and how.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Model")]
+pub(crate) struct ModelArgs {
     /// Provider profile configured on the workers: openai, anthropic, openai-responses or scripted
     /// (default: scripted when --script is given, else openai).
     #[arg(long)]
@@ -140,6 +194,12 @@ pub(crate) struct SubmitArgs {
     /// JSON script of assistant turns for the scripted provider.
     #[arg(long, value_name = "FILE")]
     pub(crate) script: Option<PathBuf>,
+}
+
+/// `submit` flags: the tools the run may call: built-in, subagents, MCP.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Tools")]
+pub(crate) struct ToolArgs {
     /// Enable this tool (repeatable; default: all built-in tools).
     #[arg(long = "tool", value_name = "NAME")]
     pub(crate) tools: Vec<String>,
@@ -163,6 +223,12 @@ pub(crate) struct SubmitArgs {
     /// or go on without its tools (continue).
     #[arg(long, value_enum)]
     pub(crate) mcp_unavailable: Option<McpUnavailable>,
+}
+
+/// `submit` flags: which calls wait for a human, and for how long.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Approvals")]
+pub(crate) struct ApprovalArgs {
     /// Calls to this tool wait for a human (repeatable; default: shell and every MCP tool that
     /// is not read-only, `mcp__*`). `*` means every tool that is not read-only; MCP tools
     /// match patterns such as `mcp__github__*`.
@@ -185,6 +251,18 @@ pub(crate) struct SubmitArgs {
     /// or let a human decide (ask).
     #[arg(long, value_enum)]
     pub(crate) on_retry: Option<OnRetry>,
+    /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub(crate) approval_timeout: Option<std::time::Duration>,
+    /// What happens when an approval times out (default: deny).
+    #[arg(long, value_enum)]
+    pub(crate) on_approval_timeout: Option<TimeoutAction>,
+}
+
+/// `submit` flags: how the tools' processes are confined, and what they may reach.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Sandbox and network")]
+pub(crate) struct SandboxArgs {
     /// Confinement of the shell tool's processes (Linux Landlock + seccomp on the workers).
     #[arg(long, value_enum, default_value = "workspace-write")]
     pub(crate) sandbox: SandboxMode,
@@ -214,6 +292,12 @@ pub(crate) struct SubmitArgs {
     /// human is asked whether to allow that host for the rest of the run (ask).
     #[arg(long, value_enum, default_value = "deny")]
     pub(crate) on_unknown_host: OnUnknownHost,
+}
+
+/// `submit` flags: where the run's workspace comes from, how its work is checked, and what comes back.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Workspace and results")]
+pub(crate) struct WorkspaceArgs {
     /// Start the run from this directory (`.` in CI): uploaded to the blob store (only what
     /// the store lacks), honouring .gitignore and .batonignore, without .git; needs write
     /// access to the workers' store (BATON_STORE__*).
@@ -266,6 +350,12 @@ pub(crate) struct SubmitArgs {
     /// turn on a mismatch); `result --json` carries it as `output`.
     #[arg(long, value_name = "FILE")]
     pub(crate) output_schema: Option<PathBuf>,
+}
+
+/// `submit` flags: when the run stops, or asks to go on.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Limits")]
+pub(crate) struct LimitArgs {
     /// Maximum model calls (default 50).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_turns: Option<u32>,
@@ -291,50 +381,9 @@ pub(crate) struct SubmitArgs {
     /// human to extend it (ask).
     #[arg(long, value_enum, default_value = "stop")]
     pub(crate) on_exhausted: Exhausted,
-    /// How long an approval may wait, e.g. 30m, 2h, 90s (default: forever).
-    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
-    pub(crate) approval_timeout: Option<std::time::Duration>,
-    /// What happens when an approval times out (default: deny).
-    #[arg(long, value_enum)]
-    pub(crate) on_approval_timeout: Option<TimeoutAction>,
     /// Default timeout of a tool call, e.g. 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) tool_timeout: Option<std::time::Duration>,
-    /// Extra instructions for the agent, appended to its system prompt (after the workspace's
-    /// AGENTS.md).
-    #[arg(long, value_name = "TEXT")]
-    pub(crate) instructions: Option<String>,
-    /// Label the run (repeatable), e.g. --label repo=acme/api.
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
-    pub(crate) labels: Vec<(String, String)>,
-    /// Where the run's tasks go in a backlogged queue: 1 first, 5 last (server default 3).
-    /// Every activity of the run inherits it.
-    #[arg(long, value_name = "1..5", value_parser = clap::value_parser!(u32).range(1..=5))]
-    pub(crate) priority: Option<u32>,
-    /// Runs with different keys share a backlogged queue by weight, so one team's many runs do
-    /// not hold up another's (default: the `team` label, if given; at most 64 bytes). Needs a
-    /// server with fairness on (`matching.enableFairness`).
-    #[arg(long, value_name = "KEY", value_parser = parse_fairness_key)]
-    pub(crate) fairness_key: Option<String>,
-    /// The fairness key's weight (default 1.0; 0.001..1000).
-    #[arg(long, value_name = "W", value_parser = parse_fairness_weight)]
-    pub(crate) fairness_weight: Option<f32>,
-    /// Run id (the workflow id); default: a new unique id. The run works in a workspace of
-    /// that name: an id reused after its run ended finds the files that run left.
-    #[arg(long, value_parser = parse_run_id)]
-    pub(crate) id: Option<String>,
-    /// Task queue the workers poll.
-    #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
-    pub(crate) task_queue: String,
-    /// Wait for the run to end and print its result.
-    #[arg(long)]
-    pub(crate) wait: bool,
-    /// With --wait: give up waiting after this long (exit 3; the run goes on).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
-    pub(crate) wait_timeout: Option<std::time::Duration>,
-    /// Print one JSON object on stdout.
-    #[arg(long)]
-    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -59,7 +59,7 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         )));
     }
     let task = read_task(args)?;
-    if let Err(unknown) = tools::definitions(&args.tools) {
+    if let Err(unknown) = tools::definitions(&args.toolset.tools) {
         return Err(Exit::usage(format!(
             "unknown tool(s): {}; available: {}",
             unknown.join(", "),
@@ -69,22 +69,22 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
     let approval = build_policy(args)?;
     let (verify, verify_attempts) = verification(args)?;
     let environment = environment(args)?;
-    let mcp = mcp_servers(&args.mcp)?;
+    let mcp = mcp_servers(&args.toolset.mcp)?;
     let (provider, script) = provider_and_script(args)?;
     Ok(RunSpec {
         sandbox: Some(sandbox_policy(args)),
-        local_read_tools: args.local_read_tools,
-        remote_read_tools: args.remote_read_tools,
+        local_read_tools: args.sandboxing.local_read_tools,
+        remote_read_tools: args.sandboxing.remote_read_tools,
         task,
         model: Some(ModelConfig {
             provider,
-            model: args.model.clone().unwrap_or_default(),
-            context_window: args.context_window.unwrap_or(0),
-            max_output_tokens: args.max_output_tokens.unwrap_or(0),
+            model: args.llm.model.clone().unwrap_or_default(),
+            context_window: args.llm.context_window.unwrap_or(0),
+            max_output_tokens: args.llm.max_output_tokens.unwrap_or(0),
             script,
-            reasoning_effort: flag_name(args.reasoning_effort),
+            reasoning_effort: flag_name(args.llm.reasoning_effort),
             thinking_budget_tokens: thinking_budget(args)?,
-            cache_ttl: flag_name(args.cache_ttl),
+            cache_ttl: flag_name(args.llm.cache_ttl),
             ..Default::default()
         }),
         tools: tool_names(args),
@@ -93,12 +93,13 @@ pub(crate) fn build_spec(args: &SubmitArgs) -> Result<RunSpec, Exit> {
         labels: labels(args),
         system_prompt: args.instructions.clone().unwrap_or_default(),
         continued: None,
-        output_schema: match &args.output_schema {
+        output_schema: match &args.workspace.output_schema {
             Some(path) => load_output_schema(path)?,
             None => String::new(),
         },
         mcp,
         mcp_unavailable: args
+            .toolset
             .mcp_unavailable
             .map_or(0, |v| baton_proto::run_spec::McpUnavailable::from(v) as i32),
         verify,
@@ -174,11 +175,11 @@ fn read_task(args: &SubmitArgs) -> Result<String, Exit> {
 /// The provider (`--provider`, else scripted with `--script`, else openai) and the script,
 /// checked against each other.
 fn provider_and_script(args: &SubmitArgs) -> Result<(String, Option<baton_proto::Script>), Exit> {
-    let script = match &args.script {
+    let script = match &args.llm.script {
         Some(path) => Some(load_script(path)?),
         None => None,
     };
-    if let Some(p) = &args.provider
+    if let Some(p) = &args.llm.provider
         && !matches!(
             p.as_str(),
             "scripted" | "openai" | "anthropic" | "openai-responses"
@@ -188,14 +189,14 @@ fn provider_and_script(args: &SubmitArgs) -> Result<(String, Option<baton_proto:
             "unknown provider '{p}'; use openai, anthropic, openai-responses or scripted"
         )));
     }
-    if let (Some(p), Some(_)) = (&args.provider, &script)
+    if let (Some(p), Some(_)) = (&args.llm.provider, &script)
         && p != "scripted"
     {
         return Err(Exit::usage(format!(
             "--script is for the scripted provider, but --provider is '{p}'; drop one of them"
         )));
     }
-    let provider = match (&args.provider, &script) {
+    let provider = match (&args.llm.provider, &script) {
         (Some(p), _) => p.clone(),
         (None, Some(_)) => "scripted".to_owned(),
         (None, None) => "openai".to_owned(),
@@ -219,37 +220,40 @@ fn provider_and_script(args: &SubmitArgs) -> Result<(String, Option<baton_proto:
 /// `--sandbox`, `--network`, `--allow-host`, `--on-unknown-host`.
 fn sandbox_policy(args: &SubmitArgs) -> SandboxPolicy {
     SandboxPolicy {
-        mode: match args.sandbox {
+        mode: match args.sandboxing.sandbox {
             SandboxMode::WorkspaceWrite => String::new(),
             SandboxMode::ReadOnly => "read-only".to_owned(),
             SandboxMode::Off => "off".to_owned(),
         },
-        network: args.network || !args.allow_hosts.is_empty(),
-        allowed_hosts: args.allow_hosts.clone(),
-        on_unknown_host: baton_proto::sandbox_policy::OnUnknownHost::from(args.on_unknown_host)
-            as i32,
+        network: args.sandboxing.network || !args.sandboxing.allow_hosts.is_empty(),
+        allowed_hosts: args.sandboxing.allow_hosts.clone(),
+        on_unknown_host: baton_proto::sandbox_policy::OnUnknownHost::from(
+            args.sandboxing.on_unknown_host,
+        ) as i32,
     }
 }
 
 /// The turn, token, cost, time and subagent limits.
 fn limits(args: &SubmitArgs) -> Limits {
     Limits {
-        max_turns: args.max_turns.unwrap_or(0),
-        max_total_tokens: args.max_tokens.unwrap_or(0),
-        max_cost_usd: args.max_cost.unwrap_or(0.0),
+        max_turns: args.limits.max_turns.unwrap_or(0),
+        max_total_tokens: args.limits.max_tokens.unwrap_or(0),
+        max_cost_usd: args.limits.max_cost.unwrap_or(0.0),
         deadline_seconds: args
+            .limits
             .deadline
             .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
             .unwrap_or(0),
-        on_exhausted: baton_proto::limits::OnExhausted::from(args.on_exhausted) as i32,
+        on_exhausted: baton_proto::limits::OnExhausted::from(args.limits.on_exhausted) as i32,
         tool_timeout_seconds: args
+            .limits
             .tool_timeout
             .map(|d| d.as_secs().clamp(1, u64::from(u32::MAX)) as u32)
             .unwrap_or(0),
-        history_events_budget: args.history_budget.unwrap_or(0),
-        segment_turns: args.segment_turns.unwrap_or(0),
-        max_subagents: args.max_subagents.unwrap_or(0),
-        max_subagent_depth: args.max_subagent_depth.unwrap_or(0),
+        history_events_budget: args.limits.history_budget.unwrap_or(0),
+        segment_turns: args.limits.segment_turns.unwrap_or(0),
+        max_subagents: args.toolset.max_subagents.unwrap_or(0),
+        max_subagent_depth: args.toolset.max_subagent_depth.unwrap_or(0),
         ..Default::default()
     }
 }
@@ -267,7 +271,7 @@ fn labels(args: &SubmitArgs) -> std::collections::HashMap<String, String> {
 /// The run's environment: `--environment FILE`, else `--workspace-from DIR`'s own
 /// `.baton/environment.toml` (a git source's is read by the worker).
 fn environment(args: &SubmitArgs) -> Result<Option<baton_proto::EnvironmentSpec>, Exit> {
-    let (path, origin) = match (&args.environment, &args.workspace_from) {
+    let (path, origin) = match (&args.workspace.environment, &args.workspace.workspace_from) {
         (Some(path), _) => (path.clone(), format!("--environment {}", path.display())),
         (None, Some(dir)) => {
             let path = dir.join(baton_core::environment::ENVIRONMENT_FILE);
@@ -296,9 +300,9 @@ fn environment(args: &SubmitArgs) -> Result<Option<baton_proto::EnvironmentSpec>
         )));
     }
     if !env.setup.is_empty()
-        && args.git.is_none()
-        && args.workspace_from.is_none()
-        && args.workspace_of.is_none()
+        && args.workspace.git.is_none()
+        && args.workspace.workspace_from.is_none()
+        && args.workspace.workspace_of.is_none()
     {
         return Err(Exit::usage(format!(
             "{origin} has setup commands, which need a workspace to set up: add --git URL or \
@@ -335,13 +339,13 @@ fn mcp_servers(entries: &[String]) -> Result<Vec<McpUse>, Exit> {
 /// The spec's tool names: `--tool`s (empty = every built-in tool), plus `spawn_agent` with
 /// `--subagents`.
 fn tool_names(args: &SubmitArgs) -> Vec<String> {
-    if !args.subagents || args.tools.iter().any(|t| t == tools::SPAWN_AGENT) {
-        return args.tools.clone();
+    if !args.toolset.subagents || args.toolset.tools.iter().any(|t| t == tools::SPAWN_AGENT) {
+        return args.toolset.tools.clone();
     }
-    let mut names = if args.tools.is_empty() {
+    let mut names = if args.toolset.tools.is_empty() {
         tools::BUILTIN_TOOLS.map(str::to_owned).to_vec()
     } else {
-        args.tools.clone()
+        args.toolset.tools.clone()
     };
     names.push(tools::SPAWN_AGENT.to_owned());
     names
@@ -362,7 +366,7 @@ fn flag_name(value: Option<impl clap::ValueEnum>) -> String {
 /// `--thinking-budget`, checked against `--max-output-tokens` (Anthropic counts thinking in
 /// the output, so the budget must leave room for the answer).
 fn thinking_budget(args: &SubmitArgs) -> Result<u32, Exit> {
-    match (args.thinking_budget, args.max_output_tokens) {
+    match (args.llm.thinking_budget, args.llm.max_output_tokens) {
         (Some(budget), Some(max)) if budget >= max => Err(Exit::usage(format!(
             "--thinking-budget {budget} must be under --max-output-tokens {max} (thinking \
              counts as output); raise --max-output-tokens or lower the budget"
@@ -389,21 +393,21 @@ fn load_output_schema(path: &Path) -> Result<String, Exit> {
 /// The approval policy: the `--policy` file (if any), then the flags on top. Without a file,
 /// `shell` needs approval unless `--no-approval` or `--require-approval` say otherwise.
 pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
-    let mut policy = match &args.policy {
+    let mut policy = match &args.approval.policy {
         Some(path) => load_policy(path)?,
         None => ApprovalPolicy {
             require_approval: default_require_approval(),
             ..Default::default()
         },
     };
-    let mut named_by = match &args.policy {
+    let mut named_by = match &args.approval.policy {
         Some(path) => format!("policy file {}: require_approval", path.display()),
         None => "--require-approval".to_owned(),
     };
-    if args.no_approval {
+    if args.approval.no_approval {
         policy.require_approval.clear();
-    } else if !args.require_approval.is_empty() {
-        policy.require_approval = args.require_approval.clone();
+    } else if !args.approval.require_approval.is_empty() {
+        policy.require_approval = args.approval.require_approval.clone();
         named_by = "--require-approval".to_owned();
     }
     let unknown: Vec<&String> = policy
@@ -442,10 +446,10 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
                 .join(", ")
         )));
     }
-    if let Some(d) = args.approval_timeout {
+    if let Some(d) = args.approval.approval_timeout {
         policy.timeout_seconds = d.as_secs().clamp(1, u64::from(u32::MAX)) as u32;
     }
-    if let Some(action) = args.on_approval_timeout {
+    if let Some(action) = args.approval.on_approval_timeout {
         policy.on_timeout = match action {
             TimeoutAction::Deny => ApprovalTimeoutAction::Deny,
             TimeoutAction::Fail => ApprovalTimeoutAction::Fail,
@@ -457,10 +461,10 @@ pub(crate) fn build_policy(args: &SubmitArgs) -> Result<ApprovalPolicy, Exit> {
             ));
         }
     }
-    if let Some(on_retry) = args.on_retry {
+    if let Some(on_retry) = args.approval.on_retry {
         policy.on_retry = baton_proto::approval_policy::OnRetry::from(on_retry) as i32;
     }
-    if args.never_ask {
+    if args.approval.never_ask {
         policy.mode = policy::MODE_NEVER_ASK.to_owned();
     }
     if policy.on_timeout() == ApprovalTimeoutAction::Fail && policy.timeout_seconds == 0 {
@@ -501,7 +505,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<ApprovalPolicy, Exit> {
 /// `verify = ["cmd", ...]` / `verify_attempts = N`.
 fn verification(args: &SubmitArgs) -> Result<(Vec<String>, u32), Exit> {
     let (mut commands, mut attempts) = (Vec::new(), 0);
-    if let Some(path) = &args.policy {
+    if let Some(path) = &args.approval.policy {
         let value = read_policy_value(path)?;
         let bad = |what: &str| {
             Exit::usage(format!(
@@ -537,10 +541,10 @@ fn verification(args: &SubmitArgs) -> Result<(Vec<String>, u32), Exit> {
             },
         }
     }
-    if !args.verify.is_empty() {
-        commands = args.verify.clone();
+    if !args.workspace.verify.is_empty() {
+        commands = args.workspace.verify.clone();
     }
-    if let Some(n) = args.verify_attempts {
+    if let Some(n) = args.workspace.verify_attempts {
         attempts = n;
     }
     if let Some(i) = commands.iter().position(|c| c.trim().is_empty()) {
@@ -718,7 +722,7 @@ mod tests {
                 let Command::Submit(submit) = cli.command else {
                     unreachable!()
                 };
-                submit.allow_hosts
+                submit.sandboxing.allow_hosts
             })
         };
         assert_eq!(parse("PyPI.org.").unwrap(), ["pypi.org"]);

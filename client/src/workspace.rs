@@ -12,10 +12,10 @@ use crate::{blobs, cli::SubmitArgs, exit::Exit, inspect};
 
 /// Checks the source and delivery flags that need nothing but themselves (before connecting).
 pub(crate) fn check_flags(args: &SubmitArgs) -> Result<(), Exit> {
-    if let Some(url) = &args.git {
+    if let Some(url) = &args.workspace.git {
         check_git_url(url)?;
     }
-    if let Some(dir) = &args.workspace_from
+    if let Some(dir) = &args.workspace.workspace_from
         && !dir.is_dir()
     {
         return Err(Exit::usage(format!(
@@ -24,9 +24,9 @@ pub(crate) fn check_flags(args: &SubmitArgs) -> Result<(), Exit> {
             dir.display()
         )));
     }
-    if let Some(mode) = args.deliver
-        && args.git.is_none()
-        && args.workspace_of.is_none()
+    if let Some(mode) = args.workspace.deliver
+        && args.workspace.git.is_none()
+        && args.workspace.workspace_of.is_none()
     {
         return Err(Exit::usage(format!(
             "--deliver {} pushes to the run's git repository: start the run with --git URL \
@@ -85,14 +85,14 @@ pub(crate) async fn apply_source(
     client: &Client,
     spec: &mut RunSpec,
 ) -> Result<(), Exit> {
-    let source = if let Some(dir) = &args.workspace_from {
+    let source = if let Some(dir) = &args.workspace.workspace_from {
         Some(upload(args, dir).await?)
-    } else if let Some(url) = &args.git {
+    } else if let Some(url) = &args.workspace.git {
         Some(workspace_source::Source::Git(GitSource {
             url: url.trim().to_owned(),
-            r#ref: args.git_ref.clone().unwrap_or_default(),
+            r#ref: args.workspace.git_ref.clone().unwrap_or_default(),
         }))
-    } else if let Some(run) = &args.workspace_of {
+    } else if let Some(run) = &args.workspace.workspace_of {
         Some(follow_up(args, client, run).await?)
     } else {
         None
@@ -100,10 +100,10 @@ pub(crate) async fn apply_source(
     spec.workspace = source.map(|source| WorkspaceSource {
         source: Some(source),
     });
-    spec.deliver = args.deliver.map(|mode| Delivery {
+    spec.deliver = args.workspace.deliver.map(|mode| Delivery {
         mode: mode.as_str().to_owned(),
-        branch: args.branch.clone().unwrap_or_default(),
-        draft: args.pr_draft,
+        branch: args.workspace.branch.clone().unwrap_or_default(),
+        draft: args.workspace.pr_draft,
         onto_source: false,
     });
     Ok(())
@@ -121,7 +121,10 @@ async fn upload(
         ))
     })?;
     let options = UploadOptions {
-        max_total_bytes: args.max_upload_size.unwrap_or(snapshot::DEFAULT_MAX_UPLOAD),
+        max_total_bytes: args
+            .workspace
+            .max_upload_size
+            .unwrap_or(snapshot::DEFAULT_MAX_UPLOAD),
     };
     let started = std::time::Instant::now();
     let uploaded = snapshot::upload_dir(store.as_ref(), dir, &options)
@@ -192,7 +195,7 @@ async fn follow_up(
     let pushed = result
         .delivered
         .filter(|d| d.error.is_empty() && !d.commit.is_empty() && !d.url.is_empty());
-    if args.deliver.is_some() && pushed.is_none() {
+    if args.workspace.deliver.is_some() && pushed.is_none() {
         return Err(Exit::usage(format!(
             "--deliver with --workspace-of {run}: that run's changes were not pushed, so there is \
              no commit to build on; start from --git URL --ref REF instead"

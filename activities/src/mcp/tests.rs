@@ -565,6 +565,39 @@ fn kill9(pool_pid: u32) {
     .unwrap();
 }
 
+/// Bytes the processes of process group `pgid` have read so far (`rchar` of each
+/// `/proc/PID/io`): grows when a server reads a request from its stdin.
+fn group_bytes_read(pgid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`: the fields after the command name's `)`.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let pgrp = rest
+            .split_whitespace()
+            .nth(2)
+            .and_then(|f| f.parse::<u32>().ok());
+        if pgrp != Some(pgid) {
+            continue;
+        }
+        let io = std::fs::read_to_string(path.join("io")).unwrap_or_default();
+        total += io
+            .lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
+}
+
 #[tokio::test]
 async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
     let Some(modules) = servers_dir() else { return };
@@ -589,6 +622,7 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
 
     // Killed during a call: the call fails (retryable), the next one gets a new process.
     let first = pid("every").await;
+    let read_before = group_bytes_read(first);
     let slow = call_tool(
         &pool,
         &store,
@@ -597,8 +631,16 @@ async fn a_killed_stdio_server_fails_the_call_and_the_next_one_reconnects() {
         serde_json::json!({"duration": 30, "steps": 30}),
         CALL,
     );
+    // Killed once the server has read the call (which runs for 30 s), not before it.
     let killer = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while group_bytes_read(first) == read_before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server-everything read nothing of the call within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         kill9(first);
     };
     let (failed, ()) = tokio::join!(slow, killer);

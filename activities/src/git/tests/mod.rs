@@ -6,7 +6,7 @@ mod credentials;
 mod deliver;
 mod github;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -177,17 +177,18 @@ impl Daemon {
             .spawn()
             .unwrap();
         let mut daemon = Self { child, port };
+        // Ours once the daemon itself listens on the port (a connect could reach whoever took
+        // the port first); a daemon that lost the port exits. `git daemon` runs `git-daemon`
+        // as its child, in the process group it leads.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !group_listens_on(daemon.child.id(), port) {
             assert!(Instant::now() < deadline, "git daemon did not start");
             if daemon.child.try_wait().unwrap().is_some() {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Still ours: a daemon that lost the port has exited by now.
-        std::thread::sleep(Duration::from_millis(50));
-        daemon.child.try_wait().unwrap().is_none().then_some(daemon)
+        Some(daemon)
     }
 
     pub(super) fn url(&self, path: &str) -> String {
@@ -245,4 +246,41 @@ fn the_futures_are_send() {
         &dir.join("never-made"),
         &no_env,
     ));
+}
+
+/// Whether a process of process group `pgid` holds a socket listening on 127.0.0.1:`port`
+/// (`/proc/net/tcp`, state `0A`, matched to the socket inodes among its file descriptors).
+fn group_listens_on(pgid: u32, port: u16) -> bool {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let listening: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (_, local_port) = fields.get(1)?.split_once(':')?;
+            (u16::from_str_radix(local_port, 16).ok()? == port && fields.get(3)? == &"0A")
+                .then(|| format!("socket:[{}]", fields.get(9).copied().unwrap_or_default()))
+        })
+        .collect();
+    if listening.is_empty() {
+        return false;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|proc| {
+        let stat = std::fs::read_to_string(proc.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid pgrp ...`: the fields after the command name's `)`.
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok());
+        pgrp == Some(pgid)
+            && std::fs::read_dir(proc.path().join("fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|target| {
+                        listening.iter().any(|l| target.as_os_str() == l.as_str())
+                    })
+                })
+            })
+    })
 }
