@@ -25,8 +25,59 @@ pub(crate) use values::*;
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about, long_about)]
 pub(crate) struct Cli {
+    /// Print JSON on stdout instead of text: one object (`watch`: one line per event), also
+    /// when the command fails (`{"error", "exit_code"}`). The objects are in
+    /// docs/src/reference/json.md.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+impl Command {
+    /// The command with the global `--json` in its arguments; a usage error for a command
+    /// that prints no JSON.
+    pub(crate) fn with_json(mut self, json: bool) -> Result<Self, String> {
+        let set = match &mut self {
+            Command::Submit(a) => &mut a.json,
+            Command::Fork(a) => &mut a.json,
+            Command::Status(a) | Command::Transcript(a) => &mut a.json,
+            Command::Approve(a) | Command::Deny(a) => &mut a.json,
+            Command::Result(a) => &mut a.json,
+            Command::Watch(a) => &mut a.json,
+            Command::Send(a) => &mut a.json,
+            Command::Show(a) => &mut a.json,
+            Command::List(a) => &mut a.json,
+            Command::Pending(a) => &mut a.json,
+            Command::Diff(a) => &mut a.json,
+            Command::Download(a) => &mut a.json,
+            Command::ReplayCheck(a) => &mut a.json,
+            Command::Fleet {
+                command: FleetCommand::Status(a) | FleetCommand::Patches(a),
+            } => &mut a.json,
+            Command::Schedule { command } => match command {
+                ScheduleCommand::List(a) => &mut a.json,
+                ScheduleCommand::Describe(a) | ScheduleCommand::Trigger(a) => &mut a.json,
+                ScheduleCommand::Delete(a) => &mut a.json,
+                ScheduleCommand::Pause(a) | ScheduleCommand::Unpause(a) => &mut a.json,
+                ScheduleCommand::Backfill(a) => &mut a.json,
+                ScheduleCommand::Create(a) => &mut a.run.json,
+            },
+            Command::Cancel(_)
+            | Command::Apply(_)
+            | Command::CodecServer(_)
+            | Command::Serve(_)
+            | Command::Completions { .. } => {
+                return if json {
+                    Err("this command prints no JSON; run it without --json".to_owned())
+                } else {
+                    Ok(self)
+                };
+            }
+        };
+        *set = json;
+        Ok(self)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,8 +195,8 @@ pub(crate) struct SubmitArgs {
     /// With --wait: give up waiting after this long (exit 3; the run goes on).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub(crate) wait_timeout: Option<std::time::Duration>,
-    /// Print one JSON object on stdout.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
     // The groups come last: each sets the help heading of the flags after it.
     #[command(flatten)]
@@ -420,8 +471,8 @@ pub(crate) struct ForkArgs {
     /// With --wait: give up waiting after this long (exit 3; the run goes on).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub(crate) wait_timeout: Option<std::time::Duration>,
-    /// Print one JSON object on stdout.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -454,8 +505,8 @@ pub(crate) struct ServeArgs {
 pub(crate) struct RunArgs {
     /// Run id.
     pub(crate) run: String,
-    /// Print JSON.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -465,8 +516,8 @@ pub(crate) struct ShowArgs {
     pub(crate) run: String,
     /// The call's id (as `baton pending` lists it).
     pub(crate) call_id: String,
-    /// Print JSON (the arguments exactly as the model wrote them).
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -496,8 +547,8 @@ pub(crate) struct DecideArgs {
     /// running; applied when a worker picks the run up).
     #[arg(long)]
     pub(crate) signal: bool,
-    /// Print JSON.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -513,8 +564,8 @@ pub(crate) struct ListArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) limit: u32,
-    /// Print one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -538,8 +589,8 @@ pub(crate) struct ReplayCheckArgs {
     /// Replay every run, and record nothing.
     #[arg(long)]
     pub(crate) no_cache: bool,
-    /// Print one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -575,8 +626,8 @@ pub(crate) struct ScheduleBackfillArgs {
     /// To (RFC 3339).
     #[arg(long, value_parser = parse_time)]
     pub(crate) to: std::time::SystemTime,
-    /// Say what was done as one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -629,8 +680,8 @@ pub(crate) enum OnOverlap {
 
 #[derive(Debug, Args)]
 pub(crate) struct ScheduleListArgs {
-    /// One JSON object per line.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -638,8 +689,8 @@ pub(crate) struct ScheduleListArgs {
 pub(crate) struct ScheduleNameArgs {
     /// The schedule's name.
     pub(crate) name: String,
-    /// JSON output.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -650,8 +701,8 @@ pub(crate) struct ScheduleNoteArgs {
     /// Why (shown by describe and list).
     #[arg(long)]
     pub(crate) note: Option<String>,
-    /// Say what was done as one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -670,8 +721,8 @@ pub(crate) struct FleetStatusArgs {
     /// The Worker Deployment (the workers' `deployment.name`).
     #[arg(long, default_value = "baton")]
     pub(crate) deployment: String,
-    /// Print one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -680,8 +731,8 @@ pub(crate) struct PendingArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) limit: u32,
-    /// Print one JSON object.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -695,8 +746,8 @@ pub(crate) struct ResultArgs {
     /// With --wait: give up waiting after this long (exit 3; the run goes on).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
     pub(crate) wait_timeout: Option<std::time::Duration>,
-    /// Print JSON.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -707,8 +758,8 @@ pub(crate) struct WatchArgs {
     /// Show events from this turn on (default: from the start). The end is always shown.
     #[arg(long, value_name = "TURN", default_value_t = 0)]
     pub(crate) since: u32,
-    /// Print JSON lines, one event each (schema: docs/src/reference/json.md).
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
     /// Follow the run's subagents inline too (their events indented under their run id; JSON
     /// lines carry the child's run_id).
@@ -723,8 +774,8 @@ pub(crate) struct DiffArgs {
     /// Print a summary (files, insertions, deletions) instead of the patch.
     #[arg(long)]
     pub(crate) stat: bool,
-    /// Print JSON (the change set, with the patch as text).
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -750,8 +801,8 @@ pub(crate) struct DownloadArgs {
     /// Only paths matching this glob (repeatable), e.g. --path 'src/**'.
     #[arg(long = "path", value_name = "GLOB")]
     pub(crate) paths: Vec<String>,
-    /// Print JSON.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -794,8 +845,8 @@ pub(crate) struct SendArgs {
     /// With --wait: stop waiting after this long (exit 3; the run goes on).
     #[arg(long, value_parser = humantime::parse_duration, requires = "wait")]
     pub(crate) wait_timeout: Option<std::time::Duration>,
-    /// Print one JSON object on stdout.
-    #[arg(long)]
+    /// From the global `--json`.
+    #[arg(skip)]
     pub(crate) json: bool,
     /// With --start: `baton submit` flags for the new run (after `--`).
     #[arg(last = true, value_name = "SUBMIT FLAGS")]

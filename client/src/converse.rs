@@ -211,8 +211,12 @@ async fn conversation_spec(
 pub(crate) fn submit_args(argv: &[String]) -> Result<SubmitArgs, Exit> {
     match Cli::try_parse_from(argv) {
         Ok(Cli {
-            command: Command::Submit(submit),
-        }) => Ok(submit),
+            command: Command::Submit(mut submit),
+            json,
+        }) => {
+            submit.json = json;
+            Ok(submit)
+        }
         Ok(_) => Err(Exit::usage(
             "the flags after -- are not `baton submit` flags",
         )),

@@ -74,7 +74,8 @@ async fn main() {
         default_hook(info);
     }));
     // With --json, stdout holds one JSON object whatever happens (JSON lines for watch): an
-    // error becomes `{"error", "exit_code"}` there too, bad flags included.
+    // error becomes `{"error", "exit_code"}` there too, bad flags included. Flags that do not
+    // parse leave no `Cli` to ask, so the arguments are looked at first.
     let as_json = std::env::args_os().any(|a| a == "--json");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -97,7 +98,17 @@ async fn main() {
             std::process::exit(code);
         }
     };
-    let outcome = match cli.command {
+    let command = match cli.command.with_json(cli.json) {
+        Ok(command) => command,
+        Err(message) => {
+            if cli.json {
+                print_json_error(&message, exit::USAGE);
+            }
+            eprintln!("error: {message}");
+            std::process::exit(exit::USAGE);
+        }
+    };
+    let outcome = match command {
         Command::Submit(a) => submit::run(a).await,
         Command::Fork(a) => fork::run(a).await,
         Command::Status(a) => inspect::status(a).await,
