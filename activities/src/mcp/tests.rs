@@ -574,18 +574,7 @@ fn group_bytes_read(pgid: u32) -> u64 {
     let mut total = 0;
     for entry in entries.flatten() {
         let path = entry.path();
-        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp ...`: the fields after the command name's `)`.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let pgrp = rest
-            .split_whitespace()
-            .nth(2)
-            .and_then(|f| f.parse::<u32>().ok());
-        if pgrp != Some(pgid) {
+        if crate::tools::orphans::process_group(&path) != Some(pgid) {
             continue;
         }
         let io = std::fs::read_to_string(path.join("io")).unwrap_or_default();

@@ -95,10 +95,21 @@ fn is_running(worker: &str) -> bool {
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_field(Path::new(&format!("/proc/{pid}")), 22)
+}
+
+/// Field 5 of a process's `stat` (`proc` is its `/proc/<pid>` directory): its process group.
+#[cfg(test)]
+pub(crate) fn process_group(proc: &Path) -> Option<u32> {
+    stat_field(proc, 5)
+}
+
+/// Field `n` (1-based, as proc(5) numbers them; `n` > 2) of `proc`/stat.
+fn stat_field<T: std::str::FromStr>(proc: &Path, n: usize) -> Option<T> {
+    let stat = std::fs::read_to_string(proc.join("stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    rest.split_whitespace().nth(n - 3)?.parse().ok()
 }
 
 /// The value of `name` in a NUL-separated environment block.

@@ -269,12 +269,7 @@ fn group_listens_on(pgid: u32, port: u16) -> bool {
         return false;
     };
     procs.flatten().any(|proc| {
-        let stat = std::fs::read_to_string(proc.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid pgrp ...`: the fields after the command name's `)`.
-        let pgrp = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok());
-        pgrp == Some(pgid)
+        crate::tools::orphans::process_group(&proc.path()) == Some(pgid)
             && std::fs::read_dir(proc.path().join("fd")).is_ok_and(|fds| {
                 fds.flatten().any(|fd| {
                     std::fs::read_link(fd.path()).is_ok_and(|target| {
