@@ -14,23 +14,19 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use baton_proto::{
-    InstructionsRequest, McpOrigin, ToolCall, ToolRequest, ToolResult, WorkspaceInstructions,
-};
+use baton_proto::{InstructionsRequest, ToolRequest, ToolResult, WorkspaceInstructions};
 use baton_workflows::activities::FailureType;
 use temporalio_common::error::ApplicationFailure;
 use temporalio_macros::activities;
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use baton_sandbox::{Sandbox, SandboxError, SandboxSettings};
 use baton_store::{BlobId, SharedStore, inline, snapshot};
 
-use crate::heartbeat::{self, Heartbeat};
 use crate::mcp::{McpError, McpPool, McpSettings, RunScope};
+use crate::tools::attempt::Kind;
 use crate::tools::kept::{InUse, KeptSettings, KeptWorkspaces, Reused};
-use crate::tools::{self, ToolContext, ToolError, orphans};
 
 /// An infrastructure failure of the activity (retried).
 pub(crate) fn infrastructure(message: String) -> ActivityError {
@@ -48,7 +44,7 @@ pub(crate) fn permanent(message: String) -> ActivityError {
 }
 
 /// The failure of a call whose sandbox could not be set up.
-fn sandbox_failure(e: &SandboxError) -> ActivityError {
+pub(super) fn sandbox_failure(e: &SandboxError) -> ActivityError {
     if e.is_retryable() {
         infrastructure(e.to_string())
     } else {
@@ -67,7 +63,7 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 pub struct ToolService {
     workspace_root: PathBuf,
     store: SharedStore,
-    snapshots: bool,
+    pub(super) snapshots: bool,
     /// Outputs longer than this go to the blob store, a preview stays in history
     /// (`[history] inline_bytes`).
     inline_bytes: usize,
@@ -77,7 +73,7 @@ pub struct ToolService {
     locks: Arc<std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// The worker's MCP servers (`mcp_call_tool`); empty unless `with_mcp`: every MCP call is
     /// then `McpUnavailable` ("not configured on this worker").
-    mcp: McpPool,
+    pub(super) mcp: McpPool,
     /// The trees under `workspace_root`: held by activities, reused and removed when idle.
     kept: Arc<KeptWorkspaces>,
 }
@@ -89,14 +85,6 @@ pub(crate) struct Ensured {
     pub(crate) restored: Option<snapshot::Restored>,
     /// Another run's idle tree the workspace took over first.
     pub(crate) reused: Option<Reused>,
-}
-
-/// What one tool attempt runs.
-enum Kind {
-    /// A built-in tool, in the run's workspace.
-    Builtin,
-    /// A tool of an MCP server (which touches the workspace only with `sandbox = true`).
-    Mcp(McpOrigin),
 }
 
 /// Progress a running tool reports in its heartbeats; a retry reads the previous attempt's.
@@ -325,7 +313,7 @@ impl ToolService {
     /// Moves a full output into the blob store (the result keeps its preview), and the
     /// content too when it is longer than the inline limit. A store that fails leaves them
     /// inline (they are capped), with a warning.
-    async fn offload_outputs(&self, run_id: &str, result: &mut ToolResult) {
+    pub(super) async fn offload_outputs(&self, run_id: &str, result: &mut ToolResult) {
         let inline = inline::offload_result(self.store.as_ref(), self.inline_bytes, result);
         if let Err(e) = inline.await {
             warn!(run_id, cause = %e, "tool output not stored; it stays in history whole");
@@ -543,269 +531,6 @@ impl ToolService {
             return Err(permanent("mcp_call_tool needs request.mcp".into()));
         };
         self.attempt(ctx, request, Kind::Mcp(origin)).await
-    }
-}
-
-/// Test hook of debug builds only (the e2e test of the slow-read safeguard): a read-only call
-/// whose arguments mention `slow-read` waits `BATON_TEST_READ_DELAY_MS` first. Release
-/// builds never read it.
-fn test_read_delay(request: &ToolRequest) -> Option<Duration> {
-    if !cfg!(debug_assertions) || request.mutating {
-        return None;
-    }
-    let call = request.call.as_ref()?;
-    if !call.arguments.contains("slow-read") {
-        return None;
-    }
-    let ms: u64 = std::env::var("BATON_TEST_READ_DELAY_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms))
-}
-
-use super::retry::{kill_earlier_attempts, mark_rerun, not_rerun};
-
-impl ToolService {
-    /// One attempt of a tool call, built-in or MCP.
-    async fn attempt(
-        &self,
-        ctx: ActivityContext,
-        request: ToolRequest,
-        kind: Kind,
-    ) -> Result<ToolResult, ActivityError> {
-        let Some(call) = request.call.clone() else {
-            return Err(permanent("a tool activity needs a call".into()));
-        };
-        let info = ctx.info();
-        let run_id = info.workflow_id.clone().unwrap_or_default();
-        let attempt = info.attempt;
-        let workspace = self.workspace_of(&run_id);
-        let _in_use = self.hold_workspace(&run_id).await;
-        let previous: ToolProgress = ctx
-            .heartbeat_details()
-            .deserialize()
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if heartbeat::superseded(&ctx, previous.clone()).await {
-            warn!(run_id, call_id = %call.id, attempt, "attempt not run: the server timed it out before this worker took it up (a stalled worker), and retried it");
-            return Err(ActivityError::cancelled());
-        }
-        if attempt > 1 && request.mutating && request.confirm_retries && !request.retry_confirmed {
-            // Policy on_retry = "ask": the first attempt may have taken effect; a human decides.
-            info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool not re-run: waiting for a human");
-            return Ok(not_rerun(&call, &request, &previous, attempt));
-        }
-        // MCP servers do not touch the workspace (no restore, no snapshot, no orphans) unless
-        // they run in it (`sandbox = true`).
-        let in_workspace = match &kind {
-            Kind::Builtin => true,
-            Kind::Mcp(origin) => self.mcp.is_sandboxed(&origin.server),
-        };
-        let snapshots = self.snapshots && request.mutating && in_workspace;
-        // The snapshot this call starts from: the run's latest, or (first mutating call of a
-        // run) one taken now, so that a retry can start again from the same state.
-        let base = if request.snapshot.is_empty() {
-            previous.base_snapshot.clone()
-        } else {
-            request.snapshot.clone()
-        };
-        // The attempt beats from here to its end, its restore and snapshot included; the
-        // details carry the base known so far (a retry of a retry must not lose it).
-        let started = tokio::time::Instant::now();
-        let known_base = Arc::new(std::sync::Mutex::new(base.clone()));
-        let progress = {
-            let known_base = known_base.clone();
-            move || ToolProgress {
-                elapsed_secs: started.elapsed().as_secs(),
-                base_snapshot: known_base
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone(),
-            }
-        };
-        let _beat = Heartbeat::start(&ctx, HEARTBEAT_EVERY, progress.clone());
-        if let Some(delay) = test_read_delay(&request) {
-            tokio::time::sleep(delay).await;
-        }
-        let retry = attempt > 1 || request.retry_confirmed;
-        if matches!(kind, Kind::Builtin) && retry {
-            kill_earlier_attempts(&run_id, &call.id, attempt).await;
-        }
-        let base = self
-            .starting_tree(&run_id, &workspace, base, in_workspace, snapshots, retry)
-            .await?;
-        known_base
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone_from(&base);
-        if snapshots && request.snapshot.is_empty() {
-            // The base is not in the call's input (the run had no snapshot yet): a retry of
-            // this call must start from it, so record it before the call runs. Calls with a
-            // base in their input skip this: a heartbeat now would only make the server
-            // re-arm its heartbeat timer, and a SIGKILLed worker's call would be retried later.
-            let _ = ctx.record_heartbeat(progress()).await;
-        }
-        if ctx.is_cancelled() {
-            // Superseded while it set up (the server timed this attempt out and retried the
-            // call: the heartbeat was answered "not found"), or the run was cancelled.
-            info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool cancelled before it started");
-            return Err(ActivityError::cancelled());
-        }
-        info!(run_id, tool = %call.name, call_id = %call.id, attempt, "tool started");
-        let call = self.with_whole_arguments(call).await?;
-        let timeout = Duration::from_secs(u64::from(request.timeout_seconds.max(1)));
-        let (outcome, read_only) = match &kind {
-            Kind::Builtin => {
-                let read_only =
-                    baton_core::tools::definition(&call.name).is_some_and(|d| d.read_only);
-                let tool_ctx = ToolContext {
-                    workspace: workspace.clone(),
-                    timeout,
-                    env: vec![
-                        ("BATON_RUN_ID".to_owned(), run_id.clone()),
-                        (
-                            orphans::CALL_ENV.to_owned(),
-                            format!("{run_id}/{}", call.id),
-                        ),
-                        ("BATON_ATTEMPT".to_owned(), attempt.to_string()),
-                    ],
-                    cancel: CancellationToken::new(),
-                    sandbox: Sandbox::resolve(request.sandbox.as_ref(), self.sandbox.clone())
-                        .map_err(|e| sandbox_failure(&e))?,
-                };
-                (
-                    self.builtin(&ctx, &tool_ctx, &run_id, &call).await,
-                    read_only,
-                )
-            }
-            Kind::Mcp(origin) => {
-                let run = if in_workspace {
-                    let scope = self.run_scope(&origin.server, &run_id, request.sandbox.as_ref());
-                    Some(scope.map_err(McpError::into_failure)?)
-                } else {
-                    None
-                };
-                let outcome = self.mcp(&ctx, origin, &call, timeout, run.as_ref()).await;
-                (outcome, !request.mutating)
-            }
-        };
-        let mut result = outcome?;
-        if attempt > 1 && !read_only {
-            mark_rerun(&mut result, attempt, &run_id, &call.id);
-        }
-        self.offload_outputs(&run_id, &mut result).await;
-        if snapshots && let Some(id) = self.take_snapshot(&run_id, &workspace).await {
-            result.snapshot = id;
-        }
-        info!(run_id, tool = %call.name, call_id = %call.id, is_error = result.is_error, "tool finished");
-        Ok(result)
-    }
-
-    /// The snapshot a call starts from, its tree made so: a known `base` restored into the
-    /// workspace (only what differs; `snapshots && retry`: checked against a tree an earlier
-    /// attempt may have changed), or, for the first mutating call of a run, one taken now so a
-    /// retry can start again from the same state.
-    async fn starting_tree(
-        &self,
-        run_id: &str,
-        workspace: &std::path::Path,
-        base: String,
-        in_workspace: bool,
-        snapshots: bool,
-        retry: bool,
-    ) -> Result<String, ActivityError> {
-        if self.snapshots && in_workspace && !base.is_empty() {
-            self.ensure_snapshot(run_id, workspace, &base, snapshots && retry)
-                .await?;
-            Ok(base)
-        } else if snapshots && base.is_empty() {
-            Ok(self
-                .take_snapshot(run_id, workspace)
-                .await
-                .unwrap_or_default())
-        } else {
-            Ok(base)
-        }
-    }
-
-    /// `call` with its whole arguments: those too long for history are in the blob store.
-    async fn with_whole_arguments(&self, mut call: ToolCall) -> Result<ToolCall, ActivityError> {
-        if call.arguments_ref.is_empty() {
-            return Ok(call);
-        }
-        let id = BlobId::parse(&call.arguments_ref)
-            .map_err(|e| infrastructure(format!("bad arguments reference: {e}")))?;
-        let bytes = self
-            .store
-            .get(&id)
-            .await
-            .map_err(|e| infrastructure(format!("cannot read the call's arguments: {e}")))?;
-        call.arguments = String::from_utf8_lossy(&bytes).into_owned();
-        Ok(call)
-    }
-
-    /// Runs a built-in tool; on cancellation the tool stops (and reaps) its processes itself,
-    /// then returns.
-    async fn builtin(
-        &self,
-        ctx: &ActivityContext,
-        tool_ctx: &ToolContext,
-        run_id: &str,
-        call: &ToolCall,
-    ) -> Result<ToolResult, ActivityError> {
-        let run = tools::execute(tool_ctx, call);
-        tokio::pin!(run);
-        let outcome = tokio::select! {
-            r = &mut run => r,
-            _ = ctx.cancelled() => {
-                tool_ctx.cancel.cancel();
-                run.await
-            }
-        };
-        match outcome {
-            Ok(result) => Ok(result),
-            Err(ToolError::Cancelled) => {
-                info!(run_id, tool = %call.name, call_id = %call.id, "tool cancelled");
-                Err(ActivityError::cancelled())
-            }
-            Err(ToolError::Sandbox(e)) => {
-                warn!(run_id, tool = %call.name, call_id = %call.id, cause = %e, retryable = e.is_retryable(), "tool not sandboxed");
-                Err(sandbox_failure(&e))
-            }
-            Err(e) => {
-                warn!(run_id, tool = %call.name, call_id = %call.id, cause = %e, "tool infrastructure failure");
-                Err(ActivityError::application(ApplicationFailure::new(
-                    e.to_string(),
-                )))
-            }
-        }
-    }
-
-    /// Calls an MCP tool within `timeout`; a cancelled activity drops the call (rmcp tells
-    /// the server).
-    async fn mcp(
-        &self,
-        ctx: &ActivityContext,
-        origin: &McpOrigin,
-        call: &ToolCall,
-        timeout: Duration,
-        run: Option<&RunScope>,
-    ) -> Result<ToolResult, ActivityError> {
-        let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
-        let work = crate::mcp::call::execute(&self.mcp, &self.store, origin, call, timeout, run);
-        match heartbeat::until_cancelled(ctx, work).await {
-            Err(cancelled) => {
-                info!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, "MCP call cancelled");
-                Err(cancelled)
-            }
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => {
-                warn!(run_id, server = %origin.server, tool = %origin.tool, call_id = %call.id, cause = %e, unavailable = e.is_unavailable(), "MCP call failed");
-                Err(e.into_failure())
-            }
-        }
     }
 }
 

@@ -16,6 +16,7 @@
 //!   retry.
 
 pub mod activity;
+mod attempt;
 pub mod edit;
 pub mod files;
 pub mod glob;
