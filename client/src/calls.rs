@@ -9,6 +9,8 @@
 //! answer; older items of a continued run under query `stored`'s head) names its
 //! `arguments_ref`, read from the blob store the CLI is configured for (like the workers').
 
+use std::borrow::Cow;
+
 use std::{collections::BTreeMap, time::Duration};
 
 use baton_proto::{Item, ToolCall, item};
@@ -166,10 +168,10 @@ pub(crate) async fn show(args: ShowArgs) -> Result<i32, Exit> {
     };
     if args.json {
         json::print(&json::Shown {
-            run_id: &args.run,
-            call_id: &args.call_id,
-            tool: &whole.tool,
-            arguments: &whole.arguments,
+            run_id: Cow::from(&args.run),
+            call_id: Cow::from(&args.call_id),
+            tool: Cow::from(&whole.tool),
+            arguments: Cow::from(&whole.arguments),
             bytes: whole.arguments.len(),
             cut_in_history: whole.cut_in_history,
         })?;

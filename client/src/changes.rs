@@ -4,6 +4,8 @@
 //! target (`patch_paths`, `changes::extract`). The change set's patch and files live in the blob store;
 //! the run's result names them.
 
+use std::borrow::Cow;
+
 use std::{io::Write, path::Path, process::Stdio};
 
 use baton_proto::Changes;
@@ -81,7 +83,7 @@ pub(crate) async fn diff(args: DiffArgs) -> Result<i32, Exit> {
             )
         };
         json::print(&json::Diff {
-            run_id: &args.run,
+            run_id: Cow::from(&args.run),
             changes: json::ChangeSet::from(&changes),
             patch,
         })?;
@@ -251,15 +253,15 @@ pub(crate) async fn download(args: DownloadArgs) -> Result<i32, Exit> {
     }
     if args.json {
         json::print(&json::Downloaded {
-            run_id: &args.run,
-            dir: &args.dir.display().to_string(),
+            run_id: Cow::from(&args.run),
+            dir: Cow::from(&args.dir.display().to_string()),
             files: extracted.files,
             bytes: extracted.bytes,
             left_out: extracted
                 .left_out
                 .iter()
                 .map(|(path, entries)| json::LeftOut {
-                    path,
+                    path: Cow::from(path),
                     entries: *entries,
                 })
                 .collect(),

@@ -1,5 +1,7 @@
 //! Changing runs: `approve`, `deny` (interactively with `ask.rs`), `cancel`, `send`.
 
+use std::borrow::Cow;
+
 use std::{collections::BTreeMap, time::Duration};
 
 use baton_proto::{ApprovalDecision, ApprovalOutcome, PendingCall};
@@ -123,9 +125,9 @@ pub(crate) async fn decide(args: DecideArgs, approved: bool) -> Result<i32, Exit
     }
     if args.json {
         json::print(&json::Decided {
-            run_id: &args.run,
+            run_id: Cow::from(&args.run),
             approved,
-            decisions: &outcomes,
+            decisions: Cow::from(&outcomes),
         })?;
     }
     Ok(exit::COMPLETED)

@@ -10,6 +10,8 @@
 //! against the tree RUN started from. The spec is RUN's own, with the fork's labels, limits
 //! and instructions.
 
+use std::borrow::Cow;
+
 use baton_core::{fork, machine::DEFAULT_MAX_TURNS};
 use baton_proto::{
     ConversationRef, ForkSource, GitSource, RunSpec, SnapshotSource, WorkspaceSource,
@@ -84,10 +86,10 @@ pub(crate) async fn run(args: ForkArgs) -> Result<i32, Exit> {
             args.run, args.at_turn
         ),
         started_json: json::line(&json::Forked {
-            run_id: &run_id,
-            status: "RUNNING",
-            task_queue: &task_queue,
-            fork_of: &args.run,
+            run_id: Cow::from(&run_id),
+            status: Cow::from("RUNNING"),
+            task_queue: Cow::from(&task_queue),
+            fork_of: Cow::from(&args.run),
             at_turn: args.at_turn,
         })?,
     };

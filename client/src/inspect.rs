@@ -2,6 +2,8 @@
 //! blocks on a missing worker: they read what the server has (describe, memo, history) and only
 //! use queries with short timeouts.
 
+use std::borrow::Cow;
+
 use std::time::Duration;
 
 use baton_proto::{RunResult, RunState, RunStatus, TerminationReason};
@@ -399,9 +401,9 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
             );
             if args.json {
                 json::print(&json::NotEnded {
-                    run_id: &args.run,
-                    status: snap.status.state().as_str_name(),
-                    detail: &msg,
+                    run_id: Cow::from(&args.run),
+                    status: Cow::from(snap.status.state().as_str_name()),
+                    detail: Cow::from(&msg),
                 })?;
             } else {
                 eprintln!("{msg}");
@@ -467,8 +469,8 @@ pub(crate) async fn transcript(args: RunArgs) -> Result<i32, Exit> {
     }
     if args.json {
         json::print(&json::Transcript {
-            run_id: &args.run,
-            items: &items,
+            run_id: Cow::from(&args.run),
+            items: Cow::from(&items),
         })?;
     } else {
         print!("{}", render::transcript_human(&items));

@@ -1,7 +1,7 @@
 //! The shape of every `--json` object, pinned: keys and values as they have always been
 //! printed, and the watch lines exactly as docs/src/reference/json.md shows them.
 
-use std::collections::BTreeSet;
+use std::{borrow::Cow, collections::BTreeSet};
 
 use baton_proto::{
     ApprovalDecision, AssistantMessage, FinishReason, Item, PendingCall, RunEvent, RunResult,
@@ -15,8 +15,13 @@ use temporalio_common::protos::temporal::api::enums::v1::PendingActivityState;
 
 use super::*;
 
-fn value<T: Serialize>(x: &T) -> Value {
-    serde_json::to_value(x).unwrap()
+/// `x` as JSON, once the JSON has read back as the same object: the `--json` types are a
+/// library that other programs (the e2e tests among them) deserialize.
+fn value<T: Serialize + serde::de::DeserializeOwned>(x: &T) -> Value {
+    let v = serde_json::to_value(x).unwrap();
+    let back: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+    assert_eq!(serde_json::to_value(&back).unwrap(), v);
+    v
 }
 
 fn event(seq: u32, turn: u32, kind: run_event::Kind) -> RunEvent {
@@ -88,7 +93,7 @@ fn usage_json(input: u32, output: u32, llm_calls: u32) -> Value {
 fn a_failure_and_a_submitted_run() {
     assert_eq!(
         line(&Failure {
-            error: "no such run",
+            error: Cow::from("no such run"),
             exit_code: 2
         })
         .unwrap(),
@@ -99,10 +104,10 @@ fn a_failure_and_a_submitted_run() {
         r#"{"run_id":"r1","status":"RUNNING","task_queue":"baton"}"#
     );
     let forked = Forked {
-        run_id: "r2",
-        status: "RUNNING",
-        task_queue: "baton",
-        fork_of: "r1",
+        run_id: Cow::from("r2"),
+        status: Cow::from("RUNNING"),
+        task_queue: Cow::from("baton"),
+        fork_of: Cow::from("r1"),
         at_turn: 3,
     };
     assert_eq!(
@@ -230,9 +235,9 @@ fn a_wait_that_stopped() {
     );
     assert_eq!(
         value(&NotEnded {
-            run_id: "r1",
-            status: "THINKING",
-            detail: "run r1 has not ended"
+            run_id: Cow::from("r1"),
+            status: Cow::from("THINKING"),
+            detail: Cow::from("run r1 has not ended")
         }),
         json!({"run_id": "r1", "status": "THINKING", "detail": "run r1 has not ended"})
     );
@@ -247,8 +252,8 @@ fn a_transcript() {
         })),
     }];
     let v = value(&Transcript {
-        run_id: "r1",
-        items: &items,
+        run_id: Cow::from("r1"),
+        items: Cow::from(&items),
     });
     assert_eq!(v["run_id"], "r1");
     assert_eq!(v["items"], value(&items));
@@ -270,9 +275,9 @@ fn decisions() {
     ];
     assert_eq!(
         value(&Decided {
-            run_id: "r1",
+            run_id: Cow::from("r1"),
             approved: true,
-            decisions: &decisions
+            decisions: Cow::from(&decisions)
         }),
         json!({"run_id": "r1", "approved": true, "decisions": [
             {"call_ids": ["call_1_1"], "approved": true, "still_pending": 1, "remembered": ["shell ls *"], "sent_as": "update"},
@@ -285,12 +290,12 @@ fn decisions() {
 fn listed_and_pending_runs() {
     let listed = Runs {
         runs: vec![ListedRun {
-            run_id: "r1",
-            state: "FAILED",
-            reason: Some("max_turns_exceeded"),
+            run_id: Cow::from("r1"),
+            state: Cow::from("FAILED"),
+            reason: Some(Cow::from("max_turns_exceeded")),
             turn: 50,
             temporal_status: "Completed".to_owned(),
-            task_queue: "baton",
+            task_queue: Cow::from("baton"),
         }],
     };
     assert_eq!(
@@ -300,13 +305,13 @@ fn listed_and_pending_runs() {
     let pending = Runs {
         runs: vec![
             PendingRun {
-                run_id: "r1",
+                run_id: Cow::from("r1"),
                 turn: 2,
                 parent_run_id: String::new(),
                 pending: vec![WaitingCall::new(pending_call(), 1_700_000_061_999)],
             },
             PendingRun {
-                run_id: "r1.sub-1",
+                run_id: Cow::from("r1.sub-1"),
                 turn: 1,
                 parent_run_id: "r1".to_owned(),
                 pending: Vec::new(),
@@ -389,6 +394,11 @@ fn watch_lines_are_the_documented_ones() {
         .filter(|l| l.starts_with(r#"{"run_id":"run-1a2b""#))
         .collect();
     assert_eq!(lines, documented);
+    // A program reading them gets the same lines back.
+    for l in documented {
+        let read: WatchLine = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert_eq!(line(&read).unwrap(), l);
+    }
 }
 
 #[test]
@@ -401,9 +411,12 @@ fn each_kind_of_watch_line() {
         let keys: BTreeSet<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,
-            BTreeSet::from(["run_id", "seq", "turn", "at_ms", "kind", line.kind])
+            BTreeSet::from(["run_id", "seq", "turn", "at_ms", "kind", &line.kind])
         );
-        (v["kind"].as_str().unwrap().to_owned(), v[line.kind].clone())
+        (
+            v["kind"].as_str().unwrap().to_owned(),
+            v[line.kind.as_ref()].clone(),
+        )
     };
     assert_eq!(
         body(run_event::Kind::Assistant(AssistantMessage {

@@ -41,16 +41,16 @@ use crate::{
 const BATCH: usize = 25;
 
 /// What replaying one run found.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Diverged {
-    pub(crate) workflow_id: String,
-    pub(crate) run_id: String,
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Diverged {
+    pub workflow_id: String,
+    pub run_id: String,
     /// The first event this build's commands do not match ("" kind when unknown).
-    pub(crate) event_id: i64,
-    pub(crate) event_type: String,
+    pub event_id: i64,
+    pub event_type: String,
     /// `nondeterminism`, `workflow_task_failure`, `invalid_history`, `internal`.
-    pub(crate) kind: String,
-    pub(crate) message: String,
+    pub kind: String,
+    pub message: String,
 }
 
 /// `baton replay-check`.

@@ -1,6 +1,8 @@
 //! Finding runs through Temporal visibility (search attributes kept current by the workflow):
 //! `list` and `pending`. Nothing here scans histories or needs a worker.
 
+use std::borrow::Cow;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_proto::{RunState, RunStatus};
@@ -115,12 +117,12 @@ pub(crate) async fn list(args: ListArgs) -> Result<i32, Exit> {
             .map(|r| {
                 let st = status_of(r);
                 ListedRun {
-                    run_id: r.id(),
-                    state: st.state().as_str_name(),
-                    reason: (st.reason != 0).then(|| st.reason().as_str_name()),
+                    run_id: Cow::from(r.id()),
+                    state: Cow::from(st.state().as_str_name()),
+                    reason: ((st.reason != 0).then(|| st.reason().as_str_name())).map(Cow::from),
                     turn: st.turn,
                     temporal_status: format!("{:?}", r.status()),
-                    task_queue: r.task_queue(),
+                    task_queue: Cow::from(r.task_queue()),
                 }
             })
             .collect();
@@ -202,7 +204,7 @@ pub(crate) async fn pending(args: PendingArgs) -> Result<i32, Exit> {
                 .collect();
             whole_arguments_of(&client, r.id(), &mut pending).await;
             listed.push(PendingRun {
-                run_id: r.id(),
+                run_id: Cow::from(r.id()),
                 turn: st.turn,
                 parent_run_id: st.parent_run_id.clone(),
                 pending,

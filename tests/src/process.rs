@@ -82,6 +82,13 @@ impl CmdOutput {
             .with_context(|| format!("stdout is not a single JSON document:\n{self}"))
     }
 
+    /// Parses stdout (trimmed) as the typed `--json` object `T` (`baton_cli::json`): what a
+    /// program reading baton's output gets.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> anyhow::Result<T> {
+        serde_json::from_str(self.stdout.trim())
+            .with_context(|| format!("stdout is not a {}:\n{self}", std::any::type_name::<T>()))
+    }
+
     /// Parses stdout as JSON Lines (one JSON document per non-empty line).
     pub fn json_lines(&self) -> anyhow::Result<Vec<serde_json::Value>> {
         self.stdout

@@ -10,7 +10,7 @@
 //!   the attempt.
 //! - `call`: one `tools/call` and its result mapped to a [`ToolResult`](baton_proto::ToolResult)
 //!   (text, structured content, images/audio/resources as blobs with a stub); the
-//!   `mcp_call_tool` activity itself shares `run_tool`'s body in `tools/activity.rs`.
+//!   `mcp_call_tool` activity itself shares `run_tool`'s body in `tools/attempt.rs`.
 //! - this file: the `mcp_list_tools` activity ([`McpService`]).
 
 pub(crate) mod call;

@@ -7,6 +7,7 @@ use std::{
     time::Duration,
 };
 
+pub use baton_cli::json;
 use baton_tests::*;
 use serde_json::{Value, json};
 
@@ -46,7 +47,7 @@ pub fn wait_state(server: &DevServer, run: &str, state: &str, timeout: Duration)
 }
 
 /// `baton result RUN --wait --json`, asserting the exit code.
-pub fn result(server: &DevServer, run: &str, expect_code: i32) -> Value {
+fn result_output(server: &DevServer, run: &str, expect_code: i32) -> CmdOutput {
     let out = baton_with_timeout(
         server,
         &["result", run, "--wait", "--json"],
@@ -56,7 +57,36 @@ pub fn result(server: &DevServer, run: &str, expect_code: i32) -> Value {
     )
     .unwrap();
     assert_eq!(out.code, expect_code, "unexpected exit code: {out}");
-    out.json().unwrap()
+    out
+}
+
+/// `baton result RUN --wait --json`, asserting the exit code.
+pub fn result(server: &DevServer, run: &str, expect_code: i32) -> Value {
+    result_output(server, run, expect_code).json().unwrap()
+}
+
+/// `baton result RUN --wait --json` as the typed object a program reading it gets, asserting
+/// the exit code.
+pub fn ended(server: &DevServer, run: &str, expect_code: i32) -> json::Ended<'static> {
+    result_output(server, run, expect_code).parse().unwrap()
+}
+
+/// `baton status RUN --json`, typed.
+pub fn status(server: &DevServer, run: &str) -> json::Status<'static> {
+    baton(server, &["status", run, "--json"])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The run ids of `baton list ARGS --json`.
+pub fn listed(server: &DevServer, args: &[&str]) -> anyhow::Result<Vec<String>> {
+    let runs: json::Runs<json::ListedRun> = baton(server, args)?.parse()?;
+    Ok(runs
+        .runs
+        .into_iter()
+        .map(|r| r.run_id.into_owned())
+        .collect())
 }
 
 /// A started worker on `queue`, ready to poll.

@@ -114,8 +114,8 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
     assert_eq!(status["pending"][0]["tool"], "edit_file");
     let out = baton(&server, &["approve", &run, "--all", "--remember"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Both edits done.");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Both edits done.");
     assert_eq!(
         std::fs::read_to_string(w.workspace_root().join(&run).join("notes.txt")).unwrap(),
         "ALPHA BETA\n"
@@ -480,8 +480,8 @@ fn baton_send_adds_guidance_to_the_next_turn() {
         .code,
         0
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Listed instead.");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Listed instead.");
     let msgs = llm.requests()[1].messages();
     let last = msgs.last().unwrap();
     assert_eq!(last["role"], "user");

@@ -84,8 +84,8 @@ fn thinking_blocks_survive_a_three_turn_tool_loop_with_cache_breakpoints() {
         .unwrap()
         .block_on(start_run(&server, &queue, &run, spec))
         .unwrap();
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "The workspace is empty.");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "The workspace is empty.");
 
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 3);
@@ -172,8 +172,8 @@ fn a_whitespace_only_text_before_a_tool_call_is_not_sent_back() {
         &["--provider", "anthropic", "--no-approval"],
         "Look around.",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Nothing here.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Nothing here.", "{r:?}");
     assert_eq!(llm.take_violations(), Vec::<String>::new());
     let second = &llm.requests()[1];
     assert_eq!(
@@ -215,8 +215,8 @@ fn max_tokens_stays_within_the_models_output_limit() {
         ],
         "Say hi.",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Small model, small answer.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Small model, small answer.", "{r:?}");
     assert_eq!(llm.take_violations(), Vec::<String>::new());
     assert_eq!(llm.requests()[0].body["max_tokens"], 4096);
 }
@@ -273,8 +273,8 @@ fn a_max_tokens_stop_is_asked_again_with_the_models_limit() {
     let mut own = args.to_vec();
     own.extend(["--max-output-tokens", "1000"]);
     submit(&server, &queue, &run, &own, "Write a lot.");
-    let r = result(&server, &run, 0);
+    let r = ended(&server, &run, 0);
     let reqs = llm.requests();
-    assert_eq!(reqs.len(), 4, "{r}");
+    assert_eq!(reqs.len(), 4, "{r:?}");
     assert_eq!(reqs[3].body["max_tokens"], 1000);
 }

@@ -116,8 +116,8 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
         ])
         .unwrap();
     assert_eq!(sig.code, 0, "{sig}");
-    let r = result(&server, &b, 0);
-    assert_eq!(r["status"], "COMPLETED");
+    let r = ended(&server, &b, 0);
+    assert_eq!(r.status, "COMPLETED");
     assert!(history_text(&server, &b).contains("via-signal"));
 
     // 3. Denied: the call does not run and the model sees the denial.
@@ -144,8 +144,8 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
     )
     .unwrap();
     assert_eq!(deny.code, 0, "{deny}");
-    let r = result(&server, &c, 0);
-    assert_eq!(r["status"], "COMPLETED");
+    let r = ended(&server, &c, 0);
+    assert_eq!(r.status, "COMPLETED");
     assert!(
         !w.workspace_root().join(&c).join("ran.txt").exists(),
         "denied call ran"
@@ -216,8 +216,8 @@ fn signal_without_worker_is_applied_later_and_status_answers_fast() {
     // ...and applied once a worker starts.
     let mut w2 = Worker::spawn_with_workspace(&server, &queue, workspace.path(), &[]).unwrap();
     w2.wait_ready_blocking(T).unwrap();
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED");
     assert!(history_text(&server, &run).contains("after-restart"));
 }
 
@@ -295,8 +295,8 @@ fn malformed_signals_approval_timeout_and_watch() {
         &["--script", &s, "--approval-timeout", "2s"],
         "t",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED");
     assert!(history_text(&server, &run).contains("approval timed out"));
 
     // ... or, by policy, the run fails.
@@ -314,8 +314,8 @@ fn malformed_signals_approval_timeout_and_watch() {
         ],
         "t",
     );
-    let r = result(&server, &run, 1);
-    assert_eq!(r["reason"], "approval_timed_out");
+    let r = ended(&server, &run, 1);
+    assert_eq!(r.reason, "approval_timed_out");
 
     // `watch` replays a finished run's events from the start, as JSON lines or text.
     let out = baton(&server, &["watch", &run, "--json"]).unwrap();

@@ -520,18 +520,15 @@ fn cancel_ends_a_waiting_run_as_cancelled_and_result_and_watch_exit_4() {
     );
     let out = baton(&server, &["cancel", &run, "--reason", "not needed"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let r = result(&server, &run, 4);
-    assert_eq!(r["status"], "CANCELLED");
-    assert_eq!(r["reason"], "cancelled");
+    let r = ended(&server, &run, 4);
+    assert_eq!(r.status, "CANCELLED");
+    assert_eq!(r.reason, "cancelled");
     // Without --wait too, once it has ended.
     let out = baton(&server, &["result", &run]).unwrap();
     assert_eq!(out.code, 4, "{out}");
     assert!(out.stdout.contains("CANCELLED"), "{out}");
-    let status = baton(&server, &["status", &run, "--json"])
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(status["state"], "CANCELLED", "{status}");
+    let status = status(&server, &run);
+    assert_eq!(status.status.state, "CANCELLED", "{status:?}");
     let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
     assert_eq!(watch.code, 4, "{watch}");
     let lines = watch.json_lines().unwrap();
@@ -758,46 +755,26 @@ fn a_terminated_run_reads_as_ended_everywhere() {
         .ensure_success()
         .unwrap();
 
-    let status = baton(&server, &["status", &run, "--json"])
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(status["state"], "CANCELLED", "{status}");
-    assert_eq!(status["temporal_status"], "Terminated", "{status}");
-    assert!(
-        status["pending"].as_array().is_none_or(|p| p.is_empty()),
-        "{status}"
-    );
+    let status = status(&server, &run);
+    assert_eq!(status.status.state, "CANCELLED", "{status:?}");
+    assert_eq!(status.temporal_status, "Terminated", "{status:?}");
+    assert!(status.status.pending.is_empty(), "{status:?}");
     let human = baton(&server, &["status", &run]).unwrap();
     assert!(!human.stdout.contains("baton approve"), "{human}");
 
-    let r = result(&server, &run, 4);
-    assert_eq!(r["status"], "CANCELLED", "{r}");
-    assert_eq!(r["turns"], 1, "the turn it made: {r}");
+    let r = ended(&server, &run, 4);
+    assert_eq!(r.status, "CANCELLED", "{r:?}");
+    assert_eq!(r.turns, 1, "the turn it made: {r:?}");
 
-    let ids = |state: &str| -> Vec<String> {
-        let out = baton(&server, &["list", "--state", state, "--json"])
-            .unwrap()
-            .json()
-            .unwrap();
-        out["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["run_id"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let ids = |state: &str| listed(&server, &["list", "--state", state, "--json"]).unwrap();
     assert!(!ids("AWAITING_APPROVAL").contains(&run));
     assert!(ids("cancelled").contains(&run));
-    let all = baton(&server, &["list", "--json"]).unwrap().json().unwrap();
-    let row = all["runs"]
-        .as_array()
+    let all: json::Runs<json::ListedRun> = baton(&server, &["list", "--json"])
         .unwrap()
-        .iter()
-        .find(|r| r["run_id"] == run.as_str())
-        .cloned()
+        .parse()
         .unwrap();
-    assert_eq!(row["state"], "CANCELLED", "{row}");
+    let row = all.runs.iter().find(|r| r.run_id == run.as_str()).unwrap();
+    assert_eq!(row.state, "CANCELLED", "{row:?}");
 
     let bogus = baton(&server, &["list", "--state", "BOGUS"]).unwrap();
     assert_eq!(bogus.code, 2, "{bogus}");
@@ -1091,13 +1068,13 @@ fn wait_json_contract_max_turns_and_unknown_run() {
     )
     .unwrap();
     assert_eq!(out.code, 1, "{out}");
-    let v = out.json().unwrap();
-    assert_eq!(v["status"], "FAILED");
-    assert_eq!(v["reason"], "max_turns_exceeded");
-    assert_eq!(v["turns"], 2);
+    let v: json::Ended = out.parse().unwrap();
+    assert_eq!(v.status, "FAILED");
+    assert_eq!(v.reason, "max_turns_exceeded");
+    assert_eq!(v.turns, 2);
     // The last thing the agent said is not an answer.
-    assert_eq!(v["answer"], "", "{v}");
-    assert_eq!(v["last_text"], "Listing once more.", "{v}");
+    assert_eq!(v.answer, "", "{v:?}");
+    assert_eq!(v.last_text.as_deref(), Some("Listing once more."), "{v:?}");
 
     // --wait-timeout while awaiting approval: exit 3, the run goes on.
     let needs = approval_script(dir.path(), "needs", &["true"]);
@@ -1186,51 +1163,38 @@ fn pending_and_list_find_runs_through_visibility() {
     result(&server, &done, 0);
 
     let pending = wait_until_blocking(T, "the waiting run in `baton pending`", || {
-        let v = baton(&server, &["pending", "--json"])?.json()?;
-        let runs = v["runs"].as_array().cloned().unwrap_or_default();
-        Ok(runs.into_iter().find(|r| r["run_id"] == waiting.as_str()))
+        let v: json::Runs<json::PendingRun> = baton(&server, &["pending", "--json"])?.parse()?;
+        Ok(v.runs.into_iter().find(|r| r.run_id == waiting.as_str()))
     })
     .unwrap();
-    assert_eq!(pending["pending"][0]["call_id"], "call_2_1");
-    assert_eq!(pending["pending"][0]["tool"], "shell");
-    assert!(pending["pending"][0]["waiting_seconds"].as_i64().is_some());
+    assert_eq!(pending.pending[0].call_id, "call_2_1");
+    assert_eq!(pending.pending[0].tool, "shell");
+    assert!(pending.pending[0].waiting_seconds >= 0);
     let human = baton(&server, &["pending"]).unwrap();
     assert!(
         human.stdout.contains(&waiting) && human.stdout.contains("baton approve"),
         "{human}"
     );
-    let v = baton(&server, &["pending", "--json"])
+    let v: json::Runs<json::PendingRun> = baton(&server, &["pending", "--json"])
         .unwrap()
-        .json()
+        .parse()
         .unwrap();
     assert!(
-        !v["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["run_id"] == done.as_str()),
+        !v.runs.iter().any(|r| r.run_id == done.as_str()),
         "a finished run is not pending"
     );
 
     let both = wait_until_blocking(T, "both runs listed by label", || {
-        let v = baton(
+        let ids = listed(
             &server,
             &["list", "--label", &format!("repo={label}"), "--json"],
-        )?
-        .json()?;
-        let ids: Vec<String> = v["runs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|r| r["run_id"].as_str().unwrap_or_default().to_owned())
-            .collect();
+        )?;
         Ok((ids.len() == 2).then_some(ids))
     })
     .unwrap();
     assert!(both.contains(&waiting) && both.contains(&done));
     let completed = wait_until_blocking(T, "the completed run by state", || {
-        let v = baton(
+        let ids = listed(
             &server,
             &[
                 "list",
@@ -1240,13 +1204,11 @@ fn pending_and_list_find_runs_through_visibility() {
                 "completed",
                 "--json",
             ],
-        )?
-        .json()?;
-        let runs = v["runs"].as_array().cloned().unwrap_or_default();
-        Ok((runs.len() == 1).then_some(runs))
+        )?;
+        Ok((ids.len() == 1).then_some(ids))
     })
     .unwrap();
-    assert_eq!(completed[0]["run_id"], done.as_str());
+    assert_eq!(completed, [done.as_str()]);
     let by_submitter = server
         .temporal(&[
             "workflow",

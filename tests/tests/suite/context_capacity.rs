@@ -119,8 +119,8 @@ fn an_anthropic_run_compacts_before_prompt_and_max_tokens_pass_the_window() {
         ],
         "inspect the workspace",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Done within the window.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Done within the window.", "{r:?}");
     assert_eq!(llm.take_violations(), Vec::<String>::new());
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 5, "three turns, the summary, the answer");
@@ -171,8 +171,8 @@ the length of the messages or completion.", "type": "BadRequestError", "param": 
         ],
         "inspect the workspace",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Done after the overflow.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Done after the overflow.", "{r:?}");
     let reqs = llm.requests();
     assert_eq!(
         reqs.len(),

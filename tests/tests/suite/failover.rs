@@ -147,12 +147,12 @@ fn a_run_survives_kill_9_of_the_worker_running_its_tool() {
     }
     drop(quiet);
 
-    let r = result(&server, &run, 0);
+    let r = ended(&server, &run, 0);
     let elapsed = started.elapsed();
     kill_leftovers(&sleep_arg);
     kill_leftovers(&late_arg);
-    assert_eq!(r["status"], "COMPLETED");
-    assert_eq!(r["answer"], "Survived.");
+    assert_eq!(r.status, "COMPLETED");
+    assert_eq!(r.answer, "Survived.");
     let survivor = &workers[1 - victim];
     assert!(
         own_namespace
@@ -219,9 +219,9 @@ fn cancelling_a_run_stops_its_tool_and_all_its_children() {
         .temporal(&["workflow", "cancel", "--workflow-id", &run])
         .unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let r = result(&server, &run, 4);
-    assert_eq!(r["status"], "CANCELLED");
-    assert_eq!(r["reason"], "cancelled");
+    let r = ended(&server, &run, 4);
+    assert_eq!(r.status, "CANCELLED");
+    assert_eq!(r.reason, "cancelled");
     let gone = wait_until_blocking(Duration::from_secs(20), "no sleep process left", || {
         Ok(pids_matching(&sleep_arg).is_empty().then_some(()))
     });
@@ -244,8 +244,8 @@ fn cancelling_a_run_stops_its_tool_and_all_its_children() {
     .unwrap();
     let out = baton(&server, &["cancel", &run2, "--reason", "changed my mind"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let r = result(&server, &run2, 4);
-    assert_eq!(r["detail"], "cancelled: changed my mind");
+    let r = ended(&server, &run2, 4);
+    assert_eq!(r.detail, "cancelled: changed my mind");
     let gone = wait_until_blocking(Duration::from_secs(20), "no sleep process left", || {
         Ok(pids_matching(&sleep_arg).is_empty().then_some(()))
     });
@@ -299,9 +299,9 @@ fn sigterm_hands_a_running_tool_to_another_worker_after_the_grace_period() {
     )
     .unwrap();
     let handed_over = sent.elapsed();
-    let r = result(&server, &run, 0);
+    let r = ended(&server, &run, 0);
     kill_leftovers(&sleep_arg);
-    assert_eq!(r["answer"], "Handed over.");
+    assert_eq!(r.answer, "Handed over.");
     eprintln!(
         "SIGTERM: worker exited after {exited:?} ({status:?}); tool restarted elsewhere after {handed_over:?}"
     );
@@ -470,9 +470,9 @@ fn with_on_retry_ask_a_cut_off_call_waits_for_a_human_before_it_runs_again() {
     )
     .unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let r = result(&server, &run, 0);
+    let r = ended(&server, &run, 0);
     kill_leftovers(&sleep_arg);
-    assert_eq!(r["answer"], "Deployed.", "{r}");
+    assert_eq!(r.answer, "Deployed.", "{r:?}");
     let text = history_text(&server, &run);
     assert!(
         text.contains(&format!("finished-{m}")),

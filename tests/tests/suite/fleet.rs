@@ -229,8 +229,8 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
         assert_eq!(out.code, 0, "{out}");
     }
     for run in [&r1, &r2, &r3] {
-        let r = result(&server, run, 0);
-        assert_eq!(r["answer"], "All done.", "{r}");
+        let r = ended(&server, run, 0);
+        assert_eq!(r.answer, "All done.", "{r:?}");
     }
 
     // R1 stayed on A to its end; R3 ran on B; R2's segments ran on A until it continued as
@@ -274,8 +274,8 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
     .unwrap();
     println!("status of a run pinned to a build with no worker: {status}");
     let _b_again = worker(&server, &queue, &b_env);
-    let r = result(&server, &r5, 0);
-    assert_eq!(r["answer"], "All done.", "{r}");
+    let r = ended(&server, &r5, 0);
+    assert_eq!(r.answer, "All done.", "{r:?}");
     assert!(
         task_builds(&server, &r5, None)
             .iter()

@@ -128,9 +128,9 @@ fn a_500_turn_run_keeps_history_bounded_and_continues_as_new_with_an_approval_pe
     );
     let out = baton(&server, &["approve", &run, &call, "--reason", "fine"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
-    let result = result(&server, &run, 0);
-    assert_eq!(result["answer"], "All 499 steps are done.", "{result}");
-    assert_eq!(result["turns"], TURNS as u64, "{result}");
+    let result = ended(&server, &run, 0);
+    assert_eq!(result.answer, "All 499 steps are done.", "{result:?}");
+    assert_eq!(u64::from(result.turns), TURNS as u64, "{result:?}");
 
     // The approved call ran, and every step ran exactly once.
     let ws = w.workspace_root().join(&run);
@@ -517,8 +517,8 @@ fn calls_whose_cut_arguments_look_alike_are_not_taken_for_a_loop() {
         &["--script", script.to_str().unwrap(), "--no-approval"],
         "write three versions",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Wrote three versions.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Wrote three versions.", "{r:?}");
     let ws = w.workspace_root().join(&run);
     assert_eq!(
         std::fs::read_to_string(ws.join("notes.txt")).unwrap(),

@@ -59,8 +59,8 @@ fn run_shell_calls(
     let mut args = vec!["--script", s.as_str(), "--no-approval"];
     args.extend(net.iter().map(String::as_str));
     let run = submit(server, queue, &unique(name), &args, "use the network");
-    let r = result(server, &run, 0);
-    assert_eq!(r["answer"], "Done.", "{r}");
+    let r = ended(server, &run, 0);
+    assert_eq!(r.answer, "Done.", "{r:?}");
     run
 }
 
@@ -522,8 +522,8 @@ fn an_unknown_host_is_put_to_a_human_and_reached_once_allowed() {
     let approved = baton(&server, &["approve", &run, &call_id]).unwrap();
     assert_eq!(approved.code, 0, "{approved}");
 
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Done.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Done.", "{r:?}");
     let out = outputs(&server, &run);
     assert_refused(&out["first"], &unknown_at);
     assert!(out["again"].contains(SITE_PAGE), "{}", out["again"]);

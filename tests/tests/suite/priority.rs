@@ -294,8 +294,8 @@ fn a_run_continued_as_new_keeps_its_priority() {
     );
     assert_eq!(out.code, 0, "{out}");
     let _w = worker(&server, &queue, &[]);
-    let r = result(&server, &run, 0);
-    assert_eq!(r["reason"], "completed", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.reason, "completed", "{r:?}");
     assert!(
         segments(&server, &run).len() > 1,
         "the run continued as new"

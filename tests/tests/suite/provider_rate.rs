@@ -115,8 +115,8 @@ fn fifty_runs(rate: Option<&str>) -> usize {
     let w = worker(&server, &queue, &env);
     let started = Instant::now();
     for run in &runs {
-        let r = result(&server, run, 0);
-        assert_eq!(r["reason"], "completed", "{r}\n{}", w.log());
+        let r = ended(&server, run, 0);
+        assert_eq!(r.reason, "completed", "{r:?}\n{}", w.log());
     }
     let took = started.elapsed();
     let answered = llm.requests().len();
@@ -240,8 +240,8 @@ fn a_429_with_retry_after_pauses_the_providers_queue_for_every_run_then_lifts_it
         })
         .collect();
     for run in std::iter::once(&first).chain(&others) {
-        let r = result(&server, run, 0);
-        assert_eq!(r["reason"], "completed", "{r}\n{}", w.log());
+        let r = ended(&server, run, 0);
+        assert_eq!(r.reason, "completed", "{r:?}\n{}", w.log());
     }
     let arrivals = arrivals.lock().unwrap().clone();
     assert_eq!(arrivals.len(), 7, "one 429, then six answers");

@@ -479,8 +479,8 @@ fn anthropic_approval_flow_and_wire_format() {
         .code,
         0
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "Listed, echoed, and respected the denial.");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "Listed, echoed, and respected the denial.");
 
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -599,11 +599,8 @@ fn openai_provider_round_trip_and_no_key_in_history() {
     let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
     assert_eq!(status["pending"][0]["call_id"], "call_b");
     assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
-    let r = result(&server, &run, 0);
-    assert_eq!(
-        r["answer"],
-        "The workspace is empty and the shell said hello."
-    );
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "The workspace is empty and the shell said hello.");
 
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
@@ -689,15 +686,9 @@ fn provider_errors_end_the_run_with_the_provider_message() {
         &["--provider", "openai"],
         "go",
     );
-    let r = result(&server, &run, 1);
-    assert_eq!(r["status"], "FAILED");
-    assert_eq!(r["reason"], "provider_error");
-    assert!(
-        r["detail"]
-            .as_str()
-            .unwrap()
-            .contains("Incorrect API key provided"),
-        "{r}"
-    );
+    let r = ended(&server, &run, 1);
+    assert_eq!(r.status, "FAILED");
+    assert_eq!(r.reason, "provider_error");
+    assert!(r.detail.contains("Incorrect API key provided"), "{r:?}");
     assert_eq!(llm.request_count(), 1, "a 401 is not retried");
 }

@@ -187,8 +187,8 @@ fn a_429_with_an_http_date_retry_after_is_retried_no_earlier_than_that_date() {
         &["--provider", "openai-responses", "--no-approval"],
         "go",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "after the date");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "after the date");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
     let (date_at, date) = sent.lock().unwrap().unwrap();
@@ -238,8 +238,8 @@ fn reasoning_items_go_back_paired_with_the_items_that_followed_them() {
         &["--provider", "openai-responses", "--no-approval"],
         "Describe the workspace.",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "The workspace is empty.", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "The workspace is empty.", "{r:?}");
     assert_eq!(llm.take_violations(), Vec::<String>::new());
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 3);

@@ -120,8 +120,8 @@ fn a_run_whose_worker_is_killed_mid_run_is_one_trace_without_duplicates() {
     receiver.wait_for("worker A's approval span", |s| named(s, "approval"));
     a.kill9();
     let _b = worker(&server, &queue, &env);
-    let r = result(&server, &run, 0);
-    assert_eq!(r["reason"], "completed", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.reason, "completed", "{r:?}");
     let spans = receiver.wait_for("the root span", |s| named(s, "invoke_agent"));
 
     // One trace.

@@ -108,8 +108,8 @@ fn a_schedule_starts_runs_one_at_a_time_and_pause_trigger_and_delete_work() {
         "{runs:?}"
     );
     let first = &runs.iter().find(|(_, s)| s == "COMPLETED").unwrap().0;
-    let r = result(&server, first, 0);
-    assert_eq!(r["answer"], "Done.", "{r}");
+    let r = crate::common::ended(&server, first, 0);
+    assert_eq!(r.answer, "Done.", "{r:?}");
 
     // Paused: no new runs.
     let out = baton(

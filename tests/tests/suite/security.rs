@@ -442,8 +442,8 @@ fn approvals_are_attributed_and_restricted_by_identity() {
     // alice may; the decision records her identity next to the name she gave.
     let alice = as_user("alice", &[]);
     assert_eq!(alice.code, 0, "{alice}");
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
     assert!(w.workspace_root().join(&run).join("ok.txt").exists());
     let watch = baton(&server, &["watch", &run, "--json"]).unwrap();
     let decided: Vec<Value> = watch
@@ -481,6 +481,6 @@ fn approvals_are_attributed_and_restricted_by_identity() {
     )
     .unwrap();
     assert_eq!(from_ci.code, 0, "{from_ci}");
-    let r = result(&server, &ci, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &ci, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
 }

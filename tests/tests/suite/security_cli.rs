@@ -417,8 +417,8 @@ fn long_arguments_awaiting_approval_can_be_seen_whole() {
     );
     assert!(prompt.stdout.contains("call_1_1: denied"), "{prompt}");
     assert!(prompt.stdout.contains("call_1_2: denied"), "{prompt}");
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
 }
 
 /// The call ids of every `approve` update the run's history accepted, in order.
@@ -472,8 +472,8 @@ fn approve_all_decides_the_listed_calls_by_id() {
     );
     assert!(all.stdout.contains("call_2_1: approved"), "{all}");
     assert!(all.stdout.contains("call_2_2: approved"), "{all}");
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
     assert!(w.workspace_root().join(&run).join("one.txt").exists());
     assert_eq!(approve_updates(&server, &run), ["call_2_1", "call_2_2"]);
 }

@@ -32,8 +32,8 @@ fn malformed_arguments_and_unknown_tools_are_observations() {
         "go",
     );
     // The malformed shell call never waits for approval: it cannot run.
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "I could not do it.");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "I could not do it.");
     let msgs = llm.requests()[1].messages();
     let tool_msgs: Vec<&str> = msgs
         .iter()
@@ -117,9 +117,9 @@ fn read_only_tools_run_as_local_activities_and_a_slow_one_moves_to_an_activity()
         &["--script", s.to_str().unwrap(), "--no-approval"],
         "read locally",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
-    assert_eq!(r["turns"], 4);
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
+    assert_eq!(r.turns, 4);
     let (tools, local, text) = scheduled_and_local(&server, &run);
     // Each read ran as a local activity (one marker each); the write as a regular activity.
     // A read shows up as an activity too only if its local attempt ran out of its budget,
@@ -145,8 +145,8 @@ fn read_only_tools_run_as_local_activities_and_a_slow_one_moves_to_an_activity()
         &["--script", s.to_str().unwrap(), "--no-approval"],
         "read slowly",
     );
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
     let (tools, local, text) = scheduled_and_local(&server, &run);
     // The write, and the slow search once its local attempt ran out of budget.
     assert_eq!(

@@ -89,9 +89,9 @@ fn metrics_endpoint_counts_runs_tools_tokens_and_approvals() {
 
     let approved = baton(&server, &["approve", &run, "--all"]).unwrap();
     assert_eq!(approved.code, 0, "{approved}");
-    let done = result(&server, &run, 0);
-    assert_eq!(done["reason"], "completed");
-    assert_eq!(done["turns"], 2);
+    let done = ended(&server, &run, 0);
+    assert_eq!(done.reason, "completed");
+    assert_eq!(done.turns, 2);
 
     let (text, samples) = scrape_until(&addr, "the run counted as completed", |s| {
         value(s, "baton_runs_completed_total", &[("reason", "completed")]) == 1.0
@@ -553,8 +553,8 @@ async fn a_namespace_missing_a_search_attribute_stops_the_worker_or_gets_it_crea
         w.log()
     );
     let run = submit_labelled(&server, &queue);
-    let r = result(&server, &run, 0);
-    assert_eq!(r["status"], "COMPLETED", "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.status, "COMPLETED", "{r:?}");
     let listed = baton(&server, &["list", "--label", "team=infra", "--json"]).unwrap();
     assert!(listed.stdout.contains(&run), "{listed}");
 }
