@@ -7,7 +7,7 @@ use baton_proto::{
     run_event,
 };
 
-use super::{Batch, BatchKind, Disposition, Phase, PlannedCall, RunState, Step, user};
+use super::{Batch, BatchKind, Disposition, Phase, PlannedCall, RunState, Step, ToolPlan, user};
 use crate::{
     guards,
     policy::{self, Assessment},
@@ -50,10 +50,13 @@ impl RunState {
                     r
                 })
                 .collect();
-        Step::RunTools {
-            requests,
-            max_parallel: self.limits().max_parallel_tools,
-        }
+        let plan = ToolPlan::new(
+            &requests,
+            self.limits().max_parallel_tools,
+            self.spec.local_read_tools,
+            self.spec.remote_read_tools,
+        );
+        Step::RunTools { requests, plan }
     }
 
     /// Validates and assesses every call of a batch before any of it runs.

@@ -69,6 +69,7 @@ mod mcp;
 mod network;
 mod outputs;
 mod persisted;
+mod plan;
 mod status;
 mod subagents;
 mod transitions;
@@ -79,6 +80,7 @@ pub use conversation::{FollowUps, MAX_MESSAGE_IDS};
 pub use github::{GitHubProgress, PROGRESS_EVERY_TURNS, comment_marker};
 pub use input::{Applied, Input, InputKind};
 pub use outputs::{DELIVER_BRANCH, DELIVER_PR, Outputs, WorkspaceStart};
+pub use plan::{Runner, ToolPlan};
 pub use status::describe_event;
 pub use transitions::{On, TRANSITIONS, Transition};
 pub use verify::{
@@ -140,13 +142,13 @@ pub enum Step {
         /// How long to wait before the policy's timeout action applies.
         timeout_seconds: Option<u32>,
     },
-    /// Run these tool calls (activity `run_tool`), at most `max_parallel` at once, then report
-    /// their results in the same order with [`Input::ToolResults`].
+    /// Run these tool calls as `plan` says (activities, local activities, child workflows;
+    /// in groups), then report their results in the same order with [`Input::ToolResults`].
     RunTools {
         /// The approved calls of the batch, in call order.
         requests: Vec<ToolRequest>,
-        /// Concurrency limit.
-        max_parallel: u32,
+        /// Where each call runs, and which run at once.
+        plan: ToolPlan,
     },
     /// Summarize the older part of the conversation (activity `compact_context`), then report
     /// with [`Input::Compacted`] or [`Input::CompactionFailed`].

@@ -1,7 +1,7 @@
-//! A batch of approved tool calls: in parallel up to the run's limit, or one at a time with
-//! snapshot chaining when a call changes the workspace; read-only calls as local activities
-//! when the run asks for it; MCP tools' calls as `mcp_call_tool` activities; `spawn_agent`
-//! calls as child workflows ([`subagents`](super::subagents)).
+//! A batch of approved tool calls, run as the machine planned it ([`ToolPlan`]): in groups,
+//! each group's calls at once, snapshots chained from one group to the next; as local
+//! activities (with the slow-read fallback), `run_tool` or `mcp_call_tool` activities, or
+//! child workflows ([`subagents`](super::subagents)).
 
 use std::pin::Pin;
 
@@ -14,7 +14,7 @@ use super::{
     subagents,
 };
 use crate::activities::ToolActivities;
-use baton_core::machine::Input;
+use baton_core::machine::{Input, Runner, ToolPlan};
 
 /// How one call of a group ended (built per call and consumed at once: the size of the
 /// larger variant costs nothing).
@@ -26,43 +26,21 @@ enum Outcome {
     Child(subagents::Ended),
 }
 
-/// Runs approved calls as activities (`spawn_agent` calls as child workflows), at most `max_parallel` at once, results in call order.
-/// A call whose activity fails for good (after retries) becomes an error observation.
+/// Runs approved calls as `plan` says, results in call order. A call whose activity fails for
+/// good (after retries) becomes an error observation.
 pub(super) async fn run_tools(
     ctx: &WorkflowContext<AgentRun>,
     requests: Vec<ToolRequest>,
-    max_parallel: u32,
+    plan: ToolPlan,
     token: &WorkflowCancellationToken,
 ) -> Vec<ToolResult> {
     let mut results = Vec::with_capacity(requests.len());
-    // Calls that change the workspace run one at a time, each from the snapshot the previous
-    // one left: they may run on different workers, whose copies cannot be merged.
-    // Subagents of one batch start from the same tree and run side by side: their change sets
-    // land one after another, three-way, once they end.
-    let serial = requests.len() > 1 && requests.iter().any(|r| r.mutating && r.subagent.is_none());
-    let chunk = if serial {
-        1
-    } else {
-        max_parallel.max(1) as usize
-    };
     let mut snapshot = requests
         .first()
         .map(|r| r.snapshot.clone())
         .unwrap_or_default();
-    // Read-only calls as local activities: one workflow task per turn instead of two. They
-    // change nothing, so running one again after a worker failure is harmless. Each runs within
-    // a budget after which it runs again as a regular activity (a slow read must not hold the
-    // workflow task). `remote_read_tools` opts out; with it, `local_read_tools` still asks for
-    // them, unbounded.
-    let read_only = !requests.is_empty()
-        && requests
-            .iter()
-            .all(|r| !r.mutating && r.mcp.is_none() && r.subagent.is_none());
-    let (asked, remote) =
-        ctx.state(|s| (s.run.spec.local_read_tools, s.run.spec.remote_read_tools));
-    let bounded = read_only && !remote;
-    let local = read_only && (bounded || asked);
-    for group in requests.chunks(chunk) {
+    for range in plan.groups() {
+        let group = &requests[range.clone()];
         let ids: Vec<String> = group
             .iter()
             .filter_map(|r| r.call.as_ref().map(|c| c.id.clone()))
@@ -73,16 +51,16 @@ pub(super) async fn run_tools(
             snapshot: snapshot.clone(),
             ..r.clone()
         };
-        let outcomes: Vec<Outcome> = if local {
+        let outcomes: Vec<Outcome> = if let Some(fallback) = plan.local() {
             let futures: Vec<_> = group
                 .iter()
                 .map(|r| {
-                    let opts = local_tool_options(r, token, bounded);
+                    let opts = local_tool_options(r, token, fallback);
                     ctx.execute_local_activity(ToolActivities::run_tool, with_snapshot(r), opts)
                 })
                 .collect();
             let mut outcomes = temporalio_workflow::join_all(futures).await;
-            if bounded && !token.is_cancelled() {
+            if fallback && !token.is_cancelled() {
                 // The slow-read safeguard: what did not finish in the budget (or failed) runs
                 // as a regular activity, with the tool's own timeout, heartbeats and retries.
                 let slow: Vec<usize> = (0..outcomes.len())
@@ -107,27 +85,8 @@ pub(super) async fn run_tools(
         } else {
             let futures: Vec<_> = group
                 .iter()
-                .map(|r| -> Pin<Box<dyn Future<Output = Outcome> + '_>> {
-                    if r.subagent.is_some() {
-                        let from = snapshot.clone();
-                        Box::pin(async move {
-                            Outcome::Child(subagents::run_child(ctx, r, &from, token).await)
-                        })
-                    } else if r.mcp.is_some() {
-                        let opts = mcp_tool_options(r, token);
-                        let call = ctx.execute_activity(
-                            ToolActivities::mcp_call_tool,
-                            with_snapshot(r),
-                            opts,
-                        );
-                        Box::pin(async move { Outcome::Tool(call.await) })
-                    } else {
-                        let opts = tool_options(r, token);
-                        let call =
-                            ctx.execute_activity(ToolActivities::run_tool, with_snapshot(r), opts);
-                        Box::pin(async move { Outcome::Tool(call.await) })
-                    }
-                })
+                .zip(&plan.runners[range])
+                .map(|(r, &runner)| start_call(ctx, r, runner, &snapshot, token))
                 .collect();
             temporalio_workflow::join_all(futures).await
         };
@@ -176,4 +135,38 @@ pub(super) async fn run_tools(
         }
     }
     results
+}
+
+/// One call of a group that does not run as a local activity: its activity, or its child
+/// workflow, started from `snapshot`.
+fn start_call<'a>(
+    ctx: &'a WorkflowContext<AgentRun>,
+    request: &'a ToolRequest,
+    runner: Runner,
+    snapshot: &str,
+    token: &'a WorkflowCancellationToken,
+) -> Pin<Box<dyn Future<Output = Outcome> + 'a>> {
+    let input = || ToolRequest {
+        snapshot: snapshot.to_owned(),
+        ..request.clone()
+    };
+    match runner {
+        Runner::Child => {
+            let from = snapshot.to_owned();
+            Box::pin(async move {
+                Outcome::Child(subagents::run_child(ctx, request, &from, token).await)
+            })
+        }
+        Runner::Mcp => {
+            let opts = mcp_tool_options(request, token);
+            let call = ctx.execute_activity(ToolActivities::mcp_call_tool, input(), opts);
+            Box::pin(async move { Outcome::Tool(call.await) })
+        }
+        // Local runners come as a whole batch, run by `run_tools` itself.
+        Runner::Tool | Runner::Local { .. } => {
+            let opts = tool_options(request, token);
+            let call = ctx.execute_activity(ToolActivities::run_tool, input(), opts);
+            Box::pin(async move { Outcome::Tool(call.await) })
+        }
+    }
 }

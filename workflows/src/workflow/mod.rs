@@ -241,12 +241,9 @@ impl AgentRun {
                 Step::AwaitMessage { timeout_seconds } => {
                     conversation::await_message(ctx, timeout_seconds).await;
                 }
-                Step::RunTools {
-                    requests,
-                    max_parallel,
-                } => {
+                Step::RunTools { requests, plan } => {
                     let token = step_token(ctx);
-                    let work = batch::run_tools(ctx, requests, max_parallel, &token);
+                    let work = batch::run_tools(ctx, requests, plan, &token);
                     let Some(results) = within_deadline(ctx, &token, work, OnDeadline::Drain).await
                     else {
                         continue;
