@@ -3,6 +3,7 @@
 
 use baton_proto::{Continuation, RunEvent, RunSpec, run_event};
 
+use super::persisted::RunStateV1;
 use super::{
     CARRIED_EVENT_TEXT, CARRIED_EVENTS, CHECKPOINT_FORMAT, DEFAULT_HISTORY_EVENTS_BUDGET,
     MAX_CHECKPOINT_BYTES, Phase, RESIDENT_TURNS, RunState, normalize,
@@ -44,7 +45,8 @@ impl RunState {
             view::stub_before(&mut state.conversation, resident_from);
             let skip = self.events.len().saturating_sub(carried);
             state.events = self.events[skip..].iter().map(trim_event).collect();
-            let json = serde_json::to_string(&state).map_err(StateError::Unserializable)?;
+            let json = serde_json::to_string(&RunStateV1::from(state.clone()))
+                .map_err(StateError::Unserializable)?;
             if json.len() <= MAX_CHECKPOINT_BYTES || (resident_turns <= 1 && carried == 0) {
                 return Ok(Continuation {
                     segment: state.segment,
@@ -69,8 +71,9 @@ impl RunState {
                 found: continued.format,
             });
         }
-        let mut state: RunState =
-            serde_json::from_str(&continued.state).map_err(StateError::Unreadable)?;
+        let mut state: RunState = serde_json::from_str::<RunStateV1>(&continued.state)
+            .map_err(StateError::Unreadable)?
+            .into();
         state.run_id = run_id.to_owned();
         state.spec = normalize(spec);
         Ok(state)

@@ -274,8 +274,9 @@ pub enum Phase {
     Finished(Box<RunResult>),
 }
 
-/// The whole state of a run. Serializable, so it can be carried across continue-as-new.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The whole state of a run. A continue-as-new checkpoint carries it in the shape of
+/// `persisted::RunStateV1`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunState {
     /// The workflow id: the run id users see.
     pub run_id: String,
@@ -307,88 +308,63 @@ pub struct RunState {
     pub seen_call_ids: BTreeSet<String>,
     /// Tool results before this conversation index (of at least [`ELIDE_MIN_BYTES`]) are
     /// shown to the model as a short placeholder (the conversation keeps the output).
-    #[serde(default)]
     pub elide_before: usize,
     /// The current turn already hit a context overflow and was retried after trimming.
-    #[serde(default)]
     pub overflow_retried: bool,
     /// Allow rules learned from approvals with `remember: true`.
-    #[serde(default)]
     pub remembered: Vec<ToolRule>,
     /// Consecutive turns in which a tool call failed (circuit breaker).
-    #[serde(default)]
     pub error_streak: u32,
     /// Summary that replaces the older conversation in the model's view.
-    #[serde(default)]
     pub summary: Option<Summary>,
     /// Tokens the last LLM call reported (input + output) and the conversation length then;
     /// cleared when the model's view changes (elision, compaction).
-    #[serde(default)]
     pub calibration: Option<(u32, usize)>,
     /// Turn in which compaction last failed (not retried in the same turn).
-    #[serde(default)]
     pub compaction_failed_turn: Option<u32>,
     /// What the workspace contributes to the system prompt (read once, at the start).
-    #[serde(default)]
     pub instructions: Option<WorkspaceInstructions>,
     /// The limits the run started with; an extension adds them again.
-    #[serde(default)]
     pub base_limits: Option<baton_proto::Limits>,
     /// The part of the conversation in the blob store: (head segment id, items). Requests
     /// carry only the items after it.
-    #[serde(default)]
     pub stored: Option<(String, usize)>,
     /// Blob id of the stored system prompt and tools.
-    #[serde(default)]
     pub context_ref: Option<String>,
     /// Segments of this run before the current one (continue-as-new).
-    #[serde(default)]
     pub segment: u32,
     /// The latest snapshot of the run's workspace in the blob store (from tool results).
-    #[serde(default)]
     pub workspace_snapshot: Option<String>,
     /// The turn at which the current segment started.
-    #[serde(default)]
     pub segment_start_turn: u32,
     /// The workspace source's start, the change set and delivery.
-    #[serde(default)]
     pub outputs: Outputs,
     /// The model's context window as the worker's model table gives it (the latest reply's
     /// `LlmResponse.context_window`; 0 = unknown): compaction uses it when the run's
     /// `ModelConfig.context_window` is 0. Kept apart from the spec, which status shows as
     /// submitted.
-    #[serde(default)]
     pub model_context_window: u32,
     /// The most prompt tokens a request may carry as the worker computed it for the latest
     /// reply (`LlmResponse.prompt_capacity`: input cap, window less reserved output; 0 =
     /// unknown): compaction uses it before either window.
-    #[serde(default)]
     pub prompt_capacity: u32,
     /// The current turn's overflow asked for a compaction (once per turn).
-    #[serde(default)]
     pub overflow_compacted: bool,
     /// The next context check compacts whatever the estimate says (set by an overflow).
-    #[serde(default)]
     pub compact_now: bool,
     /// An estimate the provider refused as too long: 9/10 of the estimate at the overflow,
     /// so later turns compact before they get there again.
-    #[serde(default)]
     pub refused_at: Option<u32>,
     /// The spec's MCP servers were listed (their tools are in `tools`): never again in this
     /// run, later segments included.
-    #[serde(default)]
     pub mcp_listed: bool,
     /// `spawn_agent` calls that ran (each took a child run id), over the whole run.
-    #[serde(default)]
     pub subagents_started: u32,
     /// The verification gate's rounds and results (`verify.rs`).
-    #[serde(default)]
     pub verify: VerifyState,
     /// A conversation's tasks and the message ids it took (`conversation.rs`).
-    #[serde(default)]
     pub follow_ups: FollowUps,
     /// What was reported to the run's GitHub issue or pull request (`github.rs`).
-    #[serde(default)]
     pub github: GitHubProgress,
 }
 

@@ -1,12 +1,21 @@
 //! The persisted shapes of the machine's state: what `RunState` is in a continue-as-new
-//! checkpoint (`Continuation.state`, serde JSON). The in-memory types may change shape; these
-//! keep the JSON that earlier segments wrote, so a checkpoint taken by one build resumes in the
-//! next. The golden test below pins the JSON.
+//! checkpoint (`Continuation.state`, serde JSON): [`RunStateV1`], and [`BatchRepr`] for a
+//! batch. The in-memory types may change shape; these keep the JSON that earlier segments
+//! wrote, so a checkpoint taken by one build resumes in the next. The golden tests pin the
+//! JSON (below, and `tests/checkpoint_v1.json`).
 
-use baton_proto::{TerminationReason, ToolResult};
+use std::collections::BTreeSet;
+
+use baton_proto::{
+    Item, RunEvent, RunSpec, TerminationReason, ToolDefinition, ToolResult, ToolRule, Usage,
+    WorkspaceInstructions,
+};
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, BatchKind, PlannedCall};
+use super::{
+    Batch, BatchKind, FollowUps, GitHubProgress, Outputs, Phase, PlannedCall, RunState, Summary,
+    VerifyState,
+};
 
 /// A [`Batch`] as checkpoints hold it: its kind as four optional fields.
 #[derive(Serialize, Deserialize)]
@@ -70,6 +79,253 @@ impl From<Batch> for BatchRepr {
             hosts,
             started: b.started,
             done: b.done,
+        }
+    }
+}
+
+/// A [`RunState`] as a continue-as-new checkpoint holds it (`Continuation.state` in format
+/// [`CHECKPOINT_FORMAT`](super::CHECKPOINT_FORMAT) 1). Each field is `RunState`'s of the same
+/// name (documented there). The conversions destructure both structs whole: a field added to
+/// `RunState` does not compile until it is given its place here (with `#[serde(default)]`, so
+/// that older checkpoints still read) or a value when read back.
+#[derive(Serialize, Deserialize)]
+pub(super) struct RunStateV1 {
+    run_id: String,
+    spec: RunSpec,
+    tools: Vec<ToolDefinition>,
+    started_at_ms: i64,
+    conversation: Vec<Item>,
+    turn: u32,
+    usage: Usage,
+    consecutive_length: u32,
+    partial_text: String,
+    phase: Phase,
+    events: Vec<RunEvent>,
+    next_seq: u32,
+    inbox: Vec<String>,
+    seen_call_ids: BTreeSet<String>,
+    #[serde(default)]
+    elide_before: usize,
+    #[serde(default)]
+    overflow_retried: bool,
+    #[serde(default)]
+    remembered: Vec<ToolRule>,
+    #[serde(default)]
+    error_streak: u32,
+    #[serde(default)]
+    summary: Option<Summary>,
+    #[serde(default)]
+    calibration: Option<(u32, usize)>,
+    #[serde(default)]
+    compaction_failed_turn: Option<u32>,
+    #[serde(default)]
+    instructions: Option<WorkspaceInstructions>,
+    #[serde(default)]
+    base_limits: Option<baton_proto::Limits>,
+    #[serde(default)]
+    stored: Option<(String, usize)>,
+    #[serde(default)]
+    context_ref: Option<String>,
+    #[serde(default)]
+    segment: u32,
+    #[serde(default)]
+    workspace_snapshot: Option<String>,
+    #[serde(default)]
+    segment_start_turn: u32,
+    #[serde(default)]
+    outputs: Outputs,
+    #[serde(default)]
+    model_context_window: u32,
+    #[serde(default)]
+    prompt_capacity: u32,
+    #[serde(default)]
+    overflow_compacted: bool,
+    #[serde(default)]
+    compact_now: bool,
+    #[serde(default)]
+    refused_at: Option<u32>,
+    #[serde(default)]
+    mcp_listed: bool,
+    #[serde(default)]
+    subagents_started: u32,
+    #[serde(default)]
+    verify: VerifyState,
+    #[serde(default)]
+    follow_ups: FollowUps,
+    #[serde(default)]
+    github: GitHubProgress,
+}
+
+impl From<RunState> for RunStateV1 {
+    fn from(s: RunState) -> Self {
+        let RunState {
+            run_id,
+            spec,
+            tools,
+            started_at_ms,
+            conversation,
+            turn,
+            usage,
+            consecutive_length,
+            partial_text,
+            phase,
+            events,
+            next_seq,
+            inbox,
+            seen_call_ids,
+            elide_before,
+            overflow_retried,
+            remembered,
+            error_streak,
+            summary,
+            calibration,
+            compaction_failed_turn,
+            instructions,
+            base_limits,
+            stored,
+            context_ref,
+            segment,
+            workspace_snapshot,
+            segment_start_turn,
+            outputs,
+            model_context_window,
+            prompt_capacity,
+            overflow_compacted,
+            compact_now,
+            refused_at,
+            mcp_listed,
+            subagents_started,
+            verify,
+            follow_ups,
+            github,
+        } = s;
+        Self {
+            run_id,
+            spec,
+            tools,
+            started_at_ms,
+            conversation,
+            turn,
+            usage,
+            consecutive_length,
+            partial_text,
+            phase,
+            events,
+            next_seq,
+            inbox,
+            seen_call_ids,
+            elide_before,
+            overflow_retried,
+            remembered,
+            error_streak,
+            summary,
+            calibration,
+            compaction_failed_turn,
+            instructions,
+            base_limits,
+            stored,
+            context_ref,
+            segment,
+            workspace_snapshot,
+            segment_start_turn,
+            outputs,
+            model_context_window,
+            prompt_capacity,
+            overflow_compacted,
+            compact_now,
+            refused_at,
+            mcp_listed,
+            subagents_started,
+            verify,
+            follow_ups,
+            github,
+        }
+    }
+}
+
+impl From<RunStateV1> for RunState {
+    fn from(s: RunStateV1) -> Self {
+        let RunStateV1 {
+            run_id,
+            spec,
+            tools,
+            started_at_ms,
+            conversation,
+            turn,
+            usage,
+            consecutive_length,
+            partial_text,
+            phase,
+            events,
+            next_seq,
+            inbox,
+            seen_call_ids,
+            elide_before,
+            overflow_retried,
+            remembered,
+            error_streak,
+            summary,
+            calibration,
+            compaction_failed_turn,
+            instructions,
+            base_limits,
+            stored,
+            context_ref,
+            segment,
+            workspace_snapshot,
+            segment_start_turn,
+            outputs,
+            model_context_window,
+            prompt_capacity,
+            overflow_compacted,
+            compact_now,
+            refused_at,
+            mcp_listed,
+            subagents_started,
+            verify,
+            follow_ups,
+            github,
+        } = s;
+        Self {
+            run_id,
+            spec,
+            tools,
+            started_at_ms,
+            conversation,
+            turn,
+            usage,
+            consecutive_length,
+            partial_text,
+            phase,
+            events,
+            next_seq,
+            inbox,
+            seen_call_ids,
+            elide_before,
+            overflow_retried,
+            remembered,
+            error_streak,
+            summary,
+            calibration,
+            compaction_failed_turn,
+            instructions,
+            base_limits,
+            stored,
+            context_ref,
+            segment,
+            workspace_snapshot,
+            segment_start_turn,
+            outputs,
+            model_context_window,
+            prompt_capacity,
+            overflow_compacted,
+            compact_now,
+            refused_at,
+            mcp_listed,
+            subagents_started,
+            verify,
+            follow_ups,
+            github,
         }
     }
 }

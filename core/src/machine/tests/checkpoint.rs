@@ -1,5 +1,6 @@
 //! Continue-as-new: checkpoint and resume.
 
+use baton_proto::Continuation;
 use pretty_assertions::assert_eq;
 
 use super::*;
@@ -157,4 +158,92 @@ fn a_state_that_cannot_be_made_says_why_in_a_typed_error() {
         invalid.result().map(|r| r.reason()),
         Some(TerminationReason::InternalError)
     );
+}
+
+/// A state with most of its fields away from their defaults: three approved turns, a fourth
+/// waiting for a human, and the context fields a long run sets.
+fn busy_state() -> RunState {
+    let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
+    for i in 0..4 {
+        let Step::CallLlm(req) = s.next_step(T0 + i) else {
+            panic!("expected an LLM call");
+        };
+        let h = req.history.unwrap();
+        let mut r = reply(
+            &format!("turn {i}"),
+            vec![call(
+                &format!("c{i}"),
+                "shell",
+                &format!("{{\"command\":\"echo {i}\"}}"),
+            )],
+            FinishReason::ToolCalls,
+        );
+        r.history_head = format!("head{i}");
+        r.history_items = h.stored_items + h.added.len() as u32;
+        r.context = "ctx-1".into();
+        s.on_llm_response(r, T0 + i);
+        if i == 3 {
+            break;
+        }
+        s.on_decision(
+            ApprovalDecision {
+                call_id: format!("c{i}"),
+                approved: true,
+                approver: "ann".into(),
+                remember: i == 0,
+                ..Default::default()
+            },
+            T0 + i,
+        )
+        .unwrap();
+        expect_tools(&mut s);
+        s.on_tool_results(vec![ok_result(&format!("out {i}"))], T0 + i);
+    }
+    s.summary = Some(Summary {
+        text: "Earlier: listed files.".into(),
+        upto: 2,
+    });
+    s.calibration = Some((1200, 5));
+    s.compaction_failed_turn = Some(2);
+    s.workspace_snapshot = Some("snap-3".into());
+    s.refused_at = Some(90_000);
+    s.model_context_window = 128_000;
+    s.prompt_capacity = 120_000;
+    s.inbox.push("also check the README".into());
+    s
+}
+
+/// The checkpoint JSON is the version-1 shape that earlier builds wrote
+/// (`tests/checkpoint_v1.json`): a field added to `RunState` does not change it until it
+/// is given a place in `persisted::RunStateV1`, and that file still resumes.
+#[test]
+#[allow(clippy::disallowed_methods)] // test code: reads the environment for BATON_BLESS
+fn a_checkpoint_is_the_version_1_json_and_the_committed_one_resumes() {
+    let s = busy_state();
+    let carried = s.checkpoint().unwrap();
+    let json: serde_json::Value = serde_json::from_str(&carried.state).unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/machine/tests/checkpoint_v1.json");
+    if std::env::var_os("BATON_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap() + "\n").unwrap();
+    }
+    let committed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(json, committed);
+    let resumed = RunState::resume(
+        "run-1",
+        spec(&["shell"]),
+        &Continuation {
+            segment: 1,
+            state: committed.to_string(),
+            format: CHECKPOINT_FORMAT,
+        },
+    )
+    .unwrap();
+    let again = RunState::resume("run-1", spec(&["shell"]), &carried).unwrap();
+    assert_eq!(resumed, again);
+    assert_eq!(resumed.turn, 4);
+    assert_eq!(resumed.status().pending.len(), 1);
+    assert_eq!(resumed.remembered.len(), 1);
+    assert_eq!(resumed.inbox, ["also check the README"]);
 }

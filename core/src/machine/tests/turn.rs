@@ -314,8 +314,10 @@ fn state_and_wire_types_round_trip_as_json_with_proto_field_names() {
         ),
         T0,
     );
-    let json = serde_json::to_string(&s).unwrap();
-    let back: RunState = serde_json::from_str(&json).unwrap();
+    let json = serde_json::to_string(&persisted::RunStateV1::from(s.clone())).unwrap();
+    let back: RunState = serde_json::from_str::<persisted::RunStateV1>(&json)
+        .unwrap()
+        .into();
     assert_eq!(back, s);
     let status = serde_json::to_value(s.status()).unwrap();
     assert_eq!(status["state"], "AWAITING_APPROVAL");
