@@ -37,13 +37,22 @@ pub fn submit(server: &DevServer, queue: &str, id: &str, extra: &[&str], prompt:
 }
 
 /// Polls `baton status RUN --json` until the run is in `state`; returns that status.
-pub fn wait_state(server: &DevServer, run: &str, state: &str, timeout: Duration) -> Value {
+pub fn wait_status(
+    server: &DevServer,
+    run: &str,
+    state: &str,
+    timeout: Duration,
+) -> json::Status<'static> {
     wait_until_blocking(timeout, &format!("run {run} in state {state}"), || {
-        let out = baton(server, &["status", run, "--json"])?;
-        let v = out.json()?;
-        Ok((v["state"] == state).then_some(v))
+        let status: json::Status = baton(server, &["status", run, "--json"])?.parse()?;
+        Ok((status.status.state == state).then_some(status))
     })
     .unwrap()
+}
+
+/// [`wait_status`], as JSON.
+pub fn wait_state(server: &DevServer, run: &str, state: &str, timeout: Duration) -> Value {
+    serde_json::to_value(wait_status(server, run, state, timeout)).unwrap()
 }
 
 /// `baton result RUN --wait --json`, asserting the exit code.

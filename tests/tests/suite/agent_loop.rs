@@ -110,8 +110,8 @@ fn remembered_approval_and_ci_mode_and_policy_files() {
         &["--script", &s, "--require-approval", "edit_file"],
         "edit",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
-    assert_eq!(status["pending"][0]["tool"], "edit_file");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status.status.pending[0].tool, "edit_file");
     let out = baton(&server, &["approve", &run, "--all", "--remember"]).unwrap();
     assert_eq!(out.code, 0, "{out}");
     let r = ended(&server, &run, 0);

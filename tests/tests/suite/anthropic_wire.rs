@@ -251,10 +251,14 @@ fn a_max_tokens_stop_is_asked_again_with_the_models_limit() {
         "--no-approval",
     ];
     submit(&server, &queue, &run, &args, "Write a lot.");
-    let r = result(&server, &run, 0);
-    assert_eq!(r["answer"], "The long answer, whole this time.", "{r}");
-    assert_eq!(r["usage"]["llm_calls"], 1, "one model call of the run: {r}");
-    assert_eq!(r["turns"], 1, "{r}");
+    let r = ended(&server, &run, 0);
+    assert_eq!(r.answer, "The long answer, whole this time.", "{r:?}");
+    assert_eq!(
+        r.usage.as_ref().unwrap().llm_calls,
+        1,
+        "one model call of the run: {r:?}"
+    );
+    assert_eq!(r.turns, 1, "{r:?}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[0].body["max_tokens"], 8192);
@@ -262,8 +266,8 @@ fn a_max_tokens_stop_is_asked_again_with_the_models_limit() {
     assert_eq!(reqs[0].body["messages"], reqs[1].body["messages"]);
     // Both calls billed: the two replies' output tokens (4 words + 6 words) and both prompts
     // (the mock's 42 input tokens each).
-    assert_eq!(r["usage"]["output_tokens"], 10, "{r}");
-    assert_eq!(r["usage"]["input_tokens"], 84, "{r}");
+    assert_eq!(r.usage.as_ref().unwrap().output_tokens, 10, "{r:?}");
+    assert_eq!(r.usage.as_ref().unwrap().input_tokens, 84, "{r:?}");
     assert_eq!(llm.take_violations(), Vec::<String>::new());
 
     // With the run's own limit, the cut answer stands (a `length` stop: continued by a turn).

@@ -67,8 +67,8 @@ fn approvals_via_baton_cli_temporal_signal_and_denial() {
         typo.stderr.contains("call_9_9 of run") && typo.stderr.contains("nothing was sent"),
         "{typo}"
     );
-    let status = wait_state(&server, &a, "AWAITING_APPROVAL", T);
-    assert_eq!(status["pending"].as_array().unwrap().len(), 2, "{status}");
+    let status = wait_status(&server, &a, "AWAITING_APPROVAL", T);
+    assert_eq!(status.status.pending.len(), 2, "{status:?}");
 
     let first = baton(&server, &["approve", &a, "call_2_1", "--approver", "alice"]).unwrap();
     assert_eq!(first.code, 0, "{first}");
@@ -392,11 +392,11 @@ fn a_partly_applied_approval_says_what_was_applied() {
     let twice = baton(&server, &["approve", &run, "call_1_1", "call_1_1"]).unwrap();
     assert_eq!(twice.code, 2, "{twice}");
     assert!(twice.stderr.contains("given more than once"), "{twice}");
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", T);
     assert_eq!(
-        status["pending"].as_array().unwrap().len(),
+        status.status.pending.len(),
         2,
-        "nothing was sent: {status}"
+        "nothing was sent: {status:?}"
     );
 
     let out = baton(

@@ -260,9 +260,13 @@ fn usage_a_server_does_not_send_is_estimated_marked_and_budgets_hold() {
         ],
         "look",
     );
-    let ended = result(&server, &run, 1);
-    assert_eq!(ended["reason"], "budget_exceeded", "{ended}");
-    assert_eq!(ended["usage"]["estimated_calls"], 1, "{ended}");
+    let ended = ended(&server, &run, 1);
+    assert_eq!(ended.reason, "budget_exceeded", "{ended:?}");
+    assert_eq!(
+        ended.usage.as_ref().unwrap().estimated_calls,
+        1,
+        "{ended:?}"
+    );
     assert_eq!(llm.pending(), 1, "the second call was never made");
 }
 

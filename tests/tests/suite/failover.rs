@@ -457,9 +457,9 @@ fn with_on_retry_ask_a_cut_off_call_waits_for_a_human_before_it_runs_again() {
     workers[victim].kill9();
     kill_leftovers(&sleep_arg);
     // The retry on the other worker does not run the command: a human decides.
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
-    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
-    assert_eq!(status["pending"][0]["tool"], "shell", "{status}");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status.status.pending[0].call_id.to_string();
+    assert_eq!(status.status.pending[0].tool, "shell", "{status:?}");
     assert_eq!(
         std::fs::read_to_string(&deploys).unwrap().lines().count(),
         1

@@ -259,8 +259,8 @@ fn pinned_runs_stay_on_their_build_move_on_continue_as_new_and_replay_check_gate
         &["--script", &r5_script],
         "r5",
     );
-    let status = wait_state(&server, &r5, "AWAITING_APPROVAL", Duration::from_secs(60));
-    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    let status = wait_status(&server, &r5, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status.status.pending[0].call_id.to_string();
     b.terminate().unwrap();
     let out = baton(&server, &["approve", &r5, &call, "--signal"]).unwrap();
     assert_eq!(out.code, 0, "{out}");

@@ -102,10 +102,14 @@ fn a_fork_at_turn_3_has_the_first_three_turns_their_workspace_and_a_small_histor
     assert_eq!(started["fork_of"], run.as_str(), "{started}");
     assert_eq!(started["task_queue"], queue.as_str(), "RUN's queue");
     let id = started["run_id"].as_str().unwrap().to_owned();
-    let r = result(&server, &id, 0);
-    assert_eq!(r["answer"], "Wrote g instead.", "{r}");
-    assert_eq!(r["turns"], 6, "turns count on from 3: {r}");
-    assert_eq!(r["usage"]["llm_calls"], 3, "usage starts at zero: {r}");
+    let r = ended(&server, &id, 0);
+    assert_eq!(r.answer, "Wrote g instead.", "{r:?}");
+    assert_eq!(r.turns, 6, "turns count on from 3: {r:?}");
+    assert_eq!(
+        r.usage.as_ref().unwrap().llm_calls,
+        3,
+        "usage starts at zero: {r:?}"
+    );
 
     // The first request: the task, assistant 1..3 with their calls and results, then the
     // instructions; nothing of the user's message or of turns 4..6.
@@ -143,13 +147,15 @@ fn a_fork_at_turn_3_has_the_first_three_turns_their_workspace_and_a_small_histor
         "three\n"
     );
     assert!(!workspace.join("f4").exists());
-    let files: Vec<&str> = r["changes"]["files"]
-        .as_array()
+    let files: Vec<&str> = r
+        .changes
+        .as_ref()
         .unwrap()
+        .files
         .iter()
-        .map(|f| f["path"].as_str().unwrap())
+        .map(|f| &*f.path)
         .collect();
-    assert_eq!(files, ["f1", "f2", "f3", "g"], "{r}");
+    assert_eq!(files, ["f1", "f2", "f3", "g"], "{r:?}");
     let diff = baton(&server, &["diff", &id]).unwrap();
     assert!(diff.stdout.contains("+three"), "{diff}");
 

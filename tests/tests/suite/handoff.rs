@@ -95,8 +95,8 @@ fn a_run_moves_to_a_worker_with_another_workspace_root_and_finds_its_files() {
         &["--script", script.to_str().unwrap()],
         "write then check",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
-    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status.status.pending[0].call_id.to_string();
     assert!(root_a.path().join(&run).join("src/a.txt").exists());
     a.kill9();
     let mut b = Worker::spawn_with_workspace(&server, &queue, root_b.path(), &[]).unwrap();

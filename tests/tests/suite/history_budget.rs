@@ -117,9 +117,9 @@ fn a_500_turn_run_keeps_history_bounded_and_continues_as_new_with_an_approval_pe
         .collect();
     let run = run_scripted(&server, &queue, dir.path(), "run-long", &turns, 200);
     // The approval is requested right at a segment boundary: it is pending across it.
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(600));
-    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
-    assert_eq!(status["pending"][0]["tool"], "write_file", "{status}");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(600));
+    let call = status.status.pending[0].call_id.to_string();
+    assert_eq!(status.status.pending[0].tool, "write_file", "{status:?}");
     let before = segments(&server, &run);
     assert_eq!(
         before.len(),

@@ -596,8 +596,8 @@ fn openai_provider_round_trip_and_no_key_in_history() {
         ],
         "Say hello from the shell.",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
-    assert_eq!(status["pending"][0]["call_id"], "call_b");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status.status.pending[0].call_id, "call_b");
     assert_eq!(baton(&server, &["approve", &run, "--all"]).unwrap().code, 0);
     let r = ended(&server, &run, 0);
     assert_eq!(r.answer, "The workspace is empty and the shell said hello.");

@@ -549,8 +549,8 @@ async fn record_subagent_history() {
         ],
         "record a subagent history",
     );
-    let r = result(&server, parent, 0);
-    assert_eq!(r["changes"]["files_changed"], 2, "{r}");
+    let r = ended(&server, parent, 0);
+    assert_eq!(r.changes.as_ref().unwrap().files_changed, 2, "{r:?}");
     let parent_json = fetch_history(&server, parent, None).await;
     let text = String::from_utf8_lossy(&parent_json);
     assert_eq!(

@@ -109,8 +109,8 @@ fn a_run_whose_worker_is_killed_mid_run_is_one_trace_without_duplicates() {
         &["--provider", "openai", "--model", "gpt-4o-mini"],
         "print a greeting",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
-    let call = status["pending"][0]["call_id"].as_str().unwrap().to_owned();
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let call = status.status.pending[0].call_id.to_string();
     // Worker A exported its model call and, once approved, the approval wait; it dies while
     // the tool runs. Worker B replays the history (the wait among it: no second approval
     // span), runs the tool again and finishes the run.

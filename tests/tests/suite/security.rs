@@ -435,8 +435,8 @@ fn approvals_are_attributed_and_restricted_by_identity() {
         .then_some(()))
     })
     .unwrap();
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", T);
-    assert_eq!(status["pending"].as_array().unwrap().len(), 1, "{status}");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", T);
+    assert_eq!(status.status.pending.len(), 1, "{status:?}");
     assert!(!w.workspace_root().join(&run).join("ok.txt").exists());
 
     // alice may; the decision records her identity next to the name she gave.

@@ -340,11 +340,11 @@ fn long_arguments_awaiting_approval_can_be_seen_whole() {
         ],
         "write",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
-    let cut = status["pending"][0]["arguments"].as_str().unwrap();
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    let cut = status.status.pending[0].arguments.as_ref();
     assert!(
         cut.contains("kept in the blob store]") && !cut.contains("TAIL-MARKER-5e1d"),
-        "the history keeps them cut: {status}"
+        "the history keeps them cut: {status:?}"
     );
 
     // `pending`: says they are cut and how to see them whole.
@@ -458,8 +458,8 @@ fn approve_all_decides_the_listed_calls_by_id() {
         &["--script", &script],
         "two",
     );
-    let status = wait_state(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
-    assert_eq!(status["pending"].as_array().unwrap().len(), 2, "{status}");
+    let status = wait_status(&server, &run, "AWAITING_APPROVAL", Duration::from_secs(60));
+    assert_eq!(status.status.pending.len(), 2, "{status:?}");
 
     let all = baton(&server, &["approve", &run, "--all", "--approver", "alice"]).unwrap();
     assert_eq!(all.code, 0, "{all}");

@@ -491,8 +491,8 @@ fn a_worker_killed_during_delivery_still_leaves_one_commit_and_one_pull_request(
     first.kill9();
     let _second = git_worker(&server, &queue, tmp.path(), &remote, "x", Some(&root));
     remote.github.delay_create(Duration::ZERO);
-    let r = result(&server, &run, 0);
-    assert_eq!(r["delivered"]["ok"], true, "{r}");
+    let r = ended(&server, &run, 0);
+    assert!(r.delivered.as_ref().unwrap().ok, "{r:?}");
     let branch = format!("baton/{run}");
     assert_eq!(
         remote.repo.commits(&branch).unwrap().len(),
@@ -512,7 +512,7 @@ fn a_worker_killed_during_delivery_still_leaves_one_commit_and_one_pull_request(
         "the retry found the pull request instead of opening another"
     );
     assert_eq!(
-        r["delivered"]["pull_request_url"],
+        r.delivered.as_ref().unwrap().pull_request_url,
         pulls[0].html_url.as_str()
     );
 }
