@@ -19,23 +19,7 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
     assert!(s.wants_continue_as_new(DEFAULT_HISTORY_EVENTS_BUDGET, false));
     for i in 0..30 {
         // Approve each call so the batch runs.
-        let Step::CallLlm(req) = s.next_step(T0) else {
-            panic!("expected an LLM call");
-        };
-        let h = req.history.unwrap();
-        let mut r = reply(
-            &format!("turn {i}"),
-            vec![call(
-                &format!("c{i}"),
-                "shell",
-                &format!("{{\"command\":\"echo {i}\"}}"),
-            )],
-            FinishReason::ToolCalls,
-        );
-        r.history_head = format!("head{i}");
-        r.history_items = h.stored_items + h.added.len() as u32;
-        r.context = "ctx-1".into();
-        s.on_llm_response(r, T0);
+        shell_reply(&mut s, i, "ctx-1", T0);
         if i == 29 {
             break;
         }
@@ -165,23 +149,7 @@ fn a_state_that_cannot_be_made_says_why_in_a_typed_error() {
 fn busy_state() -> RunState {
     let mut s = RunState::new("run-1", spec(&["shell"]), T0).unwrap();
     for i in 0..4 {
-        let Step::CallLlm(req) = s.next_step(T0 + i) else {
-            panic!("expected an LLM call");
-        };
-        let h = req.history.unwrap();
-        let mut r = reply(
-            &format!("turn {i}"),
-            vec![call(
-                &format!("c{i}"),
-                "shell",
-                &format!("{{\"command\":\"echo {i}\"}}"),
-            )],
-            FinishReason::ToolCalls,
-        );
-        r.history_head = format!("head{i}");
-        r.history_items = h.stored_items + h.added.len() as u32;
-        r.context = "ctx-1".into();
-        s.on_llm_response(r, T0 + i);
+        shell_reply(&mut s, i, "ctx-1", T0 + i64::from(i));
         if i == 3 {
             break;
         }
@@ -193,11 +161,11 @@ fn busy_state() -> RunState {
                 remember: i == 0,
                 ..Default::default()
             },
-            T0 + i,
+            T0 + i64::from(i),
         )
         .unwrap();
         expect_tools(&mut s);
-        s.on_tool_results(vec![ok_result(&format!("out {i}"))], T0 + i);
+        s.on_tool_results(vec![ok_result(&format!("out {i}"))], T0 + i64::from(i));
     }
     s.summary = Some(Summary {
         text: "Earlier: listed files.".into(),

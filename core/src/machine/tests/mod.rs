@@ -148,13 +148,13 @@ fn failing_turn(s: &mut RunState, i: u32, fails: bool) {
     s.on_tool_results(vec![r], T0);
 }
 
-/// A turn of `shell` with output `out`, answered by the "activity" with a stored head.
-fn stored_turn(s: &mut RunState, i: u32, out: &str) {
-    let Step::CallLlm(req) = s.next_step(T0) else {
+/// Model turn `i` at `now`: the reply calls `shell` (call `c{i}`, `echo {i}`), its history
+/// stored at head `head{i}` and its context at `context`.
+fn shell_reply(s: &mut RunState, i: u32, context: &str, now: i64) {
+    let Step::CallLlm(req) = s.next_step(now) else {
         panic!("expected an LLM call");
     };
     let history = req.history.unwrap();
-    let items = history.stored_items as usize + history.added.len();
     let mut response = reply(
         &format!("turn {i}"),
         vec![call(
@@ -165,9 +165,14 @@ fn stored_turn(s: &mut RunState, i: u32, out: &str) {
         FinishReason::ToolCalls,
     );
     response.history_head = format!("head{i}");
-    response.history_items = items as u32;
-    response.context = "ctx".into();
-    s.on_llm_response(response, T0);
+    response.history_items = history.stored_items + history.added.len() as u32;
+    response.context = context.into();
+    s.on_llm_response(response, now);
+}
+
+/// A turn of `shell` with output `out`, answered by the "activity" with a stored head.
+fn stored_turn(s: &mut RunState, i: u32, out: &str) {
+    shell_reply(s, i, "ctx", T0);
     expect_tools(s);
     s.on_tool_results(vec![ok_result(out)], T0);
 }
