@@ -23,18 +23,7 @@ fn a_checkpoint_carries_the_run_by_reference_and_resumes_it() {
         if i == 29 {
             break;
         }
-        s.on_decision(
-            ApprovalDecision {
-                call_id: format!("c{i}"),
-                approved: true,
-                approver: "ann".into(),
-                ..Default::default()
-            },
-            T0,
-        )
-        .unwrap();
-        expect_tools(&mut s);
-        s.on_tool_results(vec![ok_result(&"o".repeat(2000))], T0);
+        approve_and_run(&mut s, i, false, &"o".repeat(2000), T0);
     }
     // Turn 30 waits for a human, and the segment used its turn budget.
     assert_eq!(s.status().state(), StateName::AwaitingApproval);
@@ -153,19 +142,7 @@ fn busy_state() -> RunState {
         if i == 3 {
             break;
         }
-        s.on_decision(
-            ApprovalDecision {
-                call_id: format!("c{i}"),
-                approved: true,
-                approver: "ann".into(),
-                remember: i == 0,
-                ..Default::default()
-            },
-            T0 + i64::from(i),
-        )
-        .unwrap();
-        expect_tools(&mut s);
-        s.on_tool_results(vec![ok_result(&format!("out {i}"))], T0 + i64::from(i));
+        approve_and_run(&mut s, i, i == 0, &format!("out {i}"), T0 + i64::from(i));
     }
     s.summary = Some(Summary {
         text: "Earlier: listed files.".into(),

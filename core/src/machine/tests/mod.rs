@@ -170,6 +170,23 @@ fn shell_reply(s: &mut RunState, i: u32, context: &str, now: i64) {
     s.on_llm_response(response, now);
 }
 
+/// Call `c{i}` approved by "ann" (`remember`: as a rule too), run, and answered with `out`.
+fn approve_and_run(s: &mut RunState, i: u32, remember: bool, out: &str, now: i64) {
+    s.on_decision(
+        ApprovalDecision {
+            call_id: format!("c{i}"),
+            approved: true,
+            approver: "ann".into(),
+            remember,
+            ..Default::default()
+        },
+        now,
+    )
+    .unwrap();
+    expect_tools(s);
+    s.on_tool_results(vec![ok_result(out)], now);
+}
+
 /// A turn of `shell` with output `out`, answered by the "activity" with a stored head.
 fn stored_turn(s: &mut RunState, i: u32, out: &str) {
     shell_reply(s, i, "ctx", T0);
