@@ -182,12 +182,8 @@ pub(crate) struct ForkArgs {
     /// Task queue the workers poll (default: RUN's).
     #[arg(long)]
     pub(crate) task_queue: Option<String>,
-    /// Wait for the fork to end and print its result.
-    #[arg(long)]
-    pub(crate) wait: bool,
-    /// With --wait: give up waiting after this long (exit 3; the run goes on).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
-    pub(crate) wait_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
     /// From the global `--json`.
     #[arg(skip)]
     pub(crate) json: bool,
@@ -443,6 +439,19 @@ pub(crate) struct FleetStatusArgs {
     pub(crate) json: bool,
 }
 
+/// `--wait` and `--wait-timeout`, the same on every command that can follow a run to its end
+/// (`submit`, `fork`, `result`).
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct WaitArgs {
+    /// Wait for the run to end and print its result (Ctrl-C stops waiting: exit 3, the run
+    /// goes on).
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// With --wait: give up waiting after this long (exit 3; the run goes on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct PendingArgs {
     /// At most this many runs.
@@ -457,12 +466,8 @@ pub(crate) struct PendingArgs {
 pub(crate) struct ResultArgs {
     /// Run id.
     pub(crate) run: String,
-    /// Wait for the run to end (Ctrl-C stops waiting: exit 3, the run goes on).
-    #[arg(long)]
-    pub(crate) wait: bool,
-    /// With --wait: give up waiting after this long (exit 3; the run goes on).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
-    pub(crate) wait_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
     /// From the global `--json`.
     #[arg(skip)]
     pub(crate) json: bool,

@@ -77,8 +77,7 @@ pub(crate) async fn run(args: ForkArgs) -> Result<i32, Exit> {
         eprintln!("{}", p.describe());
     }
     let how = Launch {
-        wait: args.wait,
-        wait_timeout: args.wait_timeout,
+        waiting: args.waiting,
         json: args.json,
         started: format!(
             "forked run {} at turn {} as run {run_id} on task queue '{task_queue}' (a \

@@ -390,7 +390,7 @@ pub(crate) fn print_result(result: &RunResult, as_json: bool) -> Result<i32, Exi
 pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
     let client = connect().await?;
     let h = handle(&client, &args.run);
-    if !args.wait {
+    if !args.waiting.wait {
         let snap = snapshot(&h, &args.run).await?;
         if snap.temporal_status == WorkflowExecutionStatus::Running {
             let msg = format!(
@@ -411,7 +411,7 @@ pub(crate) async fn result(args: ResultArgs) -> Result<i32, Exit> {
             return Ok(exit::WAIT_TIMEOUT);
         }
     }
-    match waiting::until_detached(args.wait_timeout, wait_result(&h, &args.run)).await {
+    match waiting::until_detached(args.waiting.wait_timeout, wait_result(&h, &args.run)).await {
         Waited::Done(r) => print_result(&r?, args.json),
         Waited::TimedOut | Waited::Detached => {
             // Like `submit --wait`: detach and say how to come back.

@@ -33,8 +33,7 @@ const INLINE_SCRIPT_BYTES: usize = 64 * 1024;
 
 /// How a started run is reported and followed.
 pub(crate) struct Launch {
-    pub(crate) wait: bool,
-    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) waiting: crate::cli::WaitArgs,
     pub(crate) json: bool,
     /// What started, for people (stderr), e.g. "submitted run r1 to task queue 'baton'".
     pub(crate) started: String,
@@ -192,7 +191,7 @@ async fn priority_kept(client: &Client, run_id: &str, asked: &RunPriority) -> bo
 /// run on a terminal and prints its result (exit code as for `result`).
 pub(crate) async fn follow(client: &Client, run_id: &str, how: &Launch) -> Result<i32, Exit> {
     let h = crate::connect::handle(client, run_id);
-    if !how.wait {
+    if !how.waiting.wait {
         if how.json {
             println!("{}", how.started_json);
         } else {
@@ -227,7 +226,7 @@ pub(crate) async fn follow(client: &Client, run_id: &str, how: &Launch) -> Resul
     };
     // Ctrl-C detaches like a --wait-timeout (the futures, and so the spinner line, are gone
     // once the wait ends).
-    match waiting::until_detached(how.wait_timeout, wait).await {
+    match waiting::until_detached(how.waiting.wait_timeout, wait).await {
         Waited::Done(result) => inspect::print_result(&result?, how.json),
         Waited::Detached if !how.json => {
             eprintln!(

@@ -156,7 +156,7 @@ async fn create(args: ScheduleCreateArgs) -> Result<i32, Exit> {
             "--id names one run; a schedule's runs are named after it (NAME-<start time>): drop --id",
         ));
     }
-    if args.run.wait {
+    if args.run.waiting.wait {
         return Err(Exit::usage(
             "--wait follows one run; a schedule's runs start later: follow them with `baton list \
              --label baton.schedule=NAME` and `baton watch RUN`",

@@ -38,8 +38,7 @@ pub(crate) async fn run(args: SubmitArgs) -> Result<i32, Exit> {
         }
     }
     let how = Launch {
-        wait: args.wait,
-        wait_timeout: args.wait_timeout,
+        waiting: args.waiting,
         json: args.json,
         started,
         started_json: json::line(&json::Submitted {

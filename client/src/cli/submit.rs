@@ -44,12 +44,8 @@ pub(crate) struct SubmitArgs {
     /// Task queue the workers poll.
     #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
     pub(crate) task_queue: String,
-    /// Wait for the run to end and print its result.
-    #[arg(long)]
-    pub(crate) wait: bool,
-    /// With --wait: give up waiting after this long (exit 3; the run goes on).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "wait")]
-    pub(crate) wait_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    pub(crate) waiting: super::WaitArgs,
     /// From the global `--json`.
     #[arg(skip)]
     pub(crate) json: bool,
