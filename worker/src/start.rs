@@ -47,9 +47,17 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     let connected = connect(&settings).await?;
     let storage = open_storage(&settings)?;
     clear_leftovers();
-    let metrics = Metrics::checked_start(&settings)?;
+    let services = Services::start(&settings, &connected, storage).await?;
+    let metrics = metrics::start(&settings).misconfigured("metrics_addr / otel_endpoint")?;
+    if let Some(m) = &metrics {
+        metrics::spawn_visibility_poller(
+            connected.client.clone(),
+            settings.task_queue.clone(),
+            m.baton.clone(),
+            Duration::from_secs(settings.metrics_poll_secs.max(1)),
+        );
+    }
     let runtime = temporal_runtime(metrics.as_ref())?;
-    let services = Services::start(&settings, &connected, storage, metrics.as_ref()).await?;
     let mut workers = Workers::build(&settings, &runtime, &connected, &services, metrics)?;
     if let Some(h) = &health {
         h.clone().watch_temporal(connected.client.clone());
@@ -106,13 +114,6 @@ fn clear_leftovers() {
     }
 }
 
-impl Metrics {
-    /// [`metrics::start`], its error marked as the configuration's.
-    fn checked_start(settings: &Settings) -> anyhow::Result<Option<Metrics>> {
-        metrics::start(settings).misconfigured("metrics_addr / otel_endpoint")
-    }
-}
-
 /// Temporal's runtime on the current tokio runtime, its worker metrics in `metrics`.
 fn temporal_runtime(metrics: Option<&Metrics>) -> anyhow::Result<Runtime> {
     let mut telemetry = TelemetryOptions::builder().build();
@@ -145,7 +146,6 @@ impl Services {
         settings: &Settings,
         connected: &Connected,
         storage: Storage,
-        metrics: Option<&Metrics>,
     ) -> anyhow::Result<Self> {
         let Storage {
             workspace_root,
@@ -173,14 +173,6 @@ impl Services {
             .map_err(anyhow::Error::msg)
             .misconfigured("[git.github]")?
             .map(Arc::new);
-        if let Some(m) = metrics {
-            metrics::spawn_visibility_poller(
-                connected.client.clone(),
-                settings.task_queue.clone(),
-                m.baton.clone(),
-                Duration::from_secs(settings.metrics_poll_secs.max(1)),
-            );
-        }
         fence_tool_env(settings);
         // MCP servers start on first use, one connection per server shared by every run.
         let mcp = McpPool::new(settings.mcp.clone());

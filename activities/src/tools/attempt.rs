@@ -261,7 +261,9 @@ impl ToolService {
                 } else {
                     None
                 };
-                let outcome = self.mcp(ctx, origin, call, timeout, run.as_ref()).await;
+                let outcome = self
+                    .mcp(ctx, run_id, origin, call, timeout, run.as_ref())
+                    .await;
                 (outcome, !request.mutating)
             }
         }
@@ -347,12 +349,12 @@ impl ToolService {
     async fn mcp(
         &self,
         ctx: &ActivityContext,
+        run_id: &str,
         origin: &McpOrigin,
         call: &ToolCall,
         timeout: Duration,
         run: Option<&RunScope>,
     ) -> Result<ToolResult, ActivityError> {
-        let run_id = ctx.info().workflow_id.clone().unwrap_or_default();
         let work = crate::mcp::call::execute(&self.mcp, self.store(), origin, call, timeout, run);
         match heartbeat::until_cancelled(ctx, work).await {
             Err(cancelled) => {
