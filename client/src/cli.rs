@@ -54,6 +54,7 @@ impl Command {
             Command::Diff(a) => &mut a.json,
             Command::Download(a) => &mut a.json,
             Command::ReplayCheck(a) => &mut a.json,
+            Command::Eval(a) => &mut a.json,
             Command::Fleet {
                 command: FleetCommand::Status(a) | FleetCommand::Patches(a),
             } => &mut a.json,
@@ -140,6 +141,11 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ScheduleCommand,
     },
+    /// Evaluate configurations on a suite of tasks: every task under every configuration,
+    /// --repeat times, as ordinary runs graded by the tasks' verification commands; prints
+    /// pass rate, pass@k, turns, tokens, cost and time per configuration
+    /// (docs/src/guide/evaluating.md).
+    Eval(EvalArgs),
     /// Serve Temporal's remote codec endpoint (POST /{namespace}/encode|decode) with the keys in
     /// BATON_CODEC_KEYS, for `temporal --codec-endpoint` and the Web UI.
     CodecServer(CodecServerArgs),
@@ -184,6 +190,40 @@ pub(crate) struct ForkArgs {
     pub(crate) task_queue: Option<String>,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
+    /// From the global `--json`.
+    #[arg(skip)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EvalArgs {
+    /// The suite (TOML): [[task]] entries (a git URL and ref or a directory, a prompt, verify
+    /// commands) and [[config]] entries (provider, model, script, policy, limits).
+    pub(crate) suite: PathBuf,
+    /// The evaluation's id (default: a new one, printed first). Given again, it resumes the
+    /// evaluation: runs that exist are waited for, never started twice.
+    #[arg(long, value_parser = parse_eval_id)]
+    pub(crate) id: Option<String>,
+    /// Runs per task and configuration (default: the suite's `repeat`, else 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) repeat: Option<u32>,
+    /// At most this many of the evaluation's runs going at once.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) concurrency: u32,
+    /// Only this configuration (repeatable; default: every one in the suite).
+    #[arg(long = "config", value_name = "NAME")]
+    pub(crate) configs: Vec<String>,
+    /// Print configuration B against A: the differences in pass rate, turns and cost, and
+    /// task by task.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub(crate) compare: Vec<String>,
+    /// Task queue the workers poll.
+    #[arg(long, env = "BATON_TASK_QUEUE", default_value = "baton")]
+    pub(crate) task_queue: String,
+    /// Stop waiting after this long and print what has ended (exit 3); the runs go on, and
+    /// --id picks the evaluation up again.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub(crate) wait_timeout: Option<std::time::Duration>,
     /// From the global `--json`.
     #[arg(skip)]
     pub(crate) json: bool,

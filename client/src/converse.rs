@@ -198,7 +198,7 @@ async fn conversation_spec(
     let mut argv: Vec<String> = vec!["baton".into(), "submit".into()];
     argv.extend(args.submit.iter().cloned());
     argv.extend(["--id".into(), run_id.into(), "--".into(), text.into()]);
-    let submit = submit_args(&argv)?;
+    let submit = submit_args(&argv, "the flags for the new run (after --)")?;
     let client = connect().await?;
     let mut spec = conversation(&submit, args.idle_timeout, message_id)?;
     crate::workspace::check_flags(&submit)?;
@@ -207,8 +207,9 @@ async fn conversation_spec(
     Ok((spec, submit.task_queue.clone()))
 }
 
-/// `baton submit` flags as [`SubmitArgs`], or a usage error naming the bad flag.
-pub(crate) fn submit_args(argv: &[String]) -> Result<SubmitArgs, Exit> {
+/// `baton submit` flags as [`SubmitArgs`], or a usage error naming the bad flag (`whose`
+/// they are, e.g. "the flags for the new run (after --)").
+pub(crate) fn submit_args(argv: &[String], whose: &str) -> Result<SubmitArgs, Exit> {
     match Cli::try_parse_from(argv) {
         Ok(Cli {
             command: Command::Submit(mut submit),
@@ -217,11 +218,9 @@ pub(crate) fn submit_args(argv: &[String]) -> Result<SubmitArgs, Exit> {
             submit.json = json;
             Ok(submit)
         }
-        Ok(_) => Err(Exit::usage(
-            "the flags after -- are not `baton submit` flags",
-        )),
+        Ok(_) => Err(Exit::usage(format!("{whose} are not `baton submit` flags"))),
         Err(e) => Err(Exit::usage(format!(
-            "the flags for the new run (after --) are not valid `baton submit` flags: {}",
+            "{whose} are not valid `baton submit` flags: {}",
             e.to_string().lines().next().unwrap_or_default()
         ))),
     }

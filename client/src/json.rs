@@ -18,6 +18,7 @@
 //! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
 //! | `diff` | [`Diff`] ([`ChangeSet`]) |
 //! | `download` | [`Downloaded`] |
+//! | `eval` | [`Eval`] (`json_eval.rs`) |
 
 use baton_proto::{
     Changes, Delivered, FileChange, Item, PendingCall, RunResult, RunState, RunStatus, Usage,
@@ -690,3 +691,9 @@ pub use watch::WatchLine;
 #[path = "json_fleet.rs"]
 mod fleet;
 pub use fleet::{Fleet, FleetBuild, FleetPatch, FleetPatches, ReplayCheck};
+
+#[path = "json_eval.rs"]
+mod eval;
+pub use eval::{
+    Eval, EvalCompare, EvalConfig, EvalRun, FailureCount, PassAtK, TaskDiff, TaskResult,
+};

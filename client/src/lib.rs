@@ -15,7 +15,7 @@
 //! [`workspace`] (submit's workspace source and delivery flags: upload, `--git`,
 //! `--workspace-of`), [`changes`] (`diff`, `apply`, `download`; [`patch_paths`]: what `apply`
 //! refuses), [`replay_check`] (the replay
-//! gate before a rollout), [`fleet`] (`fleet status`, `fleet patches`: Worker Versioning).
+//! gate before a rollout), [`eval`] (evaluation suites), [`fleet`] (`fleet status`, `fleet patches`: Worker Versioning).
 
 use std::borrow::Cow;
 
@@ -33,6 +33,7 @@ mod codec_server;
 mod connect;
 mod converse;
 mod decide;
+mod eval;
 mod exit;
 mod fleet;
 mod fork;
@@ -130,6 +131,7 @@ pub async fn main() {
         Command::Apply(a) => changes::apply(a).await,
         Command::Download(a) => changes::download(a).await,
         Command::ReplayCheck(a) => replay_check::run(a).await,
+        Command::Eval(a) => eval::run(a).await,
         Command::Fleet {
             command: cli::FleetCommand::Status(a),
         } => fleet::status(a).await,

@@ -15,6 +15,7 @@ mod suite {
     mod cost;
     mod docs;
     mod environments;
+    mod eval;
     mod failover;
     mod fleet;
     mod fork;

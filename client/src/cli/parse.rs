@@ -103,6 +103,12 @@ pub(crate) fn parse_run_id(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// An evaluation id: letters, digits, `-` and `_` (it starts each of its run ids).
+pub(crate) fn parse_eval_id(s: &str) -> Result<String, String> {
+    crate::eval::suite::check_id("the evaluation id", s)?;
+    Ok(s.to_owned())
+}
+
 pub(crate) fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
     use baton_proto::RunState;
     let all = [

@@ -330,7 +330,8 @@ async fn start_spec(
         "--".into(),
         task,
     ]);
-    let submit = converse::submit_args(&argv).map_err(|e| Refusal(e.message))?;
+    let submit =
+        converse::submit_args(&argv, "the rule's submit flags").map_err(|e| Refusal(e.message))?;
     let mut spec = converse::conversation(&submit, rule.idle_timeout, delivery)
         .map_err(|e| Refusal(e.message))?;
     // The run keeps its comment (and check run) there up to date.

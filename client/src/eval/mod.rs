@@ -1,0 +1,287 @@
+//! `baton eval SUITE`: every task of a suite under every configuration, `--repeat K` times,
+//! as ordinary runs (labelled `baton.eval=SUITE/CONFIG`, `baton.eval.id=EVAL`), at most
+//! `--concurrency` at once, graded by the tasks' verification commands and summed up per
+//! configuration ([`report`]).
+//!
+//! The evaluation keeps no state of its own: its runs are durable and their ids say what
+//! they are (`EVAL.TASK.CONFIG.K`). A CLI killed mid-way and started again with `--id EVAL`
+//! starts only the runs that do not exist yet (each start refuses an id that was ever used,
+//! open or closed) and waits for the others.
+//!
+//! Modules: [`suite`] (the file, checked; each run as `submit` arguments), [`report`]
+//! (grading, pass@k, the table).
+
+use std::time::Instant;
+
+use baton_proto::RunSpec;
+use baton_workflows::{AgentRun, workflow::SA_LABELS};
+use futures::StreamExt;
+use temporalio_client::{
+    Client, WorkflowDescribeOptions, WorkflowIdReusePolicy, WorkflowListOptions,
+    WorkflowStartOptions, errors::WorkflowStartError,
+};
+
+use crate::{
+    cli::{EvalArgs, SubmitArgs},
+    connect::{self, short},
+    exit::{self, Exit},
+    inspect, json, launch,
+};
+
+pub(crate) mod report;
+pub(crate) mod suite;
+
+use suite::{Planned, Suite};
+
+/// `state` of a planned run that was not started (the wait ended first).
+pub(crate) const NOT_STARTED: &str = "NOT_STARTED";
+
+/// A new evaluation id.
+fn new_eval_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("eval-{}", &id[..8])
+}
+
+/// A planned run with its `submit` arguments, checked as `submit` checks them.
+struct Prepared {
+    run: Planned,
+    submit: SubmitArgs,
+    spec: RunSpec,
+}
+
+/// `baton eval`.
+pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
+    let started = Instant::now();
+    let suite = suite::load(&args.suite)?;
+    for name in args.configs.iter().chain(&args.compare) {
+        if suite.config(name).is_none() {
+            let known: Vec<&str> = suite.configs.iter().map(|c| c.name.as_str()).collect();
+            return Err(Exit::usage(format!(
+                "the suite has no config '{name}'; its configs: {}",
+                known.join(", ")
+            )));
+        }
+    }
+    if let [a, b] = args.compare.as_slice()
+        && !args.configs.is_empty()
+        && !(args.configs.contains(a) && args.configs.contains(b))
+    {
+        return Err(Exit::usage(format!(
+            "--compare {a} {b} needs both configs run: add them to --config, or leave --config out"
+        )));
+    }
+    let repeat = args.repeat.or(suite.repeat).unwrap_or(1);
+    let eval_id = args.id.clone().unwrap_or_else(new_eval_id);
+    let plan = suite.plan(&eval_id, repeat, &args.configs);
+    // Every run is built and checked before the first starts: a bad flag in a config fails
+    // the evaluation before it costs anything.
+    let prepared = plan
+        .iter()
+        .map(|run| prepare(&suite, &eval_id, run, &args.task_queue))
+        .collect::<Result<Vec<_>, Exit>>()?;
+    let client = connect::connect().await?;
+    let existing = existing_runs(&client, &eval_id, &suite).await?;
+    eprintln!(
+        "evaluation {eval_id}: {} runs ({} tasks x {} configs x {repeat}), {} already \
+         started, {} at once\n  resume: baton eval {} --id {eval_id}",
+        plan.len(),
+        suite.tasks.len(),
+        plan.len() / (suite.tasks.len() * repeat as usize).max(1),
+        existing,
+        args.concurrency,
+        args.suite.display()
+    );
+    let deadline = args.wait_timeout.map(|t| started + t);
+    let total = plan.len();
+    let mut done = 0usize;
+    let mut submitted = 0usize;
+    let mut runs: Vec<(usize, json::EvalRun)> = Vec::with_capacity(total);
+    let mut going = futures::stream::iter(prepared.into_iter().enumerate())
+        .map(|(i, p)| {
+            let (client, suite) = (&client, &suite);
+            async move { (i, one(client, suite, p, deadline).await) }
+        })
+        .buffer_unordered(args.concurrency as usize);
+    while let Some((i, outcome)) = going.next().await {
+        let (run, new) = outcome?;
+        submitted += usize::from(new);
+        if run.state != report::RUNNING && run.state != NOT_STARTED {
+            done += 1;
+            eprintln!("[{done}/{total}] {}", progress(&run));
+        }
+        runs.push((i, run));
+    }
+    drop(going);
+    runs.sort_by_key(|(i, _)| *i);
+    let mut configs: Vec<String> = Vec::new();
+    for p in &plan {
+        if !configs.contains(&p.config) {
+            configs.push(p.config.clone());
+        }
+    }
+    let eval = report::build(
+        report::Header {
+            eval_id: &eval_id,
+            suite: &suite.name,
+            repeat,
+            tasks: suite.tasks.iter().map(|t| t.id.clone()).collect(),
+            configs,
+            compare: match args.compare.as_slice() {
+                [a, b] => Some((a.clone(), b.clone())),
+                _ => None,
+            },
+            submitted,
+            seconds: started.elapsed().as_secs_f64(),
+        },
+        runs.into_iter().map(|(_, r)| r).collect(),
+    );
+    if args.json {
+        json::print(&eval)?;
+    } else {
+        print!("{}", report::render(&eval));
+    }
+    Ok(if eval.complete {
+        exit::COMPLETED
+    } else {
+        exit::WAIT_TIMEOUT
+    })
+}
+
+/// One line per ended run, on stderr.
+fn progress(run: &json::EvalRun) -> String {
+    let verdict = if run.passed {
+        "passed".to_owned()
+    } else {
+        format!("failed: {}", run.failure)
+    };
+    format!(
+        "{} {} {verdict} ({} turns, {:.1} s)",
+        run.run_id, run.state, run.turns, run.seconds
+    )
+}
+
+/// `run`'s `submit` arguments, parsed and built into a spec as `submit` would.
+fn prepare(
+    suite: &Suite,
+    eval_id: &str,
+    run: &Planned,
+    task_queue: &str,
+) -> Result<Prepared, Exit> {
+    let mut argv = vec!["baton".to_owned(), "submit".to_owned()];
+    argv.extend(suite.submit_argv(eval_id, run, task_queue));
+    let context = |e: Exit| {
+        Exit::usage(format!(
+            "task '{}' under config '{}': {}",
+            run.task, run.config, e.message
+        ))
+    };
+    let submit = crate::converse::submit_args(&argv, "its flags").map_err(context)?;
+    let spec = crate::submit::build_spec(&submit).map_err(context)?;
+    crate::workspace::check_flags(&submit).map_err(context)?;
+    Ok(Prepared {
+        run: run.clone(),
+        submit,
+        spec,
+    })
+}
+
+/// How many runs of evaluation `eval_id` exist already; an error when they were started
+/// from another suite (a changed file, or another one under the same id).
+async fn existing_runs(client: &Client, eval_id: &str, suite: &Suite) -> Result<usize, Exit> {
+    let query = format!(
+        "WorkflowType = '{}' AND BatonLabels = '{}={eval_id}'",
+        baton_workflows::WORKFLOW_TYPE,
+        suite::LABEL_ID
+    );
+    let mut stream =
+        client.list_workflows(query, WorkflowListOptions::builder().limit(10_000).build());
+    let mut count = 0;
+    let expected = format!("{}={}", suite::LABEL_DIGEST, suite.digest);
+    while let Some(item) = stream.next().await {
+        let run = item.map_err(|e| {
+            Exit::infra(format!(
+                "cannot list the evaluation's runs: {}",
+                short(&e.to_string())
+            ))
+        })?;
+        let labels = run.search_attributes().get(&SA_LABELS).unwrap_or_default();
+        if !labels.contains(&expected) {
+            return Err(Exit::usage(format!(
+                "evaluation {eval_id} was started from another suite, or this one has changed \
+                 since (run {} has no {expected}); finish it with the suite as it was, or start \
+                 a new evaluation without --id",
+                run.id()
+            )));
+        }
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// One run of the evaluation: started unless it exists, waited for until `deadline`, graded.
+/// Also whether this call started it.
+async fn one(
+    client: &Client,
+    suite: &Suite,
+    p: Prepared,
+    deadline: Option<Instant>,
+) -> Result<(json::EvalRun, bool), Exit> {
+    let run_id = p.run.run_id.clone();
+    let h = connect::handle(client, &run_id);
+    let mut new = false;
+    if h.describe(WorkflowDescribeOptions::default())
+        .await
+        .is_err()
+    {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok((report::open(&p.run, NOT_STARTED), false));
+        }
+        new = start(client, p.spec, &p.submit, &run_id).await?;
+    }
+    let waited = match deadline {
+        None => Some(inspect::wait_result(&h, &run_id).await),
+        Some(d) => tokio::time::timeout_at(d.into(), inspect::wait_result(&h, &run_id))
+            .await
+            .ok(),
+    };
+    let Some(result) = waited else {
+        return Ok((report::open(&p.run, report::RUNNING), new));
+    };
+    let result = result?;
+    let seconds = run_seconds(&h).await.unwrap_or_default();
+    let task = suite
+        .task(&p.run.task)
+        .ok_or_else(|| Exit::infra(format!("task '{}' left the suite", p.run.task)))?;
+    Ok((report::grade(&p.run, task, &result, seconds), new))
+}
+
+/// Starts `run_id` from `spec` (its workspace source applied now); false when a run with that
+/// id already exists (an earlier invocation started it): it is never started twice.
+async fn start(
+    client: &Client,
+    mut spec: RunSpec,
+    submit: &SubmitArgs,
+    run_id: &str,
+) -> Result<bool, Exit> {
+    crate::workspace::apply_source(submit, client, &mut spec).await?;
+    let spec = launch::fit_in_history(spec).await?;
+    let options = WorkflowStartOptions::new(submit.task_queue.clone(), run_id.to_owned())
+        .task_timeout(launch::WORKFLOW_TASK_TIMEOUT)
+        .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
+        .build();
+    match client.start_workflow(AgentRun::run, spec, options).await {
+        Ok(_) => Ok(true),
+        Err(WorkflowStartError::AlreadyStarted { .. }) => Ok(false),
+        Err(e) => Err(Exit::infra(format!(
+            "cannot start run {run_id}: {}",
+            short(&e.to_string())
+        ))),
+    }
+}
+
+/// Seconds from the run's start to its close, by the server's clock.
+async fn run_seconds(h: &temporalio_client::WorkflowHandle<Client, AgentRun>) -> Option<f64> {
+    let d = h.describe(WorkflowDescribeOptions::default()).await.ok()?;
+    let (start, close) = (d.start_time()?, d.close_time()?);
+    Some(close.duration_since(start).ok()?.as_secs_f64())
+}

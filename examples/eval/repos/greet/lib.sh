@@ -1,0 +1,2 @@
+greet() { echo "Hello $1"; }
+shout() { echo "$1" | tr a-z A-Z; }
