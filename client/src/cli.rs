@@ -224,9 +224,36 @@ pub(crate) struct EvalArgs {
     /// --id picks the evaluation up again.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub(crate) wait_timeout: Option<std::time::Duration>,
+    /// Counterfactual replay: fork the closed runs this visibility query finds (e.g.
+    /// "BatonLabels = 'team=infra' AND ExecutionStatus = 'Completed'") at --at-turn under the
+    /// one --config, instead of the suite's tasks, and compare each fork with its original.
+    #[arg(long, value_name = "QUERY", requires = "at_turn")]
+    pub(crate) from_runs: Option<String>,
+    /// With --from-runs: the turn to fork at, or `each` (every turn but the last).
+    #[arg(long, value_name = "N|each", value_parser = parse_at_turn, requires = "from_runs")]
+    pub(crate) at_turn: Option<AtTurn>,
+    /// With --from-runs: at most this many original runs (newest first).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "from_runs")]
+    pub(crate) limit: u32,
     /// From the global `--json`.
     #[arg(skip)]
     pub(crate) json: bool,
+}
+
+/// Where `eval --from-runs` forks each run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum AtTurn {
+    Turn(u32),
+    Each,
+}
+
+impl std::fmt::Display for AtTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AtTurn::Turn(n) => write!(f, "{n}"),
+            AtTurn::Each => f.write_str("each"),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

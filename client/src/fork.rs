@@ -115,7 +115,7 @@ async fn ensure_new(client: &Client, id: &str) -> Result<(), Exit> {
 }
 
 /// The fork's spec: the source's, with the fork source, its workspace, labels and limits.
-async fn fork_spec(
+pub(crate) async fn fork_spec(
     args: &ForkArgs,
     source: &Source,
     conversations: &Conversations,

@@ -18,7 +18,7 @@
 //! | `list`, `pending` | [`Runs`] of [`ListedRun`], of [`PendingRun`] |
 //! | `diff` | [`Diff`] ([`ChangeSet`]) |
 //! | `download` | [`Downloaded`] |
-//! | `eval` | [`Eval`] (`json_eval.rs`) |
+//! | `eval` | [`Eval`]; with `--from-runs`: [`Counterfactual`] (`json_eval.rs`) |
 
 use baton_proto::{
     Changes, Delivered, FileChange, Item, PendingCall, RunResult, RunState, RunStatus, Usage,
@@ -695,5 +695,6 @@ pub use fleet::{Fleet, FleetBuild, FleetPatch, FleetPatches, ReplayCheck};
 #[path = "json_eval.rs"]
 mod eval;
 pub use eval::{
-    Eval, EvalCompare, EvalConfig, EvalRun, FailureCount, PassAtK, TaskDiff, TaskResult,
+    Counterfactual, CounterfactualSummary, Eval, EvalCompare, EvalConfig, EvalRun, FailureCount,
+    FirstDifference, Pair, PairSide, PassAtK, Skipped, TaskDiff, TaskResult,
 };

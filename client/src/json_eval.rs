@@ -116,3 +116,82 @@ pub struct EvalRun {
     /// From start to close, by the server's clock.
     pub seconds: f64,
 }
+
+/// `baton eval SUITE --from-runs QUERY --at-turn N --config B --json`: stored runs forked at a
+/// turn under configuration B, each fork against its original.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Counterfactual {
+    pub eval_id: String,
+    pub suite: String,
+    pub config: String,
+    /// The visibility query that chose the original runs (closed ones, before `as_of`).
+    pub query: String,
+    /// `"N"` or `"each"`.
+    pub at_turn: String,
+    /// When the evaluation first ran: later runs are not taken, so a resumed evaluation
+    /// forks the same runs (RFC 3339).
+    pub as_of: String,
+    pub complete: bool,
+    pub submitted: usize,
+    pub seconds: f64,
+    /// Original runs the query found, and those left out (with why).
+    pub originals: usize,
+    pub skipped: Vec<Skipped>,
+    pub summary: CounterfactualSummary,
+    pub pairs: Vec<Pair>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Skipped {
+    pub run_id: String,
+    pub reason: String,
+}
+
+/// Over the pairs whose fork ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CounterfactualSummary {
+    pub pairs: usize,
+    pub ended: usize,
+    /// Forks whose replies after the fork point differ from the original's.
+    pub differing: usize,
+    /// Pairs where one passed and the other did not.
+    pub outcome_changed: usize,
+    pub original_passed: usize,
+    pub fork_passed: usize,
+    /// The forks' cost: their turns after the fork point only.
+    pub fork_cost_usd: f64,
+    /// The originals' cost, whole runs (once per original).
+    pub original_cost_usd: f64,
+}
+
+/// One original run and its fork at one turn.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Pair {
+    pub original: PairSide,
+    pub at_turn: u32,
+    /// The fork, graded as an evaluation run (`task` is the original's run id).
+    pub fork: EvalRun,
+    /// The first turn after `at_turn` where the replies differ; absent when they are the same
+    /// (or the fork has not ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_difference: Option<FirstDifference>,
+}
+
+/// The original run as it ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PairSide {
+    pub run_id: String,
+    pub state: String,
+    pub reason: String,
+    pub passed: bool,
+    pub turns: u32,
+    pub cost_usd: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FirstDifference {
+    pub turn: u32,
+    /// `tool(arguments)`, `answer: text` or `nothing`.
+    pub original: String,
+    pub fork: String,
+}

@@ -109,6 +109,17 @@ pub(crate) fn parse_eval_id(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// `--at-turn N` (from 1) or `each`.
+pub(crate) fn parse_at_turn(s: &str) -> Result<super::AtTurn, String> {
+    if s == "each" {
+        return Ok(super::AtTurn::Each);
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(super::AtTurn::Turn(n)),
+        _ => Err(format!("'{s}' is not a turn (1, 2, ...) or `each`")),
+    }
+}
+
 pub(crate) fn parse_state(s: &str) -> Result<baton_proto::RunState, String> {
     use baton_proto::RunState;
     let all = [

@@ -8,8 +8,12 @@
 //! starts only the runs that do not exist yet (each start refuses an id that was ever used,
 //! open or closed) and waits for the others.
 //!
+//! With `--from-runs QUERY --at-turn N --config B` it replays stored runs counterfactually
+//! instead ([`counterfactual`]): each is forked at turn N under configuration B.
+//!
 //! Modules: [`suite`] (the file, checked; each run as `submit` arguments), [`report`]
-//! (grading, pass@k, the table).
+//! (grading, pass@k, the table), [`counterfactual`] and [`diverge`] (where a fork parts from
+//! its original).
 
 use std::time::Instant;
 
@@ -28,6 +32,8 @@ use crate::{
     inspect, json, launch,
 };
 
+pub(crate) mod counterfactual;
+pub(crate) mod diverge;
 pub(crate) mod report;
 pub(crate) mod suite;
 
@@ -37,7 +43,7 @@ use suite::{Planned, Suite};
 pub(crate) const NOT_STARTED: &str = "NOT_STARTED";
 
 /// A new evaluation id.
-fn new_eval_id() -> String {
+pub(crate) fn new_eval_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("eval-{}", &id[..8])
 }
@@ -70,6 +76,15 @@ pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
             "--compare {a} {b} needs both configs run: add them to --config, or leave --config out"
         )));
     }
+    if let (Some(query), Some(at)) = (&args.from_runs, args.at_turn) {
+        return counterfactual::run(&args, &suite, query, at, started).await;
+    }
+    if suite.tasks.is_empty() {
+        return Err(Exit::usage(format!(
+            "suite {} has no [[task]] to run (a suite of configs alone is for --from-runs)",
+            args.suite.display()
+        )));
+    }
     let repeat = args.repeat.or(suite.repeat).unwrap_or(1);
     let eval_id = args.id.clone().unwrap_or_else(new_eval_id);
     let plan = suite.plan(&eval_id, repeat, &args.configs);
@@ -80,7 +95,7 @@ pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
         .map(|run| prepare(&suite, &eval_id, run, &args.task_queue))
         .collect::<Result<Vec<_>, Exit>>()?;
     let client = connect::connect().await?;
-    let existing = existing_runs(&client, &eval_id, &suite).await?;
+    let existing = existing_runs(&client, &eval_id, &suite.digest).await?.len();
     eprintln!(
         "evaluation {eval_id}: {} runs ({} tasks x {} configs x {repeat}), {} already \
          started, {} at once\n  resume: baton eval {} --id {eval_id}",
@@ -148,7 +163,7 @@ pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
 }
 
 /// One line per ended run, on stderr.
-fn progress(run: &json::EvalRun) -> String {
+pub(crate) fn progress(run: &json::EvalRun) -> String {
     let verdict = if run.passed {
         "passed".to_owned()
     } else {
@@ -185,9 +200,14 @@ fn prepare(
     })
 }
 
-/// How many runs of evaluation `eval_id` exist already; an error when they were started
-/// from another suite (a changed file, or another one under the same id).
-async fn existing_runs(client: &Client, eval_id: &str, suite: &Suite) -> Result<usize, Exit> {
+/// The labels of each run of evaluation `eval_id` that exists already; an error when they
+/// were started from another suite (a changed file, or another one under the same id) or with
+/// other arguments (`digest`).
+pub(crate) async fn existing_runs(
+    client: &Client,
+    eval_id: &str,
+    digest: &str,
+) -> Result<Vec<Vec<String>>, Exit> {
     let query = format!(
         "WorkflowType = '{}' AND BatonLabels = '{}={eval_id}'",
         baton_workflows::WORKFLOW_TYPE,
@@ -195,8 +215,8 @@ async fn existing_runs(client: &Client, eval_id: &str, suite: &Suite) -> Result<
     );
     let mut stream =
         client.list_workflows(query, WorkflowListOptions::builder().limit(10_000).build());
-    let mut count = 0;
-    let expected = format!("{}={}", suite::LABEL_DIGEST, suite.digest);
+    let mut found = Vec::new();
+    let expected = format!("{}={digest}", suite::LABEL_DIGEST);
     while let Some(item) = stream.next().await {
         let run = item.map_err(|e| {
             Exit::infra(format!(
@@ -207,15 +227,15 @@ async fn existing_runs(client: &Client, eval_id: &str, suite: &Suite) -> Result<
         let labels = run.search_attributes().get(&SA_LABELS).unwrap_or_default();
         if !labels.contains(&expected) {
             return Err(Exit::usage(format!(
-                "evaluation {eval_id} was started from another suite, or this one has changed \
-                 since (run {} has no {expected}); finish it with the suite as it was, or start \
-                 a new evaluation without --id",
+                "evaluation {eval_id} was started from another suite or with other arguments, \
+                 or this suite has changed since (run {} has no {expected}); finish it with the \
+                 suite and arguments as they were, or start a new evaluation without --id",
                 run.id()
             )));
         }
-        count += 1;
+        found.push(labels);
     }
-    Ok(count)
+    Ok(found)
 }
 
 /// One run of the evaluation: started unless it exists, waited for until `deadline`, graded.
@@ -252,7 +272,10 @@ async fn one(
     let task = suite
         .task(&p.run.task)
         .ok_or_else(|| Exit::infra(format!("task '{}' left the suite", p.run.task)))?;
-    Ok((report::grade(&p.run, task, &result, seconds), new))
+    Ok((
+        report::grade(&p.run, &task.expect_changed, &result, seconds),
+        new,
+    ))
 }
 
 /// Starts `run_id` from `spec` (its workspace source applied now); false when a run with that
@@ -280,7 +303,9 @@ async fn start(
 }
 
 /// Seconds from the run's start to its close, by the server's clock.
-async fn run_seconds(h: &temporalio_client::WorkflowHandle<Client, AgentRun>) -> Option<f64> {
+pub(crate) async fn run_seconds(
+    h: &temporalio_client::WorkflowHandle<Client, AgentRun>,
+) -> Option<f64> {
     let d = h.describe(WorkflowDescribeOptions::default()).await.ok()?;
     let (start, close) = (d.start_time()?, d.close_time()?);
     Some(close.duration_since(start).ok()?.as_secs_f64())

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use baton_proto::{RunResult, RunState};
 
-use super::suite::{Planned, Task};
+use super::suite::Planned;
 use crate::json::{
     Eval, EvalCompare, EvalConfig, EvalRun, FailureCount, PassAtK, TaskDiff, TaskResult,
 };
@@ -34,9 +34,14 @@ pub(crate) fn open(run: &Planned, state: &str) -> EvalRun {
     }
 }
 
-/// Whether `result` (of `run`, `seconds` from start to close) passed `task`: it completed,
-/// every verification command of its last round passed, and it changed every expected file.
-pub(crate) fn grade(run: &Planned, task: &Task, result: &RunResult, seconds: f64) -> EvalRun {
+/// Whether `result` (of `run`, `seconds` from start to close) passed: it completed, every
+/// verification command of its last round passed, and it changed every `expect_changed` path.
+pub(crate) fn grade(
+    run: &Planned,
+    expect_changed: &[String],
+    result: &RunResult,
+    seconds: f64,
+) -> EvalRun {
     let failed_check = result
         .verification
         .iter()
@@ -47,8 +52,7 @@ pub(crate) fn grade(run: &Planned, task: &Task, result: &RunResult, seconds: f64
         .iter()
         .flat_map(|c| c.files.iter().map(|f| f.path.as_str()))
         .collect();
-    let missing = task
-        .expect_changed
+    let missing = expect_changed
         .iter()
         .any(|p| !changed.contains(&p.as_str()));
     let reason = result.reason().as_str_name().to_owned();

@@ -87,7 +87,7 @@ fn a_run_passes_when_it_completed_verified_and_changed_what_was_expected() {
     let run = planned("add", "a", 1);
     let ok = grade(
         &run,
-        &t,
+        &t.expect_changed,
         &result(
             RunState::Completed,
             TerminationReason::Completed,
@@ -105,7 +105,7 @@ fn a_run_passes_when_it_completed_verified_and_changed_what_was_expected() {
 
     let failed = grade(
         &run,
-        &t,
+        &t.expect_changed,
         &result(
             RunState::Failed,
             TerminationReason::VerificationFailed,
@@ -121,7 +121,7 @@ fn a_run_passes_when_it_completed_verified_and_changed_what_was_expected() {
 
     let untouched = grade(
         &run,
-        &t,
+        &t.expect_changed,
         &result(
             RunState::Completed,
             TerminationReason::Completed,
@@ -134,7 +134,7 @@ fn a_run_passes_when_it_completed_verified_and_changed_what_was_expected() {
 
     let turns = grade(
         &run,
-        &t,
+        &t.expect_changed,
         &result(
             RunState::Failed,
             TerminationReason::MaxTurnsExceeded,
@@ -146,7 +146,7 @@ fn a_run_passes_when_it_completed_verified_and_changed_what_was_expected() {
     assert_eq!(turns.failure, "max_turns_exceeded");
     let terminated = grade(
         &run,
-        &t,
+        &t.expect_changed,
         &result(RunState::Cancelled, TerminationReason::Unspecified, 0, &[]),
         1.0,
     );
@@ -166,9 +166,19 @@ fn runs() -> Vec<EvalRun> {
                 1,
                 &[],
             );
-            runs.push(grade(&planned(task_id, "fix", k), &t, &pass, 2.0));
+            runs.push(grade(
+                &planned(task_id, "fix", k),
+                &t.expect_changed,
+                &pass,
+                2.0,
+            ));
             let half = if k == 1 { &pass } else { &fail };
-            runs.push(grade(&planned(task_id, "half", k), &t, half, 4.0));
+            runs.push(grade(
+                &planned(task_id, "half", k),
+                &t.expect_changed,
+                half,
+                4.0,
+            ));
         }
     }
     runs.push(open(&planned("add", "gone", 1), RUNNING));
@@ -272,8 +282,8 @@ fn the_documented_report_is_what_eval_prints() {
         &["lib.sh"],
     );
     let runs = vec![
-        grade(&planned("add", "fixer", 1), &t, &pass, 1.9),
-        grade(&planned("add", "breaker", 1), &t, &fail, 2.1),
+        grade(&planned("add", "fixer", 1), &t.expect_changed, &pass, 1.9),
+        grade(&planned("add", "breaker", 1), &t.expect_changed, &fail, 2.1),
     ];
     let eval = build(
         Header {

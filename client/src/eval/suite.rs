@@ -135,10 +135,9 @@ pub(crate) fn parse(text: &str, base: &Path, stem: &str) -> Result<Suite, String
     if file.repeat == Some(0) {
         return Err("repeat = 0 runs nothing; give 1 or more".to_owned());
     }
-    if file.tasks.is_empty() || file.configs.is_empty() {
+    if file.configs.is_empty() {
         return Err(
-            "a suite needs at least one [[task]] and one [[config]] (docs/src/guide/evaluating.md)"
-                .to_owned(),
+            "a suite needs at least one [[config]] (docs/src/guide/evaluating.md)".to_owned(),
         );
     }
     let mut ids = BTreeSet::new();
@@ -362,39 +361,57 @@ impl Suite {
         if let Some(n) = t.verify_attempts {
             flag("--verify-attempts", n.to_string());
         }
-        if let Some(p) = &c.provider {
-            flag("--provider", p.clone());
-        }
-        if let Some(m) = &c.model {
-            flag("--model", m.clone());
-        }
-        if let Some(e) = &c.reasoning_effort {
-            flag("--reasoning-effort", e.clone());
-        }
-        if let Some(s) = &c.script {
-            flag("--script", s.replace("{task}", &t.id));
-        }
-        if let Some(i) = &c.instructions {
-            flag("--instructions", i.clone());
-        }
-        if let Some(n) = c.max_turns {
-            flag("--max-turns", n.to_string());
-        }
-        if let Some(usd) = c.max_cost_usd {
-            flag("--max-cost", usd.to_string());
-        }
-        // An evaluation runs unattended: nothing waits for a person unless the config's
-        // policy says so.
-        match &c.policy {
-            Some(p) => flag("--policy", p.display().to_string()),
-            None => argv.push("--no-approval".to_owned()),
-        }
+        c.flags_into(&t.id, &mut argv);
         argv.extend(t.flags.iter().cloned());
         argv.extend(c.flags.iter().cloned());
         argv.push("--".to_owned());
         argv.push(t.prompt.clone());
         argv
     }
+}
+
+impl Config {
+    /// The `submit` flags of this configuration's model, instructions, limits and approval
+    /// (not its free `flags`), with `{task}` in the script standing for `task`.
+    pub(crate) fn flags_into(&self, task: &str, argv: &mut Vec<String>) {
+        let mut flag = |name: &str, value: String| {
+            argv.push(name.to_owned());
+            argv.push(value);
+        };
+        if let Some(p) = &self.provider {
+            flag("--provider", p.clone());
+        }
+        if let Some(m) = &self.model {
+            flag("--model", m.clone());
+        }
+        if let Some(e) = &self.reasoning_effort {
+            flag("--reasoning-effort", e.clone());
+        }
+        if let Some(s) = &self.script {
+            flag("--script", s.replace("{task}", task));
+        }
+        if let Some(i) = &self.instructions {
+            flag("--instructions", i.clone());
+        }
+        if let Some(n) = self.max_turns {
+            flag("--max-turns", n.to_string());
+        }
+        if let Some(usd) = self.max_cost_usd {
+            flag("--max-cost", usd.to_string());
+        }
+        // An evaluation runs unattended: nothing waits for a person unless the config's
+        // policy says so.
+        match &self.policy {
+            Some(p) => flag("--policy", p.display().to_string()),
+            None => argv.push("--no-approval".to_owned()),
+        }
+    }
+}
+
+/// FNV-1a of several parts, each ended by a newline: an evaluation's arguments beside its
+/// suite.
+pub(crate) fn digest_of(parts: &[&str]) -> String {
+    digest(parts.join("\n").as_bytes())
 }
 
 #[cfg(test)]

@@ -204,8 +204,8 @@ fn a_wrong_suite_is_refused_with_what_to_change() {
             "none-a.json (for task 'a') is not a file",
         ),
         (
-            "[[config]]\nname = \"c\"\n".to_owned(),
-            "at least one [[task]]",
+            "[[task]]\nid = \"a\"\ndir = \"d\"\nprompt = \"p\"\nverify = [\"true\"]\n".to_owned(),
+            "at least one [[config]]",
         ),
     ];
     for (text, expected) in cases {

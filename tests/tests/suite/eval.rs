@@ -350,6 +350,213 @@ fn a_killed_eval_resumed_by_its_id_starts_no_run_twice_and_reports_every_run() {
     )
     .unwrap();
     assert_eq!(refused.code, 2, "{refused}");
-    assert!(refused.stderr.contains("this one has changed"), "{refused}");
+    assert!(
+        refused.stderr.contains("this suite has changed"),
+        "{refused}"
+    );
     assert_eq!(executions(&server, "ev2").len(), 12);
+}
+
+/// The mock model's reply to `req`: by the model asked for and the replies already in the
+/// conversation (so concurrent runs each get theirs). `gpt-a` writes a.txt, b.txt, c.txt
+/// ("3") and answers; `gpt-b` writes c.txt ("THREE") on its turn 3 and answers.
+fn reply(req: &CapturedRequest) -> Option<MockResponse> {
+    let model = req.body["model"].as_str().unwrap_or_default().to_owned();
+    let done = req
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count();
+    let write = |id: &str, path: &str, content: &str| {
+        let args = serde_json::json!({"path": path, "content": content}).to_string();
+        MockOpenAi::tool_calls_reply(&[(id, "write_file", args.as_str())])
+    };
+    let body = match (model.as_str(), done) {
+        ("gpt-a", 0) => write("a1", "a.txt", "1"),
+        ("gpt-a", 1) => write("a2", "b.txt", "2"),
+        ("gpt-a", 2) => write("a3", "c.txt", "3"),
+        ("gpt-b", 2) => write("b3", "c.txt", "THREE"),
+        ("gpt-a", 3) => MockOpenAi::text_reply("Wrote three files."),
+        ("gpt-b", 3) => MockOpenAi::text_reply("Wrote three files, c.txt in words."),
+        _ => return None,
+    };
+    Some(MockResponse::ok(body))
+}
+
+/// (model, replies in its conversation) of each request in `requests`.
+fn asked(requests: &[CapturedRequest]) -> Vec<(String, usize)> {
+    let mut asked: Vec<(String, usize)> = requests
+        .iter()
+        .map(|r| {
+            let done = r
+                .messages()
+                .iter()
+                .filter(|m| m["role"] == "assistant")
+                .count();
+            (
+                r.body["model"].as_str().unwrap_or_default().to_owned(),
+                done,
+            )
+        })
+        .collect();
+    asked.sort();
+    asked
+}
+
+#[test]
+fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() {
+    let server = DevServer::start().unwrap();
+    let llm = MockOpenAi::start().unwrap();
+    llm.set_responder(std::sync::Arc::new(reply));
+    let queue = unique("eval-cf");
+    let base = llm.base_url();
+    let _w = worker(&server, &queue, &[("OPENAI_BASE_URL", base.as_str())]);
+    // Three production runs (and one of another team, which the query leaves out).
+    let mut originals = Vec::new();
+    for (n, team) in ["prod", "prod", "prod", "lab"].iter().enumerate() {
+        let run = format!("orig-{n}");
+        let label = format!("team={team}");
+        submit(
+            &server,
+            &queue,
+            &run,
+            &[
+                "--provider",
+                "openai",
+                "--model",
+                "gpt-a",
+                "--no-approval",
+                "--label",
+                &label,
+                "--verify",
+                "test -f c.txt",
+            ],
+            "write three files",
+        );
+        assert_eq!(ended(&server, &run, 0).turns, 4);
+        if *team == "prod" {
+            originals.push(run);
+        }
+    }
+    assert_eq!(llm.request_count(), 16);
+    let tmp = tempfile::tempdir().unwrap();
+    let suite = tmp.path().join("models.toml");
+    std::fs::write(
+        &suite,
+        "[[config]]\nname = \"b\"\nprovider = \"openai\"\nmodel = \"gpt-b\"\n",
+    )
+    .unwrap();
+    let suite = suite.display().to_string();
+    let args = [
+        "eval",
+        &suite,
+        "--id",
+        "cf1",
+        "--from-runs",
+        "BatonLabels = 'team=prod'",
+        "--at-turn",
+        "2",
+        "--config",
+        "b",
+        "--json",
+    ];
+    let out = baton_with_timeout(&server, &args, &[], None, Duration::from_secs(180)).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    let report: json::Counterfactual = out.parse().unwrap();
+
+    // Exactly the turns after 2 reached the model, under gpt-b: turn 3 (two replies in its
+    // conversation) and turn 4 of each fork; nothing before them was asked again.
+    let requests = llm.requests();
+    let forks = asked(&requests[16..]);
+    let b = |done: usize| ("gpt-b".to_owned(), done);
+    assert_eq!(forks, [b(2), b(2), b(2), b(3), b(3), b(3)]);
+
+    assert_eq!(
+        (report.originals, report.submitted, report.complete),
+        (3, 3, true)
+    );
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    let mut seen: Vec<&str> = report
+        .pairs
+        .iter()
+        .map(|p| p.original.run_id.as_str())
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        originals.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    for p in &report.pairs {
+        assert_eq!(p.at_turn, 2);
+        assert_eq!(p.fork.run_id, format!("cf1.{}.b.at2", p.original.run_id));
+        assert_eq!(
+            (p.original.state.as_str(), p.original.passed),
+            ("COMPLETED", true)
+        );
+        assert_eq!(
+            (p.fork.state.as_str(), p.fork.passed),
+            ("COMPLETED", true),
+            "{p:?}"
+        );
+        assert_eq!(p.fork.turns, 4, "turns count on from 2");
+        let d = p.first_difference.as_ref().unwrap();
+        assert_eq!(d.turn, 3);
+        assert_eq!(d.original, r#"write_file({"content":"3","path":"c.txt"})"#);
+        assert_eq!(d.fork, r#"write_file({"content":"THREE","path":"c.txt"})"#);
+    }
+    assert_eq!(
+        (
+            report.summary.pairs,
+            report.summary.differing,
+            report.summary.outcome_changed
+        ),
+        (3, 3, 0)
+    );
+
+    // Again with the same id: the same forks (the query would now find them too, and the
+    // runs closed since), none started, no model called.
+    let again = baton_with_timeout(&server, &args, &[], None, Duration::from_secs(120)).unwrap();
+    let again: json::Counterfactual = again.parse().unwrap();
+    assert_eq!((again.submitted, again.pairs.len()), (0, 3));
+    assert_eq!(again.as_of, report.as_of);
+    assert_eq!(llm.request_count(), 22);
+
+    // The text report names the difference.
+    let text_args: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
+    let text =
+        baton_with_timeout(&server, &text_args, &[], None, Duration::from_secs(120)).unwrap();
+    assert_eq!(text.code, 0, "{text}");
+    assert!(
+        text.stdout.contains("first difference at turn 3:"),
+        "{text}"
+    );
+    assert!(
+        text.stdout.contains("3 differ from their original"),
+        "{text}"
+    );
+
+    // --at-turn past a run's end skips it, saying why.
+    let late = baton(
+        &server,
+        &[
+            "eval",
+            &suite,
+            "--from-runs",
+            "BatonLabels = 'team=lab'",
+            "--at-turn",
+            "4",
+            "--config",
+            "b",
+            "--json",
+        ],
+    )
+    .unwrap();
+    let late: json::Counterfactual = late.parse().unwrap();
+    assert_eq!(late.pairs.len(), 0);
+    assert_eq!(late.skipped.len(), 1);
+    assert!(
+        late.skipped[0].reason.contains("it has 4 turns"),
+        "{late:?}"
+    );
+    assert_eq!(llm.request_count(), 22);
 }
