@@ -51,6 +51,7 @@ mod bare;
 mod caching;
 mod density;
 mod environment;
+mod eval;
 mod first_call;
 mod handoff;
 mod heartbeats;
@@ -89,6 +90,9 @@ enum Command {
     Throughput(ThroughputArgs),
     /// Density: worker memory with many runs waiting for approval, cached and evicted.
     Density(DensityArgs),
+    /// Evaluation: `baton eval` of many runs at a concurrency on one worker, its wall time
+    /// beside the runs' own, and what the harness adds.
+    Eval(EvalArgs),
     /// Hand-off latency: SIGKILL/SIGTERM of the worker running a tool, cold replay.
     Handoff(HandoffArgs),
     /// Peer comparison: the same 20-turn task with the OpenAI Agents SDK's Temporal
@@ -166,6 +170,16 @@ struct DensityArgs {
     /// history.transferProcessorMaxPollRPS=1000`.
     #[arg(long)]
     fast_server: bool,
+}
+
+#[derive(Debug, Args)]
+struct EvalArgs {
+    /// Runs in all.
+    #[arg(long, default_value_t = eval::Settings::FULL.runs)]
+    runs: u32,
+    /// Runs going at once.
+    #[arg(long, default_value_t = eval::Settings::FULL.concurrency)]
+    concurrency: u32,
 }
 
 #[derive(Debug, Args)]
@@ -323,6 +337,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
         }
+        Command::Eval(args) => {
+            let report = eval::run(eval::Settings {
+                runs: args.runs,
+                concurrency: args.concurrency,
+            })
+            .await?;
+            println!("{}", report.render());
+        }
         Command::Handoff(args) => {
             let report = handoff::run(handoff::Settings {
                 reps: args.reps,
@@ -460,6 +482,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{}", report.render());
             lap("density");
+            let report = eval::run(if short {
+                eval::Settings::SHORT
+            } else {
+                eval::Settings::FULL
+            })
+            .await?;
+            println!("{}", report.render());
+            lap("eval");
             let report = upload::run(if short {
                 upload::Settings::SHORT
             } else {
