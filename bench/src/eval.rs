@@ -125,27 +125,34 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<EvalReport> {
     anyhow::ensure!(out.code == 0, "baton eval failed: {out}");
     let eval: baton_cli::json::Eval = out.parse()?;
     let client = bare::connect(&server.url(), "baton-bench").await?;
-    let mut stream = client.list_workflows(
-        "BatonLabels = 'baton.eval.id=bench'".to_owned(),
-        WorkflowListOptions::builder().limit(10_000).build(),
-    );
-    let (mut first, mut last) = (None::<SystemTime>, None::<SystemTime>);
-    let mut run_s = Vec::new();
-    while let Some(run) = stream.next().await {
-        let run = run.context("listing the evaluation's runs")?;
-        let (Some(start), Some(close)) = (run.start_time(), run.close_time()) else {
-            anyhow::bail!("run {} has not closed", run.id());
-        };
-        run_s.push(close.duration_since(start)?.as_secs_f64());
-        first = Some(first.map_or(start, |f| f.min(start)));
-        last = Some(last.map_or(close, |l| l.max(close)));
-    }
-    anyhow::ensure!(
-        run_s.len() == eval.runs.len(),
-        "listed {} runs, the report has {}",
-        run_s.len(),
-        eval.runs.len()
-    );
+    // Visibility records a close a moment after it happens: read until every run shows one.
+    let listed = Instant::now();
+    let (first, last, run_s) = loop {
+        let mut stream = client.list_workflows(
+            "BatonLabels = 'baton.eval.id=bench'".to_owned(),
+            WorkflowListOptions::builder().limit(10_000).build(),
+        );
+        let (mut first, mut last) = (None::<SystemTime>, None::<SystemTime>);
+        let mut run_s = Vec::new();
+        while let Some(run) = stream.next().await {
+            let run = run.context("listing the evaluation's runs")?;
+            if let (Some(start), Some(close)) = (run.start_time(), run.close_time()) {
+                run_s.push(close.duration_since(start)?.as_secs_f64());
+                first = Some(first.map_or(start, |f| f.min(start)));
+                last = Some(last.map_or(close, |l| l.max(close)));
+            }
+        }
+        if run_s.len() == eval.runs.len() {
+            break (first, last, run_s);
+        }
+        anyhow::ensure!(
+            listed.elapsed() < Duration::from_secs(30),
+            "visibility shows {} of the report's {} runs closed after 30 s",
+            run_s.len(),
+            eval.runs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let (first, last) = (first.context("no runs")?, last.context("no runs")?);
     let secs = |a: SystemTime, b: SystemTime| b.duration_since(a).map_or(0.0, |d| d.as_secs_f64());
     worker.terminate()?;

@@ -101,7 +101,11 @@ pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
          started, {} at once\n  resume: baton eval {} --id {eval_id}",
         plan.len(),
         suite.tasks.len(),
-        plan.len() / (suite.tasks.len() * repeat as usize).max(1),
+        if args.configs.is_empty() {
+            suite.configs.len()
+        } else {
+            args.configs.len()
+        },
         existing,
         args.concurrency,
         args.suite.display()
@@ -309,4 +313,47 @@ pub(crate) async fn run_seconds(
     let d = h.describe(WorkflowDescribeOptions::default()).await.ok()?;
     let (start, close) = (d.start_time()?, d.close_time()?);
     Some(close.duration_since(start).ok()?.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first run of a one-task suite under a config with `config_body`, prepared.
+    fn prepared(config_body: &str) -> Result<Prepared, Exit> {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[[task]]\nid = \"t\"\ngit = \"git://127.0.0.1:1/r.git\"\nprompt = \"p\"\n\
+             verify = [\"true\"]\n\n[[config]]\nname = \"c\"\n{config_body}\n"
+        );
+        let suite = suite::parse(&text, dir.path(), "s").unwrap();
+        let plan = suite.plan("e", 1, &[]);
+        prepare(&suite, "e", &plan[0], "q")
+    }
+
+    #[test]
+    fn a_config_submit_refuses_fails_before_anything_starts_naming_task_and_config() {
+        let ok = prepared("model = \"gpt-5\"").unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(ok.spec.model.unwrap().model, "gpt-5");
+        assert_eq!(ok.spec.verify, ["true"]);
+        assert!(ok.spec.labels.get("baton.eval") == Some(&"s/c".to_owned()));
+        let cases = [
+            ("flags = [\"--bogus\"]", "--bogus"),
+            ("reasoning_effort = \"extreme\"", "extreme"),
+            ("provider = \"acme\"", "unknown provider 'acme'"),
+            ("max_turns = 0", "--max-turns"),
+        ];
+        for (body, expected) in cases {
+            let Err(e) = prepared(body) else {
+                panic!("{body} was accepted")
+            };
+            assert_eq!(e.code, exit::USAGE, "{body}: {}", e.message);
+            assert!(
+                e.message.starts_with("task 't' under config 'c': ")
+                    && e.message.contains(expected),
+                "{body}: {}",
+                e.message
+            );
+        }
+    }
 }
