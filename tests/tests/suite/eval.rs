@@ -359,7 +359,7 @@ fn a_killed_eval_resumed_by_its_id_starts_no_run_twice_and_reports_every_run() {
 
 /// The mock model's reply to `req`: by the model asked for and the replies already in the
 /// conversation (so concurrent runs each get theirs). `gpt-a` writes a.txt, b.txt, c.txt
-/// ("3") and answers; `gpt-b` writes c.txt ("THREE") on its turn 3 and answers.
+/// ("3") and answers; `gpt-b` does the same but writes "THREE" and answers otherwise.
 fn reply(req: &CapturedRequest) -> Option<MockResponse> {
     let model = req.body["model"].as_str().unwrap_or_default().to_owned();
     let done = req
@@ -372,8 +372,8 @@ fn reply(req: &CapturedRequest) -> Option<MockResponse> {
         MockOpenAi::tool_calls_reply(&[(id, "write_file", args.as_str())])
     };
     let body = match (model.as_str(), done) {
-        ("gpt-a", 0) => write("a1", "a.txt", "1"),
-        ("gpt-a", 1) => write("a2", "b.txt", "2"),
+        (_, 0) => write("a1", "a.txt", "1"),
+        (_, 1) => write("a2", "b.txt", "2"),
         ("gpt-a", 2) => write("a3", "c.txt", "3"),
         ("gpt-b", 2) => write("b3", "c.txt", "THREE"),
         ("gpt-a", 3) => MockOpenAi::text_reply("Wrote three files."),
@@ -559,4 +559,45 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
         "{late:?}"
     );
     assert_eq!(llm.request_count(), 22);
+
+    // --at-turn each: the lab run forked after each of its turns but the last.
+    let each = baton_with_timeout(
+        &server,
+        &[
+            "eval",
+            &suite,
+            "--from-runs",
+            "BatonLabels = 'team=lab'",
+            "--at-turn",
+            "each",
+            "--config",
+            "b",
+            "--json",
+        ],
+        &[],
+        None,
+        Duration::from_secs(180),
+    )
+    .unwrap();
+    assert_eq!(each.code, 0, "{each}");
+    let each: json::Counterfactual = each.parse().unwrap();
+    let at: Vec<(u32, u32, &str)> = each
+        .pairs
+        .iter()
+        .map(|p| {
+            let d = p.first_difference.as_ref().unwrap();
+            (p.at_turn, d.turn, d.fork.as_str())
+        })
+        .collect();
+    assert_eq!(
+        at,
+        [
+            (1, 3, r#"write_file({"content":"THREE","path":"c.txt"})"#),
+            (2, 3, r#"write_file({"content":"THREE","path":"c.txt"})"#),
+            (3, 4, "answer: Wrote three files, c.txt in words."),
+        ]
+    );
+    // Turns 2-4, 3-4 and 4: six requests, none for a turn at or before its fork point.
+    let requests = llm.requests();
+    assert_eq!(asked(&requests[22..]), [b(1), b(2), b(2), b(3), b(3), b(3)]);
 }
