@@ -13,12 +13,9 @@ use std::time::{Instant, SystemTime};
 
 use baton_proto::{RunResult, RunSpec};
 use baton_store::{SharedStore, conversation::Conversations};
-use baton_workflows::{AgentRun, workflow::SA_LABELS};
+use baton_workflows::workflow::SA_LABELS;
 use futures::StreamExt;
-use temporalio_client::{
-    Client, WorkflowDescribeOptions, WorkflowIdReusePolicy, WorkflowListOptions,
-    WorkflowStartOptions, errors::WorkflowStartError,
-};
+use temporalio_client::{Client, WorkflowDescribeOptions, WorkflowListOptions};
 
 use super::{
     NOT_STARTED, diverge, report,
@@ -167,7 +164,7 @@ pub(crate) async fn run(
         match outcome {
             Ok((pair, new)) => {
                 submitted += usize::from(new);
-                if pair.fork.state != report::RUNNING && pair.fork.state != NOT_STARTED {
+                if report::ended(&pair.fork) {
                     done += 1;
                     eprintln!("[{done}/{total}] {}", super::progress(&pair.fork));
                 }
@@ -192,7 +189,7 @@ pub(crate) async fn run(
         query: query.to_owned(),
         at_turn: at_text,
         as_of,
-        complete: pairs.iter().all(|p| ended(&p.fork)),
+        complete: pairs.iter().all(|p| report::ended(&p.fork)),
         submitted,
         seconds: started.elapsed().as_secs_f64(),
         originals: originals.len(),
@@ -210,10 +207,6 @@ pub(crate) async fn run(
     } else {
         exit::WAIT_TIMEOUT
     })
-}
-
-fn ended(run: &json::EvalRun) -> bool {
-    run.state != report::RUNNING && run.state != NOT_STARTED
 }
 
 /// The closed runs `query` finds, closed before `as_of`, newest first, at most `limit`; not
@@ -342,19 +335,11 @@ async fn pair(ctx: &Ctx<'_>, original: &Original, p: &Planned1) -> Result<(Pair,
             "" => baton_workflows::DEFAULT_TASK_QUEUE.to_owned(),
             q => q.to_owned(),
         };
-        new = start(ctx.client, spec, run_id, &queue).await?;
+        new = super::start_once(ctx.client, spec, run_id, &queue).await?;
     }
-    let waited = match ctx.deadline {
-        None => Some(inspect::wait_result(&h, run_id).await),
-        Some(d) => tokio::time::timeout_at(d.into(), inspect::wait_result(&h, run_id))
-            .await
-            .ok(),
-    };
-    let Some(result) = waited else {
+    let Some((result, seconds)) = super::wait_ended(&h, run_id, ctx.deadline).await? else {
         return Ok((open(report::RUNNING), new));
     };
-    let result = result?;
-    let seconds = super::run_seconds(&h).await.unwrap_or_default();
     let fork = report::grade(&p.run, &[], &result, seconds);
     let forked = fork_source::read(ctx.client, run_id, ctx.store).await?;
     let first_difference = diverge::first_difference(
@@ -450,29 +435,9 @@ async fn fork_spec(ctx: &Ctx<'_>, original: &Original, p: &Planned1) -> Result<R
     launch::fit_in_history(spec).await
 }
 
-/// Starts fork `run_id`; false when it exists already (never started twice).
-async fn start(client: &Client, spec: RunSpec, run_id: &str, queue: &str) -> Result<bool, Exit> {
-    let options = WorkflowStartOptions::new(queue.to_owned(), run_id.to_owned())
-        .task_timeout(launch::WORKFLOW_TASK_TIMEOUT)
-        .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
-        .build();
-    match client.start_workflow(AgentRun::run, spec, options).await {
-        Ok(_) => Ok(true),
-        Err(WorkflowStartError::AlreadyStarted { .. }) => Ok(false),
-        Err(e) => Err(Exit::infra(format!(
-            "cannot start run {run_id}: {}",
-            short(&e.to_string())
-        ))),
-    }
-}
-
-fn round(v: f64) -> f64 {
-    (v * 1e6).round() / 1e6 + 0.0
-}
-
 /// The summary over the pairs whose fork ended.
 pub(crate) fn summary(pairs: &[Pair]) -> CounterfactualSummary {
-    let done: Vec<&Pair> = pairs.iter().filter(|p| ended(&p.fork)).collect();
+    let done: Vec<&Pair> = pairs.iter().filter(|p| report::ended(&p.fork)).collect();
     let mut seen = std::collections::BTreeSet::new();
     let original_cost: f64 = pairs
         .iter()
@@ -489,8 +454,8 @@ pub(crate) fn summary(pairs: &[Pair]) -> CounterfactualSummary {
             .count(),
         original_passed: done.iter().filter(|p| p.original.passed).count(),
         fork_passed: done.iter().filter(|p| p.fork.passed).count(),
-        fork_cost_usd: round(done.iter().map(|p| p.fork.cost_usd).sum()),
-        original_cost_usd: round(original_cost),
+        fork_cost_usd: report::round(done.iter().map(|p| p.fork.cost_usd).sum()),
+        original_cost_usd: report::round(original_cost),
     }
 }
 
@@ -516,7 +481,7 @@ pub(crate) fn render(r: &Counterfactual) -> String {
             p.original.turns,
             p.original.cost_usd
         ));
-        if !ended(&p.fork) {
+        if !report::ended(&p.fork) {
             out.push_str(&format!("  fork:     {}\n", p.fork.state));
             continue;
         }

@@ -124,7 +124,7 @@ pub(crate) async fn run(args: EvalArgs) -> Result<i32, Exit> {
     while let Some((i, outcome)) = going.next().await {
         let (run, new) = outcome?;
         submitted += usize::from(new);
-        if run.state != report::RUNNING && run.state != NOT_STARTED {
+        if report::ended(&run) {
             done += 1;
             eprintln!("[{done}/{total}] {}", progress(&run));
         }
@@ -262,17 +262,9 @@ async fn one(
         }
         new = start(client, p.spec, &p.submit, &run_id).await?;
     }
-    let waited = match deadline {
-        None => Some(inspect::wait_result(&h, &run_id).await),
-        Some(d) => tokio::time::timeout_at(d.into(), inspect::wait_result(&h, &run_id))
-            .await
-            .ok(),
-    };
-    let Some(result) = waited else {
+    let Some((result, seconds)) = wait_ended(&h, &run_id, deadline).await? else {
         return Ok((report::open(&p.run, report::RUNNING), new));
     };
-    let result = result?;
-    let seconds = run_seconds(&h).await.unwrap_or_default();
     let task = suite
         .task(&p.run.task)
         .ok_or_else(|| Exit::infra(format!("task '{}' left the suite", p.run.task)))?;
@@ -283,7 +275,7 @@ async fn one(
 }
 
 /// Starts `run_id` from `spec` (its workspace source applied now); false when a run with that
-/// id already exists (an earlier invocation started it): it is never started twice.
+/// id already exists (an earlier invocation started it).
 async fn start(
     client: &Client,
     mut spec: RunSpec,
@@ -292,7 +284,18 @@ async fn start(
 ) -> Result<bool, Exit> {
     crate::workspace::apply_source(submit, client, &mut spec).await?;
     let spec = launch::fit_in_history(spec).await?;
-    let options = WorkflowStartOptions::new(submit.task_queue.clone(), run_id.to_owned())
+    start_once(client, spec, run_id, &submit.task_queue).await
+}
+
+/// Starts run `run_id` of `spec` on `queue` unless a run ever had that id, open or closed:
+/// false then. An evaluation's run is never started twice.
+pub(crate) async fn start_once(
+    client: &Client,
+    spec: RunSpec,
+    run_id: &str,
+    queue: &str,
+) -> Result<bool, Exit> {
+    let options = WorkflowStartOptions::new(queue.to_owned(), run_id.to_owned())
         .task_timeout(launch::WORKFLOW_TASK_TIMEOUT)
         .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
         .build();
@@ -306,10 +309,28 @@ async fn start(
     }
 }
 
-/// Seconds from the run's start to its close, by the server's clock.
-pub(crate) async fn run_seconds(
+/// Run `run_id`'s result and its seconds from start to close, once it has ended; `None` when
+/// `deadline` comes first.
+pub(crate) async fn wait_ended(
     h: &temporalio_client::WorkflowHandle<Client, AgentRun>,
-) -> Option<f64> {
+    run_id: &str,
+    deadline: Option<Instant>,
+) -> Result<Option<(baton_proto::RunResult, f64)>, Exit> {
+    let waited = match deadline {
+        None => Some(inspect::wait_result(h, run_id).await),
+        Some(d) => tokio::time::timeout_at(d.into(), inspect::wait_result(h, run_id))
+            .await
+            .ok(),
+    };
+    let Some(result) = waited else {
+        return Ok(None);
+    };
+    let result = result?;
+    Ok(Some((result, run_seconds(h).await.unwrap_or_default())))
+}
+
+/// Seconds from the run's start to its close, by the server's clock.
+async fn run_seconds(h: &temporalio_client::WorkflowHandle<Client, AgentRun>) -> Option<f64> {
     let d = h.describe(WorkflowDescribeOptions::default()).await.ok()?;
     let (start, close) = (d.start_time()?, d.close_time()?);
     Some(close.duration_since(start).ok()?.as_secs_f64())

@@ -85,7 +85,7 @@ pub(crate) fn grade(
 }
 
 /// Whether `run` has ended.
-fn ended(run: &EvalRun) -> bool {
+pub(crate) fn ended(run: &EvalRun) -> bool {
     run.state != RUNNING && run.state != super::NOT_STARTED
 }
 
@@ -117,7 +117,7 @@ pub(crate) fn pass_at_k(n: u32, c: u32, k: u32) -> f64 {
 }
 
 /// Rounded to 6 decimals, so that the JSON reads as the table does.
-fn round(v: f64) -> f64 {
+pub(crate) fn round(v: f64) -> f64 {
     // `+ 0.0`: an empty sum is -0.0.
     (v * 1e6).round() / 1e6 + 0.0
 }
