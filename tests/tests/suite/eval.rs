@@ -79,6 +79,15 @@ fn git_suite(dir: &Path, daemon: &GitDaemon) -> PathBuf {
     path
 }
 
+/// `baton eval ARGS` (5 minutes at most), which must exit 0.
+fn eval_ok(server: &DevServer, args: &[&str]) -> CmdOutput {
+    let mut all = vec!["eval"];
+    all.extend_from_slice(args);
+    let out = baton_with_timeout(server, &all, &[], None, Duration::from_secs(300)).unwrap();
+    assert_eq!(out.code, 0, "{out}");
+    out
+}
+
 fn config<'a>(eval: &'a json::Eval, name: &str) -> &'a json::EvalConfig {
     eval.configs.iter().find(|c| c.config == name).unwrap()
 }
@@ -110,10 +119,9 @@ fn a_suite_on_git_grades_a_fixing_and_a_breaking_config_and_compares_them() {
     w.wait_ready_blocking(Duration::from_secs(30)).unwrap();
     let suite = git_suite(tmp.path(), &projects.daemon);
     let suite = suite.display().to_string();
-    let out = baton_with_timeout(
+    let out = eval_ok(
         &server,
         &[
-            "eval",
             &suite,
             "--id",
             "ev1",
@@ -126,12 +134,7 @@ fn a_suite_on_git_grades_a_fixing_and_a_breaking_config_and_compares_them() {
             "breaker",
             "--json",
         ],
-        &[],
-        None,
-        Duration::from_secs(300),
-    )
-    .unwrap();
-    assert_eq!(out.code, 0, "{out}");
+    );
     let eval: json::Eval = out.parse().unwrap();
     assert_eq!(
         (eval.eval_id.as_str(), eval.suite.as_str()),
@@ -200,32 +203,19 @@ fn a_suite_on_git_grades_a_fixing_and_a_breaking_config_and_compares_them() {
     assert_eq!(breakers.len(), 6);
 
     // The same command again: nothing is started, the report is the same.
-    let again = baton_with_timeout(
+    let again = eval_ok(
         &server,
-        &[
-            "eval",
-            &suite,
-            "--id",
-            "ev1",
-            "--task-queue",
-            &queue,
-            "--json",
-        ],
-        &[],
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
+        &[&suite, "--id", "ev1", "--task-queue", &queue, "--json"],
+    );
     let again: json::Eval = again.parse().unwrap();
     assert_eq!(again.submitted, 0);
     assert_eq!(again.configs, eval.configs);
     assert_eq!(executions(&server, "ev1").len(), 12);
 
     // The table for people.
-    let text = baton_with_timeout(
+    let text = eval_ok(
         &server,
         &[
-            "eval",
             &suite,
             "--id",
             "ev1",
@@ -235,12 +225,7 @@ fn a_suite_on_git_grades_a_fixing_and_a_breaking_config_and_compares_them() {
             "fixer",
             "breaker",
         ],
-        &[],
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
-    assert_eq!(text.code, 0, "{text}");
+    );
     assert!(text.stdout.contains("6/6 100%"), "{text}");
     assert!(text.stdout.contains("0/6 0%"), "{text}");
     assert!(
@@ -305,8 +290,7 @@ fn a_killed_eval_resumed_by_its_id_starts_no_run_twice_and_reports_every_run() {
         "the kill landed mid-evaluation: {before} runs"
     );
 
-    let out = baton_with_timeout(&server, &args, &[], None, Duration::from_secs(300)).unwrap();
-    assert_eq!(out.code, 0, "{out}");
+    let out = eval_ok(&server, &args[1..]);
     let eval: json::Eval = out.parse().unwrap();
     assert!(eval.complete);
     assert_eq!(
@@ -460,8 +444,7 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
         "b",
         "--json",
     ];
-    let out = baton_with_timeout(&server, &args, &[], None, Duration::from_secs(180)).unwrap();
-    assert_eq!(out.code, 0, "{out}");
+    let out = eval_ok(&server, &args[1..]);
     let report: json::Counterfactual = out.parse().unwrap();
 
     // Exactly the turns after 2 reached the model, under gpt-b: turn 3 (two replies in its
@@ -515,7 +498,7 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
 
     // Again with the same id: the same forks (the query would now find them too, and the
     // runs closed since), none started, no model called.
-    let again = baton_with_timeout(&server, &args, &[], None, Duration::from_secs(120)).unwrap();
+    let again = eval_ok(&server, &args[1..]);
     let again: json::Counterfactual = again.parse().unwrap();
     assert_eq!((again.submitted, again.pairs.len()), (0, 3));
     assert_eq!(again.as_of, report.as_of);
@@ -523,9 +506,7 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
 
     // The text report names the difference.
     let text_args: Vec<&str> = args.iter().copied().filter(|a| *a != "--json").collect();
-    let text =
-        baton_with_timeout(&server, &text_args, &[], None, Duration::from_secs(120)).unwrap();
-    assert_eq!(text.code, 0, "{text}");
+    let text = eval_ok(&server, &text_args[1..]);
     assert!(
         text.stdout.contains("first difference at turn 3:"),
         "{text}"
@@ -561,10 +542,9 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
     assert_eq!(llm.request_count(), 22);
 
     // --at-turn each: the lab run forked after each of its turns but the last.
-    let each = baton_with_timeout(
+    let each = eval_ok(
         &server,
         &[
-            "eval",
             &suite,
             "--from-runs",
             "BatonLabels = 'team=lab'",
@@ -574,12 +554,7 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
             "b",
             "--json",
         ],
-        &[],
-        None,
-        Duration::from_secs(180),
-    )
-    .unwrap();
-    assert_eq!(each.code, 0, "{each}");
+    );
     let each: json::Counterfactual = each.parse().unwrap();
     let at: Vec<(u32, u32, &str)> = each
         .pairs
