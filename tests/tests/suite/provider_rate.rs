@@ -36,6 +36,8 @@ const BURST: f64 = 2.0 * ALLOWED_PER_SEC;
 struct Bucket {
     tokens: f64,
     at: Instant,
+    /// The fewest tokens left after a request it let through: the margin there was.
+    low: f64,
 }
 
 impl Bucket {
@@ -46,6 +48,7 @@ impl Bucket {
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
+            self.low = self.low.min(self.tokens);
             true
         } else {
             false
@@ -76,10 +79,12 @@ fn fifty_runs(rate: Option<&str>) -> usize {
     let bucket = Arc::new(Mutex::new(Bucket {
         tokens: BURST,
         at: Instant::now(),
+        low: BURST,
     }));
     let refused = Arc::new(Mutex::new(0usize));
     {
         let refused = refused.clone();
+        let bucket = bucket.clone();
         llm.set_responder(Arc::new(move |_req| {
             if bucket.lock().unwrap().take() {
                 Some(MockResponse::ok(MockOpenAi::text_reply("Done.")))
@@ -121,8 +126,10 @@ fn fifty_runs(rate: Option<&str>) -> usize {
     let took = started.elapsed();
     let answered = llm.requests().len();
     let refused = *refused.lock().unwrap();
+    let low = bucket.lock().unwrap().low;
     println!(
-        "max_requests_per_second {}: {RUNS} runs in {:.1} s, {answered} requests, {refused} answered 429",
+        "max_requests_per_second {}: {RUNS} runs in {:.1} s, {answered} requests, {refused} \
+         answered 429; the bucket's fewest tokens left: {low:.2} of {BURST}",
         rate.unwrap_or("unset"),
         took.as_secs_f64()
     );
