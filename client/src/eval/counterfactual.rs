@@ -67,6 +67,11 @@ pub(crate) async fn run(
             "--compare is for suites of tasks; --from-runs compares each fork with its original",
         ));
     }
+    if args.repeat.is_some() {
+        return Err(Exit::usage(
+            "--repeat is for suites of tasks; --from-runs forks each run once per turn",
+        ));
+    }
     let config = suite
         .config(name)
         .ok_or_else(|| Exit::usage(format!("the suite has no config '{name}'")))?;

@@ -516,6 +516,30 @@ fn stored_runs_forked_at_turn_2_under_another_model_call_it_only_after_turn_2() 
         "{text}"
     );
 
+    // Flags that are for suites of tasks are refused, before anything is read.
+    for (extra, said) in [
+        (&["--repeat", "2"][..], "--repeat is for suites of tasks"),
+        (
+            &["--compare", "b", "b"][..],
+            "--compare is for suites of tasks",
+        ),
+    ] {
+        let mut all = vec![
+            "eval",
+            &suite,
+            "--from-runs",
+            "BatonLabels = 'team=lab'",
+            "--at-turn",
+            "1",
+            "--config",
+            "b",
+        ];
+        all.extend_from_slice(extra);
+        let out = baton(&server, &all).unwrap();
+        assert_eq!(out.code, 2, "{out}");
+        assert!(out.stderr.contains(said), "{out}");
+    }
+
     // --at-turn past a run's end skips it, saying why.
     let late = baton(
         &server,
