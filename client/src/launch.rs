@@ -10,7 +10,8 @@ use std::{
 use baton_proto::{RunPriority, RunSpec};
 use baton_workflows::AgentRun;
 use temporalio_client::{
-    Client, WorkflowDescribeOptions, WorkflowStartOptions, errors::WorkflowStartError,
+    Client, WorkflowDescribeOptions, WorkflowIdReusePolicy, WorkflowStartOptions,
+    errors::WorkflowStartError,
 };
 use temporalio_common::Priority;
 
@@ -129,30 +130,60 @@ pub(crate) fn temporal_priority(asked: &RunPriority) -> Priority {
         .build()
 }
 
+/// How a start went ([`start_new`]).
+pub(crate) enum Started {
+    /// The run started, with how its priority came out (when it asked for one).
+    New(Option<PriorityOutcome>),
+    /// A run with that id exists (or, under `RejectDuplicate`, ever existed): nothing started.
+    Existed,
+}
+
 /// Starts run `run_id` of `spec` on `task_queue`, with the spec's priority, if it has one
-/// (then says whether the server kept it).
+/// (then says whether the server kept it); a run that has the id already is a usage error.
 pub(crate) async fn start(
     client: &Client,
     spec: RunSpec,
     run_id: &str,
     task_queue: &str,
 ) -> Result<Option<PriorityOutcome>, Exit> {
+    match start_new(
+        client,
+        spec,
+        run_id,
+        task_queue,
+        WorkflowIdReusePolicy::Unspecified,
+    )
+    .await?
+    {
+        Started::New(priority) => Ok(priority),
+        Started::Existed => Err(Exit::usage(format!(
+            "a run with id '{run_id}' already exists; choose another --id or omit it"
+        ))),
+    }
+}
+
+/// [`start`] under the id reuse policy `reuse`, saying when the id was taken instead of
+/// failing (`baton eval` starts each of its runs at most once with `RejectDuplicate`).
+pub(crate) async fn start_new(
+    client: &Client,
+    spec: RunSpec,
+    run_id: &str,
+    task_queue: &str,
+    reuse: WorkflowIdReusePolicy,
+) -> Result<Started, Exit> {
     // The SDK does not pass the static summary through the codec: with encryption on, the task
     // must not appear there in plain text.
     let summary = (!crate::connect::encrypting()).then(|| render::one_line(&spec.task, 120));
     let asked = spec.priority.clone();
     let options = WorkflowStartOptions::new(task_queue.to_owned(), run_id.to_owned())
         .task_timeout(WORKFLOW_TASK_TIMEOUT)
+        .id_reuse_policy(reuse)
         .maybe_static_summary(summary)
         .priority(asked.as_ref().map(temporal_priority).unwrap_or_default())
         .build();
     match client.start_workflow(AgentRun::run, spec, options).await {
         Ok(_) => {}
-        Err(WorkflowStartError::AlreadyStarted { .. }) => {
-            return Err(Exit::usage(format!(
-                "a run with id '{run_id}' already exists; choose another --id or omit it"
-            )));
-        }
+        Err(WorkflowStartError::AlreadyStarted { .. }) => return Ok(Started::Existed),
         Err(e) => {
             return Err(Exit::infra(format!(
                 "cannot start the run: {}",
@@ -161,10 +192,10 @@ pub(crate) async fn start(
         }
     }
     let Some(asked) = asked else {
-        return Ok(None);
+        return Ok(Started::New(None));
     };
     let applied = priority_kept(client, run_id, &asked).await;
-    Ok(Some(PriorityOutcome { asked, applied }))
+    Ok(Started::New(Some(PriorityOutcome { asked, applied })))
 }
 
 /// Whether the server's description of run `run_id` carries the priority it was started with

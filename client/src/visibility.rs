@@ -26,7 +26,7 @@ fn quoted(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-async fn query_runs(
+pub(crate) async fn query_runs(
     client: &Client,
     query: &str,
     limit: usize,

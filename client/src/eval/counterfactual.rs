@@ -15,7 +15,7 @@ use baton_proto::{RunResult, RunSpec};
 use baton_store::{SharedStore, conversation::Conversations};
 use baton_workflows::workflow::SA_LABELS;
 use futures::StreamExt;
-use temporalio_client::{Client, WorkflowDescribeOptions, WorkflowListOptions};
+use temporalio_client::{Client, WorkflowDescribeOptions};
 
 use super::{
     NOT_STARTED, diverge, report,
@@ -24,7 +24,7 @@ use super::{
 use crate::{
     blobs,
     cli::{AtTurn, EvalArgs, ForkArgs, WaitArgs, parse_label},
-    connect::{self, short},
+    connect,
     exit::{self, Exit},
     fork_source::{self, Source},
     inspect,
@@ -43,7 +43,7 @@ struct Original {
 }
 
 /// One fork to make (or find) and compare.
-struct Planned1 {
+struct ForkAt {
     original: usize,
     at_turn: u32,
     run: Planned,
@@ -118,7 +118,7 @@ pub(crate) async fn run(
             AtTurn::Each => (1..turns).collect(),
         };
         for n in at_turns {
-            plan.push(Planned1 {
+            plan.push(ForkAt {
                 original: i,
                 at_turn: n,
                 run: Planned {
@@ -231,31 +231,25 @@ async fn read_originals(
         baton_workflows::WORKFLOW_TYPE
     );
     // Evaluations' own runs are left out below: ask for more than the limit.
-    let mut stream = client.list_workflows(
-        full.clone(),
-        WorkflowListOptions::builder()
-            .limit(limit as usize * 4)
-            .build(),
-    );
-    let mut ids = Vec::new();
-    while let Some(item) = stream.next().await {
-        let run = item.map_err(|e| {
+    let listed = crate::visibility::query_runs(client, &full, limit as usize * 4)
+        .await
+        .map_err(|e| {
             Exit::usage(format!(
-                "cannot list the runs of --from-runs ({full}): {}; check the query \
-                 (a Temporal visibility query, e.g. \"BatonLabels = 'team=infra'\")",
-                short(&e.to_string())
+                "{} (--from-runs: {full}); check the query (a Temporal visibility query, e.g. \
+                 \"BatonLabels = 'team=infra'\")",
+                e.message
             ))
         })?;
-        let labels = run.search_attributes().get(&SA_LABELS).unwrap_or_default();
-        let own = format!("{}=", suite::LABEL_ID);
-        if labels.iter().any(|l| l.starts_with(&own)) {
-            continue;
-        }
-        ids.push(run.id().to_owned());
-        if ids.len() >= limit as usize {
-            break;
-        }
-    }
+    let own = format!("{}=", suite::LABEL_ID);
+    let ids: Vec<String> = listed
+        .iter()
+        .filter(|run| {
+            let labels = run.search_attributes().get(&SA_LABELS).unwrap_or_default();
+            !labels.iter().any(|l| l.starts_with(&own))
+        })
+        .take(limit as usize)
+        .map(|run| run.id().to_owned())
+        .collect();
     let read = futures::stream::iter(ids)
         .map(|id| async move {
             let read = async {
@@ -317,7 +311,7 @@ impl From<Exit> for Refused {
 
 /// The fork of `original` at `p.at_turn`: started unless it exists, waited for, graded and
 /// compared. Also whether this call started it.
-async fn pair(ctx: &Ctx<'_>, original: &Original, p: &Planned1) -> Result<(Pair, bool), Refused> {
+async fn pair(ctx: &Ctx<'_>, original: &Original, p: &ForkAt) -> Result<(Pair, bool), Refused> {
     let run_id = &p.run.run_id;
     let h = connect::handle(ctx.client, run_id);
     let side = original_side(original);
@@ -391,7 +385,7 @@ fn report_planned(run_id: &str) -> Planned {
 
 /// The fork's spec: `baton fork`'s, with the configuration's model, instructions, approval
 /// and limits in place of the original's.
-async fn fork_spec(ctx: &Ctx<'_>, original: &Original, p: &Planned1) -> Result<RunSpec, Exit> {
+async fn fork_spec(ctx: &Ctx<'_>, original: &Original, p: &ForkAt) -> Result<RunSpec, Exit> {
     let labels = [
         &ctx.labels.suite,
         &ctx.labels.id,

@@ -20,14 +20,11 @@ use std::time::Instant;
 use baton_proto::RunSpec;
 use baton_workflows::{AgentRun, workflow::SA_LABELS};
 use futures::StreamExt;
-use temporalio_client::{
-    Client, WorkflowDescribeOptions, WorkflowIdReusePolicy, WorkflowListOptions,
-    WorkflowStartOptions, errors::WorkflowStartError,
-};
+use temporalio_client::{Client, WorkflowDescribeOptions, WorkflowIdReusePolicy};
 
 use crate::{
     cli::{EvalArgs, SubmitArgs},
-    connect::{self, short},
+    connect,
     exit::{self, Exit},
     inspect, json, launch,
 };
@@ -217,17 +214,9 @@ pub(crate) async fn existing_runs(
         baton_workflows::WORKFLOW_TYPE,
         suite::LABEL_ID
     );
-    let mut stream =
-        client.list_workflows(query, WorkflowListOptions::builder().limit(10_000).build());
-    let mut found = Vec::new();
     let expected = format!("{}={digest}", suite::LABEL_DIGEST);
-    while let Some(item) = stream.next().await {
-        let run = item.map_err(|e| {
-            Exit::infra(format!(
-                "cannot list the evaluation's runs: {}",
-                short(&e.to_string())
-            ))
-        })?;
+    let mut found = Vec::new();
+    for run in crate::visibility::query_runs(client, &query, 10_000).await? {
         let labels = run.search_attributes().get(&SA_LABELS).unwrap_or_default();
         if !labels.contains(&expected) {
             return Err(Exit::usage(format!(
@@ -295,18 +284,15 @@ pub(crate) async fn start_once(
     run_id: &str,
     queue: &str,
 ) -> Result<bool, Exit> {
-    let options = WorkflowStartOptions::new(queue.to_owned(), run_id.to_owned())
-        .task_timeout(launch::WORKFLOW_TASK_TIMEOUT)
-        .id_reuse_policy(WorkflowIdReusePolicy::RejectDuplicate)
-        .build();
-    match client.start_workflow(AgentRun::run, spec, options).await {
-        Ok(_) => Ok(true),
-        Err(WorkflowStartError::AlreadyStarted { .. }) => Ok(false),
-        Err(e) => Err(Exit::infra(format!(
-            "cannot start run {run_id}: {}",
-            short(&e.to_string())
-        ))),
-    }
+    let started = launch::start_new(
+        client,
+        spec,
+        run_id,
+        queue,
+        WorkflowIdReusePolicy::RejectDuplicate,
+    )
+    .await?;
+    Ok(matches!(started, launch::Started::New(_)))
 }
 
 /// Run `run_id`'s result and its seconds from start to close, once it has ended; `None` when
